@@ -1,0 +1,38 @@
+# One entry point for newcomers and CI. Everything installs itself into .venv.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-dev
+DEMO   := demo-data
+
+.PHONY: install test lint demo lab bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(STAMP)
+
+lint: install
+	$(BIN)/ruff check audit tests benchmarks
+	$(BIN)/ruff format --check audit tests benchmarks
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+demo: install
+	$(BIN)/audit demo --out $(DEMO)
+
+lab: install
+	$(BIN)/python -m pip install -q -e '.[dev,lab]'
+	$(BIN)/jupyter lab notebooks
+
+bench: install
+	$(BIN)/python benchmarks/bench_verify.py
+
+clean:
+	rm -rf $(VENV) $(DEMO) .pytest_cache .ruff_cache build *.egg-info
