@@ -7,6 +7,7 @@ Exit codes shared by every command: 0 success, 1 failing findings (report), 2 a 
 from __future__ import annotations
 
 import sys
+import warnings
 
 import click
 
@@ -31,8 +32,13 @@ def _register() -> None:
 _register()
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    click.echo(f"audit: warning: {message}", err=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``audit`` script; returns the process exit code."""
+    warnings.showwarning = _show_warning
     try:
         rv = cli.main(args=argv, prog_name="audit", standalone_mode=False)
     except click.exceptions.Abort:
