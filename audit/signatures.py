@@ -14,8 +14,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-import pandas as pd
-
 from audit.secrets import SecretStore, SigningSecret
 from audit.spec import CLOCK_TOLERANCE_S, SIGNATURE_HEX_LEN, SIGNATURE_PREFIX
 
@@ -25,7 +23,7 @@ __all__ = [
     "check_signature_header",
     "sign",
     "verify",
-    "verify_frame",
+    "verify_columns",
 ]
 
 #: Every verdict, in the order the checks run ("unreadable" comes from loading).
@@ -42,7 +40,6 @@ VERDICTS = (
 )
 
 _HEX64 = re.compile(f"[0-9a-fA-F]{{{SIGNATURE_HEX_LEN}}}")
-_DIGITS = re.compile(r"[0-9]+")
 
 
 def _key(secret: bytes | str) -> bytes:
@@ -78,14 +75,14 @@ def check_signature_header(value: str | None) -> bytes | str | None:
     if not value.startswith(SIGNATURE_PREFIX):
         return "signature header lacks the 'sha256=' prefix"
     hexpart = value[len(SIGNATURE_PREFIX) :]
-    if not _HEX64.fullmatch(hexpart):
-        return f"signature is not {SIGNATURE_HEX_LEN} hex characters after 'sha256='"
-    return bytes.fromhex(hexpart)
+    if len(hexpart) == SIGNATURE_HEX_LEN and _HEX64.fullmatch(hexpart):
+        return bytes.fromhex(hexpart)
+    return f"signature is not {SIGNATURE_HEX_LEN} hex characters after 'sha256='"
 
 
 def parse_timestamp_header(value: str | None) -> int | None:
     """The timestamp header as an int, or None unless it is a plain ASCII-digit integer."""
-    if value is None or not _DIGITS.fullmatch(value):
+    if value is None or not (value.isascii() and value.isdigit()):
         return None
     return int(value)
 
@@ -190,111 +187,116 @@ def verify(
     return Verification("valid", True, skew, matched, "")
 
 
-def _ordered_candidates(
-    store: SecretStore, subscription_id: str | None, t_ns: int
-) -> list[SigningSecret]:
-    """Candidate secrets, those current at ``t_ns`` first (the common case matches at once)."""
-    if subscription_id is None:
-        pool = store.all_secrets()
-    else:
-        pool = list(store.by_subscription.get(subscription_id, ()))
-    return sorted(pool, key=lambda s: not s.current_at(t_ns))
+def _match(
+    candidates: tuple[SigningSecret, ...], t_ns: int, message: bytes, sig: bytes
+) -> SigningSecret | None:
+    """The candidate whose HMAC equals ``sig``; the one current at ``t_ns`` is tried first."""
+    current = None
+    for cand in candidates:
+        if cand.current_at(t_ns):
+            current = cand
+            break
+    if current is not None and hmac.compare_digest(
+        hmac.digest(current.key, message, hashlib.sha256), sig
+    ):
+        return current
+    for cand in candidates:
+        if cand is not current and hmac.compare_digest(
+            hmac.digest(cand.key, message, hashlib.sha256), sig
+        ):
+            return cand
+    return None
 
 
-def verify_frame(
-    deliveries: pd.DataFrame, secrets: SecretStore, *, tolerance_s: float = CLOCK_TOLERANCE_S
-) -> pd.DataFrame:
-    """Verify every loaded delivery as of its own ``received_at``, across secret rotations.
+@dataclass
+class VerifiedColumns:
+    """Per-row results of :func:`verify_columns` (plain lists, one entry per row)."""
+
+    verdict: list
+    detail: list
+    hmac_ok: list
+    skew_s: list
+    matched_secret: list
+    subscription_id: list
+
+
+def verify_columns(
+    signatures: list,
+    timestamps: list,
+    bodies: list,
+    received_ns: list,
+    subscription_ids: list,
+    prior_verdicts: list,
+    prior_details: list,
+    secrets: SecretStore,
+    *,
+    tolerance_s: float = CLOCK_TOLERANCE_S,
+) -> VerifiedColumns:
+    """Verify many requests, each as of its own receipt time, across secret rotations.
 
     The checks run in this order and the first that fails gives the verdict:
     ``missing_signature``, ``malformed_signature``, ``malformed_timestamp``, ``stale_timestamp``
-    (``|received_at - timestamp| > tolerance_s``), ``no_secret``; then ``valid`` (matches the
+    (``|received - timestamp| > tolerance_s``), ``no_secret``; then ``valid`` (matches the
     secret current at receipt), ``rotated_secret`` (matches only a secret replaced before
-    receipt) or ``signature_mismatch``. Rows already ``unreadable`` keep that verdict.
+    receipt) or ``signature_mismatch``. Rows whose prior verdict is ``unreadable`` keep it.
+    A row without a subscription id is checked against every subscription's secrets, and the
+    subscription whose secret matched fills it in. Missing values are None (or NaN, or NaT's
+    int64 sentinel for ``received_ns``).
 
-    A row without ``subscription_id`` is checked against every subscription's secrets; the
-    subscription whose secret matches fills it in.
-
-    Parameters
-    ----------
-    deliveries
-        The frame from :func:`audit.load.load_captures`.
-    secrets
-        The store from :func:`audit.secrets.read_secrets`.
-    tolerance_s
-        Allowed clock difference between receipt and the timestamp header (300 s published).
-
-    Returns
-    -------
-    pandas.DataFrame
-        A copy with ``verdict``, ``detail``, ``hmac_ok`` (nullable boolean: any known secret of
-        the subscription matches, whatever the timestamp checks said), ``skew_s`` (received_at
-        minus the timestamp header, seconds), ``matched_secret`` (``<subscription>#<n>``, the
-        n-th issued secret; never the value) and ``subscription_id`` filled where inferred.
-
-    Examples
-    --------
-    >>> verified = verify_frame(load_captures("log.jsonl").deliveries, store)  # doctest: +SKIP
-    >>> verified["verdict"].value_counts()  # doctest: +SKIP
+    This is the one place verdicts are computed for stored deliveries; the frame-level entry
+    points (:func:`audit.verification.verify_frame`, :func:`audit.load.load_captures` with
+    ``secrets=``) call it.
     """
     tol_ns = round(tolerance_s * 1e9)
-    n = len(deliveries)
-    verdicts: list = [None] * n
-    details: list = [None] * n
+    all_secrets = tuple(secrets.all_secrets())
+    by_sub = secrets.by_subscription
+    n = len(bodies)
+    verdicts, details = list(prior_verdicts), list(prior_details)
     hmac_ok: list = [None] * n
     skews: list = [None] * n
     matched_ids: list = [None] * n
-    subs = deliveries["subscription_id"].tolist()
-    received = deliveries["received_at"].to_numpy(dtype="datetime64[ns]").view("int64").tolist()
-    rows = zip(
-        deliveries["verdict"].tolist(),
-        deliveries["detail"].tolist(),
-        deliveries["signature"].tolist(),
-        deliveries["timestamp_header"].tolist(),
-        deliveries["body"].tolist(),
-        strict=True,
-    )
-    for i, (prior, prior_detail, signature, timestamp, body) in enumerate(rows):
-        if prior == "unreadable":
-            verdicts[i], details[i] = prior, prior_detail
+    subs = [s if type(s) is str else None for s in subscription_ids]
+    for i in range(n):
+        if verdicts[i] == "unreadable":
             continue
-        sig = check_signature_header(None if pd.isna(signature) else signature)
+        signature = signatures[i]
+        sig = check_signature_header(signature if type(signature) is str else None)
         if sig is None:
             verdicts[i], details[i] = "missing_signature", "no signature header"
             continue
-        if isinstance(sig, str):
+        if type(sig) is str:
             verdicts[i], details[i] = "malformed_signature", sig
             continue
-        ts = parse_timestamp_header(None if pd.isna(timestamp) else timestamp)
+        timestamp = timestamps[i]
+        ts = parse_timestamp_header(timestamp if type(timestamp) is str else None)
         if ts is None:
             verdicts[i] = "malformed_timestamp"
             details[i] = (
-                "no timestamp header" if pd.isna(timestamp) else "timestamp is not a plain integer"
+                "timestamp is not a plain integer"
+                if type(timestamp) is str
+                else "no timestamp header"
             )
             continue
-        t_ns = received[i]
+        t_ns = received_ns[i]
         diff_ns = t_ns - ts * 1_000_000_000
         skews[i] = diff_ns / 1e9
-        sub = None if pd.isna(subs[i]) else subs[i]
-        message = str(ts).encode("ascii") + b"." + body
+        sub = subs[i]
+        candidates = all_secrets if sub is None else by_sub.get(sub, ())
         match = None
-        for cand in _ordered_candidates(secrets, sub, t_ns):
-            if hmac.compare_digest(hmac.digest(cand.key, message, hashlib.sha256), sig):
-                match = cand
-                break
-        has_candidates = bool(secrets.by_subscription.get(sub)) if sub else len(secrets) > 0
-        if has_candidates:
+        if candidates:
+            message = str(ts).encode("ascii") + b"." + bodies[i]
+            match = _match(candidates, t_ns, message, sig)
             hmac_ok[i] = match is not None
         if match is not None:
             matched_ids[i] = f"{match.subscription_id}#{match.index + 1}"
             if sub is None:
                 subs[i] = match.subscription_id
-        if abs(diff_ns) > tol_ns:
+        if diff_ns > tol_ns or -diff_ns > tol_ns:
             verdicts[i] = "stale_timestamp"
             details[i] = f"timestamp differs from receipt by {diff_ns / 1e9:+.3f} s"
-        elif not has_candidates:
+        elif not candidates:
             verdicts[i] = "no_secret"
-            details[i] = f"no secret known for subscription {sub}"
+            details[i] = f"no secret known for subscription {sub}" if sub else "no secret known"
         elif match is None:
             verdicts[i], details[i] = "signature_mismatch", "no known secret matches"
         elif match.current_at(t_ns):
@@ -305,11 +307,4 @@ def verify_frame(
         else:
             verdicts[i] = "signature_mismatch"
             details[i] = f"matches secret {matched_ids[i]}, not yet issued at receipt"
-    out = deliveries.copy()
-    out["subscription_id"] = pd.Series(subs, index=out.index, dtype="str")
-    out["verdict"] = pd.Series(verdicts, index=out.index, dtype="str")
-    out["detail"] = pd.Series(details, index=out.index, dtype="str")
-    out["hmac_ok"] = pd.Series(hmac_ok, index=out.index, dtype="boolean")
-    out["skew_s"] = pd.Series(skews, index=out.index, dtype="Float64")
-    out["matched_secret"] = pd.Series(matched_ids, index=out.index, dtype="str")
-    return out
+    return VerifiedColumns(verdicts, details, hmac_ok, skews, matched_ids, subs)

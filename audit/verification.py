@@ -8,12 +8,18 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from audit.load import load_captures
-from audit.secrets import read_secrets
-from audit.signatures import VERDICTS, verify_frame
+from audit.load import frame_from_columns, load_captures
+from audit.secrets import SecretStore, read_secrets
+from audit.signatures import VERDICTS, verify_columns
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
 
-__all__ = ["VERDICT_COLUMNS", "SignatureAudit", "audit_signatures", "verdict_counts"]
+__all__ = [
+    "VERDICT_COLUMNS",
+    "SignatureAudit",
+    "audit_signatures",
+    "verdict_counts",
+    "verify_frame",
+]
 
 #: Columns of ``verdicts.csv``, in order.
 VERDICT_COLUMNS = [
@@ -63,9 +69,54 @@ def audit_signatures(
     >>> result.counts()  # doctest: +SKIP
     """
     store = read_secrets(secrets_path)
-    caps = load_captures(logs, header_prefix=header_prefix)
-    verified = verify_frame(caps.deliveries, store, tolerance_s=tolerance_s)
-    return SignatureAudit(verified, caps.inputs, caps.naive_times)
+    caps = load_captures(logs, header_prefix=header_prefix, secrets=store, tolerance_s=tolerance_s)
+    return SignatureAudit(caps.deliveries, caps.inputs, caps.naive_times)
+
+
+def verify_frame(
+    deliveries: pd.DataFrame, secrets: SecretStore, *, tolerance_s: float = CLOCK_TOLERANCE_S
+) -> pd.DataFrame:
+    """Verify every loaded delivery as of its own ``received_at``, across secret rotations.
+
+    The rules are those of :func:`audit.signatures.verify_columns` (the one implementation).
+
+    Returns
+    -------
+    pandas.DataFrame
+        A copy with ``verdict``, ``detail``, ``hmac_ok`` (nullable boolean: a known secret of the
+        subscription matches, whatever the timestamp checks said), ``skew_s`` (received_at minus
+        the timestamp header, seconds), ``matched_secret`` (``<subscription>#<n>``, the n-th
+        issued secret; never the value) and ``subscription_id`` filled where inferred.
+
+    Examples
+    --------
+    >>> verified = verify_frame(load_captures("log.jsonl").deliveries, store)  # doctest: +SKIP
+    >>> verified["verdict"].value_counts()  # doctest: +SKIP
+    """
+    received = deliveries["received_at"].to_numpy(dtype="datetime64[ns]").view("int64").tolist()
+    v = verify_columns(
+        deliveries["signature"].tolist(),
+        deliveries["timestamp_header"].tolist(),
+        deliveries["body"].tolist(),
+        received,
+        deliveries["subscription_id"].tolist(),
+        deliveries["verdict"].tolist(),
+        deliveries["detail"].tolist(),
+        secrets,
+        tolerance_s=tolerance_s,
+    )
+    cols = {
+        "subscription_id": v.subscription_id,
+        "verdict": v.verdict,
+        "detail": v.detail,
+        "hmac_ok": v.hmac_ok,
+        "skew_s": v.skew_s,
+        "matched_secret": v.matched_secret,
+    }
+    out = deliveries.copy()
+    for name, series in frame_from_columns(cols).items():
+        out[name] = series.set_axis(out.index)
+    return out
 
 
 def verdict_counts(deliveries: pd.DataFrame) -> pd.DataFrame:

@@ -112,7 +112,6 @@ def test_envelope_columns(tmp_path):
         "inc_9",
     )
     assert row["event_timestamp"].isoformat() == "2026-10-01T00:02:03+00:00"
-    assert row["data"]["status"] == "closed"
     assert row["delivery_id"] == "dlv_1"
 
 

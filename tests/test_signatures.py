@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from audit.load import load_captures
 from audit.secrets import SecretStore
-from audit.signatures import sign, verify, verify_frame
+from audit.signatures import sign, verify
+from audit.verification import verify_frame
 from tests.builders import capture, write_jsonl
 
 SECRET = "whsec_test_secret_1"

@@ -1,0 +1,314 @@
+"""Parse capture records (JSON Lines, HAR entries) into column lists.
+
+This is the loader's hot loop. It imports neither pandas nor numpy, so worker processes that run
+it start fast; :mod:`audit.load` turns the lists into a frame. Each record becomes one row; one
+that cannot be read becomes a row with verdict ``unreadable`` and the reason in ``detail``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import orjson
+
+from audit.timeutil import parse_iso_ns
+
+__all__ = ["COLUMNS", "NAT", "Buffer", "parse_har", "parse_jsonl"]
+
+#: The sentinel for a missing time (numpy's NaT as int64).
+NAT = -(2**63)
+
+#: Column order of the deliveries frame as loaded.
+COLUMNS = (
+    "source",
+    "line",
+    "received_at",
+    "subscription_id",
+    "url",
+    "response_status",
+    "response_ms",
+    "signature",
+    "timestamp_header",
+    "event_header",
+    "delivery_id",
+    "body",
+    "event_id",
+    "event",
+    "event_timestamp",
+    "incident_id",
+    "verdict",
+    "detail",
+)
+
+_NO_ENVELOPE = (None, None, NAT, None)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class Buffer:
+    """One list per column, plus counters. Cheap to pickle between processes."""
+
+    __slots__ = (*COLUMNS, "naive_times", "unreadable")
+
+    def __init__(self) -> None:
+        for name in COLUMNS:
+            setattr(self, name, [])
+        self.naive_times = 0
+        self.unreadable = 0
+
+    def __len__(self) -> int:
+        return len(self.line)
+
+    def extend(self, other: Buffer) -> None:
+        """Append another buffer's rows."""
+        for name in COLUMNS:
+            getattr(self, name).extend(getattr(other, name))
+        self.naive_times += other.naive_times
+        self.unreadable += other.unreadable
+
+    def add_unreadable(self, source: str, line: int, reason: str) -> None:
+        """Add a row for a record that could not be read."""
+        self._add(source, line, NAT, None, None, None, None, {}, None, _NO_ENVELOPE)
+        self.verdict[-1] = "unreadable"
+        self.detail[-1] = reason
+        self.unreadable += 1
+
+    def _add(self, source, line, received, sub, url, status, ms, hdr, body, env) -> None:
+        self.source.append(source)
+        self.line.append(line)
+        self.received_at.append(received)
+        self.subscription_id.append(sub)
+        self.url.append(url)
+        self.response_status.append(status)
+        self.response_ms.append(ms)
+        self.signature.append(hdr.get("signature"))
+        self.timestamp_header.append(hdr.get("timestamp"))
+        self.event_header.append(hdr.get("event"))
+        self.delivery_id.append(hdr.get("delivery_id"))
+        self.body.append(body)
+        self.event_id.append(env[0])
+        self.event.append(env[1])
+        self.event_timestamp.append(env[2])
+        self.incident_id.append(env[3])
+        self.verdict.append(None)
+        self.detail.append(None)
+
+
+def _time_ns(value: object) -> tuple[int, bool]:
+    """received_at as UTC ns: ISO 8601 or Unix seconds (int/float, not bool)."""
+    t = type(value)
+    if t is float:
+        if not math.isfinite(value):
+            raise ValueError
+        return round(value * 1e9), True
+    if t is int:
+        return value * 1_000_000_000, True
+    return parse_iso_ns(value)
+
+
+class _Envelopes:
+    """Envelope parsing with a cache of event timestamps (retries repeat them)."""
+
+    def __init__(self) -> None:
+        self._times: dict[str, int] = {}
+
+    def __call__(self, body: bytes) -> tuple:
+        try:
+            env = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return _NO_ENVELOPE
+        if type(env) is not dict:
+            return _NO_ENVELOPE
+        eid, event, ts, data = (
+            env.get("id"),
+            env.get("event"),
+            env.get("timestamp"),
+            env.get("data"),
+        )
+        ts_ns = NAT
+        if type(ts) is str:
+            ts_ns = self._times.get(ts, None)
+            if ts_ns is None:
+                try:
+                    ts_ns = parse_iso_ns(ts)[0]
+                except ValueError:
+                    ts_ns = NAT
+                self._times[ts] = ts_ns
+        inc = data.get("incidentId") if type(data) is dict else None
+        return (
+            eid if type(eid) is str else None,
+            event if type(event) is str else None,
+            ts_ns,
+            inc if type(inc) is str else None,
+        )
+
+
+def _headers(raw: object, wanted: dict[str, str]) -> dict[str, str] | str:
+    """Pick the delivery headers by lower-cased name; a reason string when malformed.
+
+    A repeated header is combined as HTTP does (RFC 9110, 5.3): values joined by ", ". A repeated
+    signature or timestamp header therefore fails the format checks, which is the safe outcome.
+    """
+    if type(raw) is dict:
+        items = raw.items()
+    elif type(raw) is list:
+        if not all(type(p) is list and len(p) == 2 for p in raw):
+            return "headers must be an object or a list of [name, value] pairs"
+        items = raw
+    else:
+        return "headers must be an object or a list of [name, value] pairs"
+    out: dict[str, str] = {}
+    for name, value in items:
+        if type(name) is not str:
+            return "header name is not a string"
+        key = wanted.get(name.lower())
+        if key is None:
+            continue
+        if type(value) is not str:
+            return f"header {name} has a value that is not a string"
+        out[key] = f"{out[key]}, {value}" if key in out else value
+    return out
+
+
+def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) -> str | None:
+    """Validate one capture record and add it; return the reason when it is unreadable."""
+    received = rec.get("received_at")
+    if received is None:
+        return "no received_at"
+    try:
+        received_ns, had_offset = _time_ns(received)
+    except (ValueError, TypeError, OverflowError):
+        return "received_at is not an ISO 8601 time or Unix seconds"
+    raw_headers = rec.get("headers")
+    if raw_headers is None:
+        return "no headers"
+    hdr = _headers(raw_headers, wanted)
+    if type(hdr) is str:
+        return hdr
+    text, b64 = rec.get("body"), rec.get("body_b64")
+    if (text is None) == (b64 is None):
+        return "both body and body_b64" if text is not None else "neither body nor body_b64"
+    if text is not None:
+        if type(text) is not str:
+            return "body is not a string"
+        body = text.encode("utf-8")
+    else:
+        try:
+            body = base64.b64decode(b64, validate=True)
+        except (binascii.Error, TypeError, ValueError):
+            return "body_b64 is not valid base64"
+    sub, url = rec.get("subscription_id"), rec.get("url")
+    if sub is not None and type(sub) is not str:
+        return "subscription_id is not a string"
+    if url is not None and type(url) is not str:
+        return "url is not a string"
+    status = rec.get("response_status")
+    if status is not None and type(status) is not int:
+        if type(status) is str and status.isascii() and status.isdigit():
+            status = int(status)
+        else:
+            return "response_status is not an integer"
+    ms = rec.get("response_ms")
+    if ms is not None:
+        if type(ms) is int:
+            ms = float(ms)
+        elif type(ms) is not float or not math.isfinite(ms):
+            return "response_ms is not a number"
+    buf._add(source, line, received_ns, sub, url, status, ms, hdr, body, envelope(body))
+    buf.naive_times += not had_offset
+    return None
+
+
+def parse_jsonl(
+    data: bytes,
+    source: str,
+    wanted: dict[str, str],
+    first_line: int = 1,
+    judge: Callable[[Buffer, int], None] | None = None,
+) -> Buffer:
+    """Parse JSON Lines bytes. Blank lines are not records (their numbers still count).
+
+    ``wanted`` maps lower-cased header names to column keys (see :func:`audit.spec.header_names`).
+    ``judge``, when given, is called as ``judge(buffer, start_row)`` at the end, to verify the
+    rows in the same worker.
+    """
+    buf = Buffer()
+    envelope = _Envelopes()
+    loads, decode_error = orjson.loads, orjson.JSONDecodeError
+    for line, raw in enumerate(data.split(b"\n"), first_line):
+        if not raw or raw.isspace():
+            continue
+        try:
+            rec = loads(raw)
+        except decode_error as e:
+            buf.add_unreadable(source, line, f"not valid JSON ({e})")
+            continue
+        if type(rec) is not dict:
+            buf.add_unreadable(source, line, "not a JSON object")
+            continue
+        problem = _record(buf, source, line, rec, wanted, envelope)
+        if problem is not None:
+            buf.add_unreadable(source, line, problem)
+    if judge is not None:
+        judge(buf, 0)
+    return buf
+
+
+def parse_har(
+    data: bytes, source: str, wanted: dict[str, str], judge: Callable | None = None
+) -> Buffer:
+    """Parse a HAR 1.2 file: each entry's request is one record, ``line`` is the entry index.
+
+    Raises ValueError (with a short reason) when the file is not HAR at all.
+    """
+    try:
+        har = orjson.loads(data)
+        entries = har["log"]["entries"]
+    except orjson.JSONDecodeError:
+        raise ValueError("not valid JSON") from None
+    except (KeyError, TypeError):
+        raise ValueError("no log.entries") from None
+    if type(entries) is not list:
+        raise ValueError("log.entries is not a list")
+    buf = Buffer()
+    envelope = _Envelopes()
+    for i, entry in enumerate(entries, 1):
+        rec = _har_record(entry)
+        problem = rec if type(rec) is str else _record(buf, source, i, rec, wanted, envelope)
+        if problem is not None:
+            buf.add_unreadable(source, i, problem)
+    if judge is not None:
+        judge(buf, 0)
+    return buf
+
+
+def _har_record(entry: object) -> dict | str:
+    """Map a HAR entry to a capture record. A missing ``postData`` is an empty body."""
+    if type(entry) is not dict or type(entry.get("request")) is not dict:
+        return "HAR entry has no request"
+    req = entry["request"]
+    headers = req.get("headers")
+    if type(headers) is not list or not all(
+        type(h) is dict and "name" in h and "value" in h for h in headers
+    ):
+        return "HAR request headers are not a list of {name, value}"
+    post = req.get("postData") or {}
+    text = post.get("text", "") if type(post) is dict else None
+    if type(text) is not str:
+        return "HAR postData.text is not a string"
+    rec: dict = {
+        "received_at": entry.get("startedDateTime"),
+        "headers": [[h["name"], h["value"]] for h in headers],
+        "url": req.get("url"),
+    }
+    rec["body_b64" if post.get("encoding") == "base64" else "body"] = text
+    resp = entry.get("response")
+    if type(resp) is dict and type(resp.get("status")) is int and resp["status"] > 0:
+        rec["response_status"] = resp["status"]
+    t = entry.get("time")
+    if type(t) in (int, float) and t >= 0:
+        rec["response_ms"] = t
+    return rec
