@@ -59,3 +59,70 @@ def verify(logs: tuple[str, ...], secrets_path: str, out: Path, header_prefix: s
     write_csv(result.deliveries[VERDICT_COLUMNS], out)
     _print_counts(result.deliveries)
     click.echo(f"wrote {out}")
+
+
+def _parse_date(_ctx, _param, value: str | None):
+    from datetime import date
+
+    if value is None:
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a date (YYYY-MM-DD)") from None
+
+
+@_command
+@click.command()
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--seed", default=7, show_default=True, type=int)
+@click.option("--start", default="2026-10-01", show_default=True, callback=_parse_date)
+@click.option("--days", default=31, show_default=True, type=click.IntRange(7, 366))
+@click.option("--incidents", default=300, show_default=True, type=click.IntRange(1, 100_000))
+def simulate(out: Path, seed: int, start, days: int, incidents: int) -> None:
+    """Write deterministic demo data: capture logs, a secrets file, listing snapshots.
+
+    The data follows the service's published rules and plants the faults a real month has
+    (see docs/demo.md). The same seed gives the same bytes.
+    """
+    from audit.simulate import simulate as run
+
+    result = run(out, seed=seed, start=start, days=days, incidents=incidents)
+    _print_simulation(result)
+
+
+def _print_simulation(result) -> None:
+    click.echo(f"captures:  {len(result.captures)} files in {result.captures[0].parent}")
+    click.echo(f"secrets:   {result.secrets}")
+    click.echo(f"snapshots: {len(result.snapshots)} files in {result.snapshots[0].parent}")
+    click.echo(f"truth:     {result.truth}")
+
+
+@_command
+@click.command()
+@click.option(
+    "--out",
+    default="demo-data",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for the demo data and results.",
+)
+@click.option("--seed", default=7, show_default=True, type=int)
+def demo(out: Path, seed: int) -> None:
+    """Generate the demo data set and run the main job on it; print where the results are."""
+    import shutil
+
+    from audit.simulate import simulate as run
+
+    data = out / "data"
+    if (data / "truth.json").is_file():  # an earlier demo's data: regenerate, same bytes
+        shutil.rmtree(data)
+    result = run(data, seed=seed)
+    _print_simulation(result)
+    audit = audit_signatures(result.captures, result.secrets)
+    verdicts = out / "verdicts.csv"
+    write_csv(audit.deliveries[VERDICT_COLUMNS], verdicts)
+    click.echo("")
+    _print_counts(audit.deliveries)
+    click.echo("")
+    click.echo(f"verdicts:  {verdicts}")

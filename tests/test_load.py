@@ -219,3 +219,28 @@ def test_har_that_is_not_json_is_a_load_error(tmp_path):
     path.write_text("{")
     with pytest.raises(LoadError, match=r"x\.har: not a HAR"):
         load_captures([path])
+
+
+def test_parallel_chunks_give_the_same_frame_as_one_process(tmp_path, monkeypatch):
+    from audit import load
+    from audit.secrets import SecretStore
+    from audit.signatures import sign
+
+    store = SecretStore.from_values({"wh_1": [("k", None)]})
+    recs = []
+    for i in range(400):
+        body = json.dumps({"id": f"evt_{i}", "event": "incident.created", "data": {}})
+        recs.append(capture(body, signature=sign("k", "1790812800", body.encode())))
+        if i % 97 == 0:
+            recs.append("{broken")
+    log = write_jsonl(tmp_path / "big.jsonl", recs)
+    serial = load_captures([log], secrets=store, workers=1)
+    monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(load, "_CHUNK_MIN_BYTES", 1000)
+    parallel = load_captures([log], secrets=store, workers=2)
+    assert len(parallel.deliveries) == 405
+    assert parallel.deliveries["line"].is_monotonic_increasing
+    assert parallel.deliveries.drop(columns="body").equals(serial.deliveries.drop(columns="body"))
+    assert parallel.deliveries["body"].tolist() == serial.deliveries["body"].tolist()
+    assert parallel.inputs.equals(serial.inputs)
+    assert (parallel.deliveries["verdict"] == "valid").sum() == 400

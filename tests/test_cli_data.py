@@ -1,0 +1,37 @@
+"""`audit simulate` and `audit demo`: the arguments reach the library and the outputs exist."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+from audit.cli import main
+
+
+def test_simulate_cli_writes_what_it_prints(tmp_path, capsys):
+    out = tmp_path / "d"
+    args = ["simulate", "--out", str(out), "--seed", "3", "--days", "8", "--incidents", "25"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert str(out / "secrets.json") in printed
+    period = json.loads((out / "truth.json").read_text())["period"]
+    assert period == {"start": "2026-10-01T00:00:00Z", "end": "2026-10-09T00:00:00Z"}
+    assert len(list((out / "captures").glob("*.jsonl"))) >= 8
+
+
+def test_simulate_rejects_a_bad_date(tmp_path, capsys):
+    assert main(["simulate", "--out", str(tmp_path), "--start", "2026-13-01"]) == 3
+    assert "not a date" in capsys.readouterr().err
+
+
+def test_demo_runs_twice_and_prints_paths(tmp_path, capsys):
+    for _ in range(2):
+        assert main(["demo", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    verdicts = tmp_path / "verdicts.csv"
+    assert f"verdicts:  {verdicts}" in printed
+    rows = list(csv.DictReader(verdicts.open()))
+    counts = {}
+    for r in rows:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    assert counts["unreadable"] == 2 and counts["signature_mismatch"] >= 3
