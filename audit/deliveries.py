@@ -1,0 +1,344 @@
+"""Delivery attempts and outcomes, inferred from what the receiver saw (spec section 6).
+
+Only rows whose verdict is ``valid`` are the vendor's deliveries; the others belong to the
+signature audit. Receivers see an attempt only if it reached them, so attempt numbers are
+inferred from timing against the published schedule (0, 30 s, 2 min, 10 min, 1 h between
+consecutive attempts) rather than from order alone.
+
+All functions are pure: frames in, frames out, time enters as ``as_of``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from audit.errors import ParameterError
+from audit.spec import DELIVERY_TIMEOUT_MS, MAX_ATTEMPTS, RETRY_DELAYS_S, TEST_EVENT
+
+__all__ = [
+    "ATTEMPT_COLUMNS",
+    "OUTCOMES",
+    "Tolerance",
+    "events_table",
+    "expected_delay",
+    "infer_attempts",
+    "latency_summary",
+    "success_rates",
+]
+
+ATTEMPT_COLUMNS = (
+    "attempt_no",
+    "delay_s",
+    "expected_delay_s",
+    "on_schedule",
+    "missing_before",
+    "success",
+)
+OUTCOMES = ("delivered", "exhausted", "pending", "lost", "unknown")
+
+
+class Tolerance:
+    """How far an observed retry delay may be from the schedule: ``max(floor_s, share * expected)``.
+
+    >>> Tolerance()(600)
+    60.0
+    >>> Tolerance()(30)
+    10.0
+    """
+
+    def __init__(self, floor_s: float = 10.0, share: float = 0.10) -> None:
+        if floor_s < 0 or share < 0:
+            raise ParameterError("tolerance floor and share must be non-negative")
+        self.floor_s, self.share = float(floor_s), float(share)
+
+    def __call__(self, expected_s: float) -> float:
+        return max(self.floor_s, self.share * expected_s)
+
+
+def expected_delay(from_attempt: int, to_attempt: int) -> float:
+    """Scheduled time between attempt ``from_attempt`` and a later ``to_attempt`` (seconds).
+
+    >>> expected_delay(1, 2), expected_delay(1, 3), expected_delay(1, 5)
+    (30.0, 150.0, 4350.0)
+    """
+    return float(sum(RETRY_DELAYS_S[from_attempt:to_attempt]))
+
+
+def _check_as_of(as_of: pd.Timestamp) -> pd.Timestamp:
+    as_of = pd.Timestamp(as_of)
+    if as_of.tzinfo is None:
+        raise ParameterError("as_of must be timezone-aware (UTC)")
+    return as_of.tz_convert("UTC")
+
+
+def _success(status: pd.Series, ms: pd.Series) -> pd.Series:
+    """2xx within 5 s (``response_ms`` <= 5000 or unknown); NA when no status was captured."""
+    ok = status.between(200, 299) & ~(ms > DELIVERY_TIMEOUT_MS).fillna(False)
+    return ok.astype("boolean")
+
+
+def infer_attempts(
+    deliveries: pd.DataFrame, *, as_of: pd.Timestamp, tolerance: Tolerance | None = None
+) -> pd.DataFrame:
+    """Add attempt columns to the valid deliveries, grouped by (subscription, event id).
+
+    The first observed attempt is 1. Each later one takes the smallest attempt number after the
+    previous one whose scheduled delay from the previous attempt matches the observed delay
+    within the tolerance; the numbers skipped are counted in ``missing_before`` (attempts that
+    never reached the receiver). When none matches, it is the next number and ``on_schedule``
+    is false.
+
+    Returns every input row; the columns ``attempt_no`` (Int64), ``delay_s``,
+    ``expected_delay_s`` (Float64), ``on_schedule`` (boolean), ``missing_before`` (Int64) and
+    ``success`` (boolean) are filled for valid rows with an event id, NA elsewhere.
+
+    Examples
+    --------
+    >>> as_of = pd.Timestamp("2026-11-01", tz="UTC")
+    >>> attempts = infer_attempts(verified, as_of=as_of)  # doctest: +SKIP
+    """
+    _check_as_of(as_of)
+    tol = tolerance or Tolerance()
+    out = deliveries.copy()
+    n = len(out)
+    attempt = np.full(n, -1, dtype=np.int64)
+    delay = np.full(n, np.nan)
+    expected = np.full(n, np.nan)
+    on_sched = np.zeros(n, dtype=bool)
+    missing = np.zeros(n, dtype=np.int64)
+    use = (out["verdict"] == "valid") & out["event_id"].notna() & out["received_at"].notna()
+    idx = np.flatnonzero(use.to_numpy())
+    if len(idx):
+        sub = out["subscription_id"].to_numpy(dtype=object)[idx]
+        eid = out["event_id"].to_numpy(dtype=object)[idx]
+        t = out["received_at"].to_numpy(dtype="datetime64[ns]")[idx].view("int64") / 1e9
+        order = np.lexsort((t, eid, sub.astype(str)))
+        prev_key, prev_no, prev_t = None, 0, 0.0
+        for j in order:
+            row = idx[j]
+            key = (sub[j], eid[j])
+            if key != prev_key:
+                attempt[row], expected[row], on_sched[row] = 1, 0.0, True
+                prev_key, prev_no, prev_t = key, 1, t[j]
+                continue
+            d = t[j] - prev_t
+            delay[row] = d
+            no, exp, ok = prev_no + 1, math.nan, False
+            for k in range(prev_no + 1, MAX_ATTEMPTS + 1):
+                e = expected_delay(prev_no, k)
+                if abs(d - e) <= tol(e):
+                    no, exp, ok = k, e, True
+                    break
+            if not ok and prev_no < MAX_ATTEMPTS:
+                exp = expected_delay(prev_no, prev_no + 1)
+            attempt[row], expected[row], on_sched[row] = no, exp, ok
+            missing[row] = no - prev_no - 1
+            prev_no, prev_t = no, t[j]
+    valid = attempt > 0
+    out["attempt_no"] = pd.array(np.where(valid, attempt, 0), dtype="Int64")
+    out.loc[~valid, "attempt_no"] = pd.NA
+    out["delay_s"] = pd.array(delay, dtype="Float64")
+    out["expected_delay_s"] = pd.array(expected, dtype="Float64")
+    out["on_schedule"] = pd.array(on_sched, dtype="boolean")
+    out["missing_before"] = pd.array(missing, dtype="Int64")
+    out["success"] = _success(out["response_status"], out["response_ms"])
+    for col in ("delay_s", "expected_delay_s", "on_schedule", "missing_before", "success"):
+        out.loc[~valid, col] = pd.NA
+    return out
+
+
+def _fingerprint(body: bytes) -> str | None:
+    """sha256 of the canonical (sorted keys, compact) JSON of the envelope's event and data."""
+    try:
+        env = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(env, dict):
+        return None
+    canon = orjson.dumps(
+        {"data": env.get("data"), "event": env.get("event")}, option=orjson.OPT_SORT_KEYS
+    )
+    return hashlib.sha256(canon).hexdigest()
+
+
+def events_table(
+    attempts: pd.DataFrame, *, as_of: pd.Timestamp, tolerance: Tolerance | None = None
+) -> pd.DataFrame:
+    """One row per (subscription, event id) of the valid deliveries, with its outcome.
+
+    ``outcome`` is ``delivered`` (an attempt succeeded), ``exhausted`` (no success, attempt 5
+    seen), ``pending`` (no success, last attempt below 5, and ``as_of`` is not after the next
+    scheduled attempt plus tolerance), ``lost`` (the next scheduled attempt never arrived) or
+    ``unknown`` (no success seen and some answer was not captured).
+
+    Parameters
+    ----------
+    attempts
+        The frame from :func:`infer_attempts`.
+    as_of
+        The time the data is judged at.
+    """
+    as_of = _check_as_of(as_of)
+    tol = tolerance or Tolerance()
+    a = attempts[attempts["attempt_no"].notna()].sort_values(
+        ["subscription_id", "event_id", "received_at"], kind="stable"
+    )
+    cols = [
+        "subscription_id",
+        "event_id",
+        "event",
+        "event_timestamp",
+        "incident_id",
+        "is_test",
+        "fingerprint",
+        "attempts",
+        "first_received_at",
+        "last_received_at",
+        "emission_latency_s",
+        "outcome",
+        "delivered_at",
+        "accepted_count",
+        "retry_after_success",
+        "too_many_attempts",
+        "off_schedule",
+        "missing_attempts",
+        "last_attempt_no",
+    ]
+    if a.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    keys = ["subscription_id", "event_id"]
+    g = a.groupby(keys, sort=False)
+    first = g.first()
+    success = a["success"].fillna(False).astype(bool)
+    a = a.assign(
+        _ok=success,
+        _unknown=a["success"].isna(),
+        _accepted=a["response_status"].between(200, 299).fillna(False).astype(bool),
+        _off=~a["on_schedule"].fillna(False).astype(bool),
+        _ok_t=a["received_at"].where(success),
+    )
+    first_ok_t = a.groupby(keys, sort=False)["_ok_t"].transform("min")
+    a["_after"] = (a["received_at"] > first_ok_t).fillna(False).astype(bool)
+    g = a.groupby(keys, sort=False)
+    ev = pd.DataFrame(
+        {
+            "event": first["event"],
+            "event_timestamp": first["event_timestamp"],
+            "incident_id": first["incident_id"],
+            "attempts": g.size(),
+            "first_received_at": g["received_at"].min(),
+            "last_received_at": g["received_at"].max(),
+            "delivered_at": g["_ok_t"].min(),
+            "accepted_count": g["_accepted"].sum(),
+            "retry_after_success": g["_after"].any(),
+            "too_many_attempts": g["attempt_no"].max() > MAX_ATTEMPTS,
+            "off_schedule": g["_off"].sum(),
+            "missing_attempts": g["missing_before"].sum(),
+            "last_attempt_no": g["attempt_no"].max(),
+            "_any_ok": g["_ok"].any(),
+            "_any_unknown": g["_unknown"].any(),
+            "_body": first["body"],
+        }
+    ).reset_index()
+    ev["is_test"] = (ev["event"] == TEST_EVENT) | ev["incident_id"].str.startswith("test_").fillna(
+        False
+    )
+    ev["fingerprint"] = pd.Series([_fingerprint(b) for b in ev["_body"]], dtype="str")
+    ev["emission_latency_s"] = (
+        (ev["first_received_at"] - ev["event_timestamp"]).dt.total_seconds().astype("Float64")
+    )
+    last_no = ev["last_attempt_no"].astype("int64")
+    next_delay = last_no.map(lambda k: expected_delay(k, k + 1) if k < MAX_ATTEMPTS else np.nan)
+    deadline = ev["last_received_at"] + pd.to_timedelta(
+        next_delay + next_delay.map(lambda e: tol(e) if e == e else np.nan), unit="s"
+    )
+    outcome = np.select(
+        [ev["_any_ok"], ev["_any_unknown"], last_no >= MAX_ATTEMPTS, as_of <= deadline],
+        ["delivered", "unknown", "exhausted", "pending"],
+        default="lost",
+    )
+    ev["outcome"] = pd.Series(outcome, dtype="str")
+    for c in ("accepted_count", "off_schedule", "attempts"):
+        ev[c] = ev[c].astype("int64")
+    ev["missing_attempts"] = ev["missing_attempts"].astype("int64")
+    ev["last_attempt_no"] = last_no
+    ev["retry_after_success"] = ev["retry_after_success"].astype(bool)
+    ev["too_many_attempts"] = ev["too_many_attempts"].astype(bool)
+    return ev[cols]
+
+
+def _rate(ok: pd.Series) -> float:
+    return float(ok.mean()) if len(ok) else float("nan")
+
+
+def success_rates(
+    attempts: pd.DataFrame, events: pd.DataFrame, *, by: str | None = None
+) -> pd.DataFrame:
+    """First-attempt and event success rates, overall or by ``subscription``, ``event`` or ``day``.
+
+    First attempts are attempts numbered 1 with a known answer; an event succeeds when its
+    outcome is ``delivered`` (pending and unknown events are left out). Test events excluded.
+    """
+    real = events[~events["is_test"]]
+    firsts = attempts[(attempts["attempt_no"] == 1) & attempts["success"].notna()]
+    firsts = firsts[firsts["event"] != TEST_EVENT]
+    judged = real[real["outcome"].isin(["delivered", "exhausted", "lost"])]
+
+    def key(df: pd.DataFrame, time_col: str) -> pd.Series:
+        if by is None:
+            return pd.Series("all", index=df.index)
+        if by == "day":
+            return df[time_col].dt.strftime("%Y-%m-%d")
+        if by in ("subscription", "subscription_id"):
+            return df["subscription_id"]
+        if by == "event":
+            return df["event"]
+        raise ParameterError(f"by must be None, 'subscription', 'event' or 'day', not {by!r}")
+
+    fa = firsts.groupby(key(firsts, "received_at"))["success"].agg(["size", "mean"])
+    fe = judged.groupby(key(judged, "first_received_at"))["outcome"].agg(
+        size="size", mean=lambda s: (s == "delivered").mean()
+    )
+    out = pd.DataFrame(
+        {
+            "first_attempts": fa["size"],
+            "first_attempt_success": fa["mean"].astype(float),
+            "events": fe["size"],
+            "event_success": fe["mean"].astype(float),
+        }
+    )
+    out.index.name = "group"
+    return out.reset_index().fillna({"first_attempts": 0, "events": 0})
+
+
+def latency_summary(attempts: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """p50/p95/p99/max of ack latency (ms), emission latency (s) and clock skew (s)."""
+    valid = attempts[attempts["verdict"] == "valid"]
+    series = {
+        "ack_latency_ms": valid["response_ms"].dropna().astype(float),
+        "emission_latency_s": events.loc[~events["is_test"], "emission_latency_s"]
+        .dropna()
+        .astype(float),
+        "clock_skew_s": valid["skew_s"].dropna().astype(float),
+        "abs_clock_skew_s": valid["skew_s"].dropna().astype(float).abs(),
+    }
+    rows = []
+    for name, s in series.items():
+        q = s.quantile([0.5, 0.95, 0.99]) if len(s) else pd.Series([np.nan] * 3)
+        rows.append(
+            {
+                "metric": name,
+                "n": len(s),
+                "p50": float(q.iloc[0]),
+                "p95": float(q.iloc[1]),
+                "p99": float(q.iloc[2]),
+                "max": float(s.max()) if len(s) else np.nan,
+                "min": float(s.min()) if len(s) else np.nan,
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,201 @@
+"""Attempt inference against the published schedule, and event outcomes.
+
+Expected values are worked out by hand from the spec's schedule: attempts at 0, 30 s, 2 min,
+10 min, 1 h after the previous one, i.e. 0, 30, 150, 750, 4350 s after the first; tolerance
+max(10 s, 10 % of the expected delay).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from audit.deliveries import events_table, infer_attempts, latency_summary, success_rates
+
+T0 = pd.Timestamp("2026-10-01T00:00:00Z")
+FAR = T0 + pd.Timedelta(days=1)
+
+
+def frame(rows: list[tuple], *, event_id: str = "evt_a", verdict: str = "valid") -> pd.DataFrame:
+    """rows: (seconds after T0, response_status, response_ms[, verdict])."""
+    recs = []
+    for r in rows:
+        body = json.dumps(
+            {"id": event_id, "event": "incident.created", "data": {"incidentId": "i"}}
+        )
+        recs.append(
+            {
+                "subscription_id": "wh_1",
+                "event_id": event_id,
+                "event": "incident.created",
+                "event_timestamp": T0 - pd.Timedelta(seconds=20),
+                "incident_id": "i",
+                "received_at": T0 + pd.Timedelta(seconds=r[0]),
+                "response_status": r[1],
+                "response_ms": r[2],
+                "verdict": r[3] if len(r) > 3 else verdict,
+                "body": body.encode(),
+                "skew_s": 0.5,
+            }
+        )
+    df = pd.DataFrame(recs)
+    df["response_status"] = df["response_status"].astype("Int64")
+    df["response_ms"] = df["response_ms"].astype("Float64")
+    return df
+
+
+def run(rows, as_of=FAR, **kw):
+    a = infer_attempts(frame(rows, **kw), as_of=as_of)
+    return a, events_table(a, as_of=as_of)
+
+
+def col(df, name):
+    return [None if pd.isna(v) else (v.item() if hasattr(v, "item") else v) for v in df[name]]
+
+
+def test_first_attempt_success():
+    a, e = run([(0, 204, 40)])
+    assert col(a, "attempt_no") == [1] and col(a, "success") == [True]
+    assert e.loc[0, "outcome"] == "delivered" and e.loc[0, "attempts"] == 1
+    assert e.loc[0, "emission_latency_s"] == 20.0
+    assert e.loc[0, "delivered_at"] == T0
+
+
+def test_success_on_attempt_three():
+    a, e = run([(0, 503, 10), (31, 503, 10), (152, 204, 10)])
+    assert col(a, "attempt_no") == [1, 2, 3]
+    assert col(a, "on_schedule") == [True, True, True]
+    assert col(a, "expected_delay_s") == [0.0, 30.0, 120.0]
+    assert e.loc[0, "outcome"] == "delivered"
+    assert e.loc[0, "delivered_at"] == T0 + pd.Timedelta(seconds=152)
+
+
+def test_five_failures_on_schedule_are_exhausted():
+    a, e = run([(0, 503, 10), (30, 500, 10), (150, 503, 10), (750, 502, 10), (4350, 503, 10)])
+    assert col(a, "attempt_no") == [1, 2, 3, 4, 5]
+    assert e.loc[0, "outcome"] == "exhausted" and e.loc[0, "off_schedule"] == 0
+
+
+def test_a_skipped_attempt_is_counted_missing():
+    a, e = run([(0, 503, 10), (150, 204, 10)])  # attempt 2 never reached the receiver
+    assert col(a, "attempt_no") == [1, 3]
+    assert col(a, "missing_before") == [0, 1]
+    assert col(a, "expected_delay_s") == [0.0, 150.0]
+    assert e.loc[0, "missing_attempts"] == 1
+
+
+def test_retry_five_seconds_after_failure_is_off_schedule():
+    a, e = run([(0, 503, 10), (5, 204, 10)])
+    assert col(a, "attempt_no") == [1, 2]
+    assert col(a, "on_schedule") == [True, False]
+    assert col(a, "expected_delay_s") == [0.0, 30.0]
+    assert e.loc[0, "off_schedule"] == 1
+
+
+@pytest.mark.parametrize(("delay", "on"), [(40, True), (20, True), (41, False), (19, False)])
+def test_tolerance_boundary_at_thirty_seconds(delay, on):
+    a, _ = run([(0, 503, 10), (delay, 204, 10)])
+    assert col(a, "on_schedule")[1] is on
+
+
+def test_sixth_attempt_is_too_many():
+    times = [0, 30, 150, 750, 4350, 7950]
+    a, e = run([(t, 503, 10) for t in times])
+    assert col(a, "attempt_no") == [1, 2, 3, 4, 5, 6]
+    assert col(a, "on_schedule")[5] is False
+    assert bool(e.loc[0, "too_many_attempts"]) is True
+
+
+def test_retry_after_a_timely_2xx_is_a_vendor_fault():
+    _, e = run([(0, 204, 100), (30, 204, 50)])
+    assert bool(e.loc[0, "retry_after_success"]) is True
+    assert e.loc[0, "accepted_count"] == 2
+
+
+def test_retry_after_a_slow_2xx_is_legitimate():
+    a, e = run([(0, 204, 7000), (30, 204, 50)])
+    assert col(a, "success") == [False, True]
+    assert bool(e.loc[0, "retry_after_success"]) is False
+    assert e.loc[0, "accepted_count"] == 2  # the receiver stored it twice: must be idempotent
+    assert e.loc[0, "delivered_at"] == T0 + pd.Timedelta(seconds=30)
+
+
+def test_exactly_five_seconds_is_in_time():
+    a, _ = run([(0, 204, 5000)])
+    assert col(a, "success") == [True]
+
+
+@pytest.mark.parametrize(
+    ("rows", "as_of_s", "outcome"),
+    [
+        ([(0, 503, 10)], 39, "pending"),  # next expected at 30 s, +10 s tolerance
+        ([(0, 503, 10)], 40, "pending"),
+        ([(0, 503, 10)], 41, "lost"),
+        ([(0, 503, 10), (30, 503, 10), (150, 503, 10), (750, 503, 10)], 750 + 3960, "pending"),
+        ([(0, 503, 10), (30, 503, 10), (150, 503, 10), (750, 503, 10)], 750 + 3961, "lost"),
+    ],
+)
+def test_pending_versus_lost_depends_on_as_of(rows, as_of_s, outcome):
+    _, e = run(rows, as_of=T0 + pd.Timedelta(seconds=as_of_s))
+    assert e.loc[0, "outcome"] == outcome
+
+
+def test_unknown_answer_is_not_guessed():
+    _, e = run([(0, None, None)])
+    assert e.loc[0, "outcome"] == "unknown"
+
+
+def test_only_valid_deliveries_count():
+    rows = [(0, 503, 10), (10, 204, 10, "signature_mismatch"), (30, 204, 10)]
+    a, e = run(rows)
+    assert col(a, "attempt_no") == [1, None, 2]
+    assert e.loc[0, "attempts"] == 2 and e.loc[0, "off_schedule"] == 0
+
+
+def test_naive_as_of_is_rejected():
+    from audit.errors import ParameterError
+
+    with pytest.raises(ParameterError):
+        infer_attempts(frame([(0, 204, 1)]), as_of=pd.Timestamp("2026-10-02"))
+
+
+def test_fingerprint_ignores_key_order_and_whitespace():
+    df = pd.concat([frame([(0, 204, 1)], event_id="a"), frame([(0, 204, 1)], event_id="b")])
+    df = df.reset_index(drop=True)
+    df.loc[1, "body"] = b'{"data": {"incidentId": "i"}, "event": "incident.created", "id": "b"}'
+    e = events_table(infer_attempts(df, as_of=FAR), as_of=FAR)
+    assert e["fingerprint"].nunique() == 1
+
+
+def test_rates_and_latency_summaries():
+    a1 = frame([(0, 503, 10), (30, 204, 30)], event_id="e1")
+    a2 = frame([(0, 204, 50)], event_id="e2")
+    a = infer_attempts(pd.concat([a1, a2], ignore_index=True), as_of=FAR)
+    e = events_table(a, as_of=FAR)
+    rates = success_rates(a, e).iloc[0]
+    assert (rates["first_attempts"], rates["first_attempt_success"]) == (2, 0.5)
+    assert (rates["events"], rates["event_success"]) == (2, 1.0)
+    lat = latency_summary(a, e).set_index("metric")
+    assert lat.loc["ack_latency_ms", "max"] == 50.0
+    assert lat.loc["ack_latency_ms", "p50"] == 30.0  # median of 10, 30, 50
+
+
+def test_demo_outage_events_are_exhausted(tmp_path):
+    from audit.simulate import simulate
+    from audit.verification import audit_signatures
+
+    sim = simulate(tmp_path / "d", seed=7, days=10, incidents=40)
+    truth = json.loads(sim.truth.read_text())
+    audit = audit_signatures(sim.captures, sim.secrets)
+    as_of = pd.Timestamp(truth["period"]["end"])
+    e = events_table(infer_attempts(audit.deliveries, as_of=as_of), as_of=as_of)
+    outcome = e.set_index(["subscription_id", "event_id"])["outcome"]
+    planted = truth["receiver_outage"]["exhausted"]
+    assert planted
+    for p in planted:
+        assert outcome[(p["subscription_id"], p["event_id"])] == "exhausted"
+    for p in truth["network_outage"]["lost"]:
+        if p["attempt"] == 5:
+            assert outcome[(p["subscription_id"], p["event_id"])] == "lost"
