@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 import orjson
@@ -49,52 +48,39 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class Buffer:
-    """One list per column, plus counters. Cheap to pickle between processes."""
+    """Rows as tuples (one append per record), turned into columns once at the end.
 
-    __slots__ = (*COLUMNS, "naive_times", "unreadable")
+    Cheap to fill in the hot loop and to pickle between processes.
+    """
+
+    __slots__ = ("naive_times", "rows", "unreadable")
 
     def __init__(self) -> None:
-        for name in COLUMNS:
-            setattr(self, name, [])
+        self.rows: list[tuple] = []
         self.naive_times = 0
         self.unreadable = 0
 
     def __len__(self) -> int:
-        return len(self.line)
-
-    def extend(self, other: Buffer) -> None:
-        """Append another buffer's rows."""
-        for name in COLUMNS:
-            getattr(self, name).extend(getattr(other, name))
-        self.naive_times += other.naive_times
-        self.unreadable += other.unreadable
+        return len(self.rows)
 
     def add_unreadable(self, source: str, line: int, reason: str) -> None:
         """Add a row for a record that could not be read."""
-        self._add(source, line, NAT, None, None, None, None, {}, None, _NO_ENVELOPE)
-        self.verdict[-1] = "unreadable"
-        self.detail[-1] = reason
+        self.rows.append(_unreadable_row(source, line, reason))
         self.unreadable += 1
 
-    def _add(self, source, line, received, sub, url, status, ms, hdr, body, env) -> None:
-        self.source.append(source)
-        self.line.append(line)
-        self.received_at.append(received)
-        self.subscription_id.append(sub)
-        self.url.append(url)
-        self.response_status.append(status)
-        self.response_ms.append(ms)
-        self.signature.append(hdr.get("signature"))
-        self.timestamp_header.append(hdr.get("timestamp"))
-        self.event_header.append(hdr.get("event"))
-        self.delivery_id.append(hdr.get("delivery_id"))
-        self.body.append(body)
-        self.event_id.append(env[0])
-        self.event.append(env[1])
-        self.event_timestamp.append(env[2])
-        self.incident_id.append(env[3])
-        self.verdict.append(None)
-        self.detail.append(None)
+    def columns(self) -> dict[str, list]:
+        """The rows transposed: column name -> list of values, in :data:`COLUMNS` order."""
+        if not self.rows:
+            return {name: [] for name in COLUMNS}
+        transposed = zip(*self.rows, strict=True)
+        return {name: list(values) for name, values in zip(COLUMNS, transposed, strict=True)}
+
+
+def _unreadable_row(source: str, line: int, reason: str) -> tuple:
+    row = dict.fromkeys(COLUMNS)
+    row.update(source=source, line=line, received_at=NAT, event_timestamp=NAT)
+    row.update(verdict="unreadable", detail=reason)
+    return tuple(row.values())
 
 
 def _time_ns(value: object) -> tuple[int, bool]:
@@ -217,7 +203,30 @@ def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) ->
             ms = float(ms)
         elif type(ms) is not float or not math.isfinite(ms):
             return "response_ms is not a number"
-    buf._add(source, line, received_ns, sub, url, status, ms, hdr, body, envelope(body))
+    get = hdr.get
+    eid, event, event_ns, incident = envelope(body)
+    buf.rows.append(
+        (
+            source,
+            line,
+            received_ns,
+            sub,
+            url,
+            status,
+            ms,
+            get("signature"),
+            get("timestamp"),
+            get("event"),
+            get("delivery_id"),
+            body,
+            eid,
+            event,
+            event_ns,
+            incident,
+            None,
+            None,
+        )
+    )
     buf.naive_times += not had_offset
     return None
 
@@ -227,13 +236,10 @@ def parse_jsonl(
     source: str,
     wanted: dict[str, str],
     first_line: int = 1,
-    judge: Callable[[Buffer, int], None] | None = None,
 ) -> Buffer:
     """Parse JSON Lines bytes. Blank lines are not records (their numbers still count).
 
     ``wanted`` maps lower-cased header names to column keys (see :func:`audit.spec.header_names`).
-    ``judge``, when given, is called as ``judge(buffer, start_row)`` at the end, to verify the
-    rows in the same worker.
     """
     buf = Buffer()
     envelope = _Envelopes()
@@ -252,14 +258,10 @@ def parse_jsonl(
         problem = _record(buf, source, line, rec, wanted, envelope)
         if problem is not None:
             buf.add_unreadable(source, line, problem)
-    if judge is not None:
-        judge(buf, 0)
     return buf
 
 
-def parse_har(
-    data: bytes, source: str, wanted: dict[str, str], judge: Callable | None = None
-) -> Buffer:
+def parse_har(data: bytes, source: str, wanted: dict[str, str]) -> Buffer:
     """Parse a HAR 1.2 file: each entry's request is one record, ``line`` is the entry index.
 
     Raises ValueError (with a short reason) when the file is not HAR at all.
@@ -280,8 +282,6 @@ def parse_har(
         problem = rec if type(rec) is str else _record(buf, source, i, rec, wanted, envelope)
         if problem is not None:
             buf.add_unreadable(source, i, problem)
-    if judge is not None:
-        judge(buf, 0)
     return buf
 
 

@@ -17,6 +17,7 @@ import gzip
 import hashlib
 import multiprocessing
 import os
+import sys
 import warnings
 import zlib
 from collections.abc import Iterable
@@ -29,7 +30,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from audit.capture import COLUMNS, NAT, Buffer, parse_har, parse_jsonl
+from audit.capture import NAT, parse_har, parse_jsonl
 from audit.errors import InputError, LoadError
 from audit.secrets import SecretStore
 from audit.signatures import verify_columns
@@ -156,21 +157,21 @@ def _work(task: tuple) -> tuple[pa.RecordBatch, int, int]:
             raise LoadError(f"{source}: not a HAR 1.2 file ({e})") from None
     else:
         buf = parse_jsonl(data, source, wanted, first_line)
-    columns = {name: getattr(buf, name) for name in COLUMNS}
+    columns = buf.columns()
     if secrets is not None:
-        columns.update(_verified(buf, secrets, tolerance_s))
+        columns.update(_verified(columns, secrets, tolerance_s))
     return _batch(columns), buf.naive_times, buf.unreadable
 
 
-def _verified(buf: Buffer, secrets: SecretStore, tolerance_s: float) -> dict[str, list]:
+def _verified(columns: dict[str, list], secrets: SecretStore, tolerance_s: float) -> dict:
     v = verify_columns(
-        buf.signature,
-        buf.timestamp_header,
-        buf.body,
-        buf.received_at,
-        buf.subscription_id,
-        buf.verdict,
-        buf.detail,
+        columns["signature"],
+        columns["timestamp_header"],
+        columns["body"],
+        columns["received_at"],
+        columns["subscription_id"],
+        columns["verdict"],
+        columns["detail"],
         secrets,
         tolerance_s=tolerance_s,
     )
@@ -209,18 +210,20 @@ def _batch(columns: dict[str, list]) -> pa.RecordBatch:
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["audit.load"])
-    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    # fork: workers inherit the loaded modules and never re-import the caller's __main__
+    # (spawn and forkserver would re-run an unguarded script). Only pure-Python parsing and
+    # Arrow array building run in the children.
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
 
 
 def default_workers() -> int:
-    """Worker processes to use: the CPUs this process may run on (at most 8)."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        n = os.cpu_count() or 1
-    return max(1, min(n, 8))
+    """Worker processes to use: the CPUs this process may run on (at most 8).
+
+    1 where the ``fork`` start method is not available (Windows, and macOS by policy).
+    """
+    if "fork" not in multiprocessing.get_all_start_methods() or sys.platform == "darwin":
+        return 1
+    return max(1, min(len(os.sched_getaffinity(0)), 8))
 
 
 def load_captures(

@@ -41,6 +41,11 @@ class SigningSecret:
     key: bytes = field(repr=False)
     origin: str = "secret"  # "secret" or "env:<NAME>"
 
+    @property
+    def label(self) -> str:
+        """``<subscription>#<n>``: the n-th issued secret (1-based); never the value."""
+        return f"{self.subscription_id}#{self.index + 1}"
+
     def current_at(self, t_ns: int) -> bool:
         """Whether this secret was the subscription's current one at ``t_ns``."""
         after_start = self.valid_from_ns is None or t_ns >= self.valid_from_ns

@@ -47,6 +47,7 @@ def _key(secret: bytes | str) -> bytes:
 
 
 def _ts_bytes(timestamp: int | str) -> bytes:
+    # A header string is signed as received; an int is written in decimal.
     return str(timestamp).encode("ascii")
 
 
@@ -174,7 +175,7 @@ def verify(
         return Verification(verdict, None, skew, None, "no secret to check against")
     matched = None
     for i, secret in enumerate(candidates):
-        if hmac.compare_digest(digest(secret, ts, body), sig):
+        if hmac.compare_digest(digest(secret, timestamp, body), sig):
             matched = i
             break
     hmac_ok = matched is not None
@@ -284,11 +285,12 @@ def verify_columns(
         candidates = all_secrets if sub is None else by_sub.get(sub, ())
         match = None
         if candidates:
-            message = str(ts).encode("ascii") + b"." + bodies[i]
+            # The header value itself is signed (digits only, so ASCII), not int(value).
+            message = timestamp.encode("ascii") + b"." + bodies[i]
             match = _match(candidates, t_ns, message, sig)
             hmac_ok[i] = match is not None
         if match is not None:
-            matched_ids[i] = f"{match.subscription_id}#{match.index + 1}"
+            matched_ids[i] = match.label
             if sub is None:
                 subs[i] = match.subscription_id
         if diff_ns > tol_ns or -diff_ns > tol_ns:

@@ -279,3 +279,14 @@ def test_any_single_digit_change_of_timestamp_breaks_it(secret, body, ts, data):
     changed = text[:i] + digit + text[i + 1 :]
     # Same reference time as the changed stamp so only the HMAC decides.
     assert verify(body, sig, changed, secret, now=int(changed)).verdict == "signature_mismatch"
+
+
+def test_the_timestamp_header_is_signed_as_received(tmp_path):
+    # printf '%s.' 01790812800 | cat - body1 | openssl dgst -sha256 -hmac 'whsec_test_secret_1'
+    sig = "sha256=b285575b0d0767fa1ed42123312891a4528ec1d0a276e07556f970f592b3ca15"
+    v = verdicts(tmp_path, [capture(BODY1, signature=sig, timestamp="01790812800")])
+    assert v.loc[0, "verdict"] == "valid"
+    assert verify(BODY1.encode(), sig, "01790812800", SECRET, now=1790812800).verdict == "valid"
+    assert verify(BODY1.encode(), SIG1, "01790812800", SECRET, now=1790812800).verdict == (
+        "signature_mismatch"
+    )
