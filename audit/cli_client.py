@@ -1,7 +1,401 @@
-"""CLI commands that talk to the service's API (``audit webhooks ...``, ``audit snapshot``)."""
+"""CLI commands that talk to the service's API (``audit webhooks ...``, ``audit snapshot``).
+
+Every command takes the base URL from ``--base-url`` or ``AUDIT_BASE_URL`` and the API key from
+the environment variable named by ``--api-key-env`` (default ``AUDIT_API_KEY``). No option takes
+a key or a secret value, and no command prints one: a new secret goes straight into the secrets
+file given with ``--secrets``.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
 import click
 
-COMMANDS: list[click.Command] = []
+from audit.client import REDACTED, IssuedSecret, RetryPolicy, ServiceClient, redact_secrets
+from audit.errors import InputError, SecretsError
+from audit.secrets import add_secret
+from audit.spec import EVENTS
+from audit.subscriptions import secret_exposed, unwrap_listing
+
+__all__ = ["COMMANDS", "snapshot", "webhooks", "write_snapshot"]
+
+
+def _service_options(f: Any) -> Any:
+    options = [
+        click.option(
+            "--base-url",
+            envvar="AUDIT_BASE_URL",
+            metavar="URL",
+            help="Service address without /v1 [env: AUDIT_BASE_URL].",
+        ),
+        click.option(
+            "--api-key-env",
+            default="AUDIT_API_KEY",
+            show_default=True,
+            metavar="NAME",
+            help="Environment variable that holds the API key.",
+        ),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            default=10.0,
+            show_default=True,
+            help="Seconds per connect/read/write.",
+        ),
+        click.option(
+            "--max-attempts",
+            type=click.IntRange(1, 10),
+            default=4,
+            show_default=True,
+            help="Attempts per request; 429, 5xx and connection failures are retried.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _client(
+    base_url: str | None, api_key_env: str, timeout: float, max_attempts: int
+) -> ServiceClient:
+    if not base_url:
+        raise InputError("no base URL: give --base-url or set AUDIT_BASE_URL")
+    key = os.environ.get(api_key_env)
+    if not key:
+        raise InputError(
+            f"environment variable {api_key_env} is not set (it must hold the API key)"
+        )
+    return ServiceClient(
+        base_url=base_url,
+        api_key=key,
+        timeout=timeout,
+        retry=RetryPolicy(max_attempts=max_attempts),
+    )
+
+
+def _check_secrets_target(path: Path) -> None:
+    """Fail before calling the service if the new secret could not be saved afterwards."""
+    if path.exists():
+        if not path.is_file():
+            raise SecretsError(f"{path}: not a file")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            raise SecretsError(f"{path}: existing secrets file is not readable JSON") from None
+        if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+            raise SecretsError(f"{path}: expected an object mapping subscription id to a list")
+        if not os.access(path, os.W_OK):
+            raise SecretsError(f"{path}: secrets file is not writable")
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SecretsError(f"{path}: cannot write in {folder}")
+
+
+def _save_secret(path: Path, issued: IssuedSecret, *, rotated: bool) -> str:
+    try:
+        add_secret(path, issued.subscription_id, issued.secret, issued.issued_at)
+    except Exception as e:  # the secret is already issued: never lose it to a traceback
+        what = "the new secret" if rotated else "the secret"
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise SecretsError(
+            f"{path}: {what} of {issued.subscription_id} could not be saved ({reason}) and is "
+            f"lost; fix the file, then run: audit webhooks rotate-secret "
+            f"{issued.subscription_id} --secrets {path}"
+        ) from None
+    return _iso(issued.issued_at)
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _warn(message: str) -> None:
+    click.echo(f"audit: warning: {message}", err=True)
+
+
+def _warn_exposed(count: int) -> None:
+    if count:
+        _warn(
+            f"the listing exposed {count} secret value{'s' if count > 1 else ''} (the service "
+            f"should show a secret only once); shown as {REDACTED!r}"
+        )
+
+
+_secrets_option = click.option(
+    "--secrets",
+    "secrets_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Secrets file that receives the new secret (written atomically, mode 0600).",
+)
+_events_option = click.option(
+    "--event",
+    "events",
+    multiple=True,
+    type=click.Choice(EVENTS),
+    metavar="EVENT",
+    help=f"Event type to subscribe to, repeat for several: {', '.join(EVENTS)}.",
+)
+
+
+@click.group()
+def webhooks() -> None:
+    """Manage webhook subscriptions (list, create, update, delete, test, rotate-secret)."""
+
+
+@webhooks.command("list")
+@_service_options
+@click.option("--json", "as_json", is_flag=True, help="Print the listed subscriptions as JSON.")
+def list_cmd(
+    base_url: str | None, api_key_env: str, timeout: float, max_attempts: int, as_json: bool
+) -> None:
+    """List the client's subscriptions (GET /webhooks); secrets are never shown."""
+    with _client(base_url, api_key_env, timeout, max_attempts) as client:
+        items = client.list_webhooks()
+        key = os.environ[api_key_env]
+    shown, exposed = redact_secrets(items, also=[key])
+    _warn_exposed(exposed)
+    if as_json:
+        click.echo(json.dumps(shown, indent=2, ensure_ascii=False))
+        return
+    if not shown:
+        click.echo("no subscriptions")
+        return
+    rows = [("ID", "ACTIVE", "LAST DELIVERY", "EVENTS", "URL")]
+    for s in shown:
+        active = s.get("active")
+        rows.append(
+            (
+                str(s.get("id", "?")),
+                "-" if active is None else str(active).lower(),
+                str(s.get("lastDeliveryStatus") or "-"),
+                ",".join(s.get("events") or []) or "-",
+                str(s.get("url", "?")) + ("  [secret exposed]" if secret_exposed(s) else ""),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4])
+
+
+@webhooks.command("create")
+@_service_options
+@click.option("--url", required=True, help="HTTPS URL that receives the deliveries.")
+@_events_option
+@click.option("--description", default=None, help="Optional label.")
+@_secrets_option
+def create_cmd(
+    base_url: str | None,
+    api_key_env: str,
+    timeout: float,
+    max_attempts: int,
+    url: str,
+    events: tuple[str, ...],
+    description: str | None,
+    secrets_file: Path,
+) -> None:
+    """Register a subscription (POST /webhooks) and save its secret into --secrets.
+
+    Refused before sending when the URL is not HTTPS or the client already has 5 subscriptions.
+    """
+    if not events:
+        raise click.UsageError("give at least one --event")
+    _check_secrets_target(secrets_file)
+    with _client(base_url, api_key_env, timeout, max_attempts) as client:
+        issued = client.create_webhook(url, list(events), description)
+    valid_from = _save_secret(secrets_file, issued, rotated=False)
+    click.echo(f"created {issued.subscription_id}: {url} ({', '.join(events)})")
+    click.echo(f"secret saved to {secrets_file} (valid_from {valid_from}); it is not shown again")
+
+
+@webhooks.command("update")
+@_service_options
+@click.argument("subscription_id")
+@click.option("--url", default=None, help="New HTTPS delivery URL.")
+@_events_option
+@click.option("--active/--inactive", default=None, help="Enable or disable deliveries.")
+@click.option("--description", default=None, help="New label.")
+def update_cmd(
+    base_url: str | None,
+    api_key_env: str,
+    timeout: float,
+    max_attempts: int,
+    subscription_id: str,
+    url: str | None,
+    events: tuple[str, ...],
+    active: bool | None,
+    description: str | None,
+) -> None:
+    """Change a subscription (PATCH /webhooks/:id); only the options given are sent."""
+    with _client(base_url, api_key_env, timeout, max_attempts) as client:
+        client.update_webhook(
+            subscription_id,
+            url=url,
+            events=list(events) or None,
+            active=active,
+            description=description,
+        )
+    changes = {
+        "url": url,
+        "events": list(events) or None,
+        "description": description,
+        "active": active,
+    }
+    said = ", ".join(f"{k}={json.dumps(v)}" for k, v in changes.items() if v is not None)
+    click.echo(f"updated {subscription_id}: {said}")
+
+
+@webhooks.command("delete")
+@_service_options
+@click.argument("subscription_id")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def delete_cmd(
+    base_url: str | None,
+    api_key_env: str,
+    timeout: float,
+    max_attempts: int,
+    subscription_id: str,
+    yes: bool,
+) -> None:
+    """Delete a subscription (DELETE /webhooks/:id)."""
+    if not yes:
+        click.confirm(f"Delete subscription {subscription_id}?", abort=True)
+    with _client(base_url, api_key_env, timeout, max_attempts) as client:
+        client.delete_webhook(subscription_id)
+    click.echo(f"deleted {subscription_id}")
+
+
+@webhooks.command("test")
+@_service_options
+@click.argument("subscription_id")
+def send_test_cmd(
+    base_url: str | None, api_key_env: str, timeout: float, max_attempts: int, subscription_id: str
+) -> None:
+    """Ask the service to send a webhook.test delivery (POST /webhooks/:id/test).
+
+    Success proves connectivity and signature checking for this subscription, not end-to-end
+    delivery of incident events.
+    """
+    with _client(base_url, api_key_env, timeout, max_attempts) as client:
+        answer = client.test_webhook(subscription_id)
+        key = os.environ[api_key_env]
+    shown, exposed = redact_secrets(answer, also=[key])
+    _warn_exposed(exposed)
+    detail = f": {json.dumps(shown, ensure_ascii=False)}" if shown not in (None, {}, []) else ""
+    click.echo(f"test delivery requested for {subscription_id}{detail}")
+
+
+@webhooks.command("rotate-secret")
+@_service_options
+@click.argument("subscription_id")
+@_secrets_option
+def rotate_cmd(
+    base_url: str | None,
+    api_key_env: str,
+    timeout: float,
+    max_attempts: int,
+    subscription_id: str,
+    secrets_file: Path,
+) -> None:
+    """Rotate the signing secret (POST /webhooks/:id/rotate-secret) and save the new one.
+
+    The previous secret stops working at the service immediately; the new one is appended to
+    --secrets with valid_from = the time of the response.
+    """
+    _check_secrets_target(secrets_file)
+    with _client(base_url, api_key_env, timeout, max_attempts) as client:
+        issued = client.rotate_secret(subscription_id)
+    valid_from = _save_secret(secrets_file, issued, rotated=True)
+    click.echo(f"rotated the secret of {subscription_id}; the previous one no longer works")
+    click.echo(f"new secret saved to {secrets_file} (valid_from {valid_from})")
+
+
+def write_snapshot(
+    out_dir: str | os.PathLike,
+    body: Any,
+    *,
+    base_url: str,
+    fetched_at: datetime,
+    scrub: Iterable[str] = (),
+) -> tuple[Path, int, int]:
+    """Write a listing snapshot file ``webhooks-<UTC timestamp>.json`` atomically.
+
+    Every non-empty ``secret`` value in ``body`` is replaced by ``"[redacted]"``, and so is any
+    occurrence of the strings in ``scrub`` (the API key) inside string values. A name already
+    taken gets a ``-2``, ``-3``... suffix.
+
+    Returns
+    -------
+    (path, subscriptions, redacted)
+        The file written, the number of listed subscriptions and of redacted secrets.
+
+    Examples
+    --------
+    >>> write_snapshot("snapshots", {"data": []}, base_url="https://api.example",
+    ...                fetched_at=datetime(2026, 1, 15, 9, 30, tzinfo=UTC))  # doctest: +SKIP
+    (PosixPath('snapshots/webhooks-20260115T093000Z.json'), 0, 0)
+    """
+    redacted, count = redact_secrets(body, also=scrub)
+    n = len(unwrap_listing(redacted))
+    doc = {"fetched_at": _iso(fetched_at), "base_url": base_url, "response": redacted}
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"webhooks-{fetched_at.astimezone(UTC):%Y%m%dT%H%M%SZ}"
+    target = folder / f"{stem}.json"
+    k = 1
+    while target.exists():
+        k += 1
+        target = folder / f"{stem}-{k}.json"
+    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=folder)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target, n, count
+
+
+@click.command("snapshot")
+@_service_options
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder that receives webhooks-<UTC timestamp>.json.",
+)
+def snapshot(
+    base_url: str | None, api_key_env: str, timeout: float, max_attempts: int, out_dir: Path
+) -> None:
+    """Save GET /webhooks as a snapshot file for the subscription analyses.
+
+    The file is {"fetched_at", "base_url", "response"}; any secret value the service exposed is
+    replaced by "[redacted]" (so the analyses still see that one was exposed).
+    """
+    with _client(base_url, api_key_env, timeout, max_attempts) as client:
+        listing = client.fetch_listing()
+        key = os.environ[api_key_env]
+        service_url = client.base_url
+    path, n, exposed = write_snapshot(
+        out_dir, listing.body, base_url=service_url, fetched_at=listing.received_at, scrub=[key]
+    )
+    _warn_exposed(exposed)
+    click.echo(f"wrote {path} ({n} subscription{'s' if n != 1 else ''})")
+
+
+COMMANDS: list[click.Command] = [webhooks, snapshot]

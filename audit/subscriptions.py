@@ -1,0 +1,281 @@
+"""Subscription listings: the one listing-shape unwrapper, and snapshot files loaded into a frame.
+
+The shape of the ``GET /webhooks`` response is not published (spec 4.2), so every reader of a
+listing goes through :func:`unwrap_listing`, which accepts the three plausible shapes: a bare list,
+``{"data": [...]}`` and ``{"data": {<any key>: [...]}}``. The service client uses it for live
+answers, :func:`load_snapshots` for the files written by ``audit snapshot``.
+
+A snapshot file is ``{"fetched_at": "<ISO time>", "base_url": "...", "response": <body>}``. A
+``secret`` found in a listing is never kept: only the fact that one was shown survives, as
+``secret_exposed``.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from audit.errors import InputError, LoadError
+from audit.timeutil import parse_iso_ns
+
+__all__ = ["SNAPSHOT_COLUMNS", "load_snapshots", "secret_exposed", "unwrap_listing"]
+
+#: Columns of the frame returned by :func:`load_snapshots`, in order.
+SNAPSHOT_COLUMNS = (
+    "fetched_at",
+    "subscription_id",
+    "client_id",
+    "url",
+    "events",
+    "active",
+    "description",
+    "created_at",
+    "last_delivery_status",
+    "secret_exposed",
+    "source",
+)
+
+_STRING_FIELDS = {
+    "subscription_id": "id",
+    "client_id": "clientId",
+    "url": "url",
+    "description": "description",
+    "last_delivery_status": "lastDeliveryStatus",
+}
+_GLOB_CHARS = frozenset("*?[")
+
+
+def unwrap_listing(body: Any) -> list[dict[str, Any]]:
+    """Return the subscriptions of a ``GET /webhooks`` body, whatever its (unpublished) shape.
+
+    Accepted shapes: a list of objects, ``{"data": [...]}`` and ``{"data": {<key>: [...]}}``
+    where exactly one value of the inner object is a list. Other keys beside ``data`` (such as
+    ``message``) are ignored.
+
+    Parameters
+    ----------
+    body
+        The decoded JSON body.
+
+    Returns
+    -------
+    list of dict
+        The subscription objects, in the order the service gave them (not copied).
+
+    Raises
+    ------
+    ValueError
+        One line saying why the body is not a listing; callers turn it into their own error.
+
+    Examples
+    --------
+    >>> unwrap_listing({"data": {"webhooks": [{"id": "wh_1"}]}, "message": "Success"})
+    [{'id': 'wh_1'}]
+    >>> unwrap_listing([])
+    []
+    """
+    if isinstance(body, list):
+        items = body
+    elif isinstance(body, dict):
+        if "data" not in body:
+            raise ValueError("listing is an object without a 'data' field")
+        data = body["data"]
+        if isinstance(data, list):
+            items = data
+        elif isinstance(data, dict):
+            lists = [k for k, v in data.items() if isinstance(v, list)]
+            if len(lists) != 1:
+                found = "no list" if not lists else f"{len(lists)} lists ({', '.join(lists)})"
+                raise ValueError(f"listing 'data' object holds {found}; expected exactly one")
+            items = data[lists[0]]
+        else:
+            raise ValueError(f"listing 'data' is {_kind(data)}, not a list or an object")
+    else:
+        raise ValueError(f"listing is {_kind(body)}, not a list or an object")
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ValueError(f"listing item {i + 1} is {_kind(item)}, not an object")
+    return items
+
+
+def secret_exposed(item: dict[str, Any]) -> bool:
+    """Whether a listed subscription shows a ``secret`` value (a null or empty one does not count).
+
+    >>> secret_exposed({"id": "wh_1", "secret": "[redacted]"}), secret_exposed({"id": "wh_1"})
+    (True, False)
+    """
+    return item.get("secret") not in (None, "")
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), "a number" if isinstance(value, int | float) else type(value).__name__
+    )
+
+
+def _expand(paths: Iterable[str | Path]) -> list[Path]:
+    """Files named by ``paths`` (files, folders' ``*.json``, globs), each once, in order."""
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    out: list[Path] = []
+    seen: set[Path] = set()
+
+    def add(p: Path) -> None:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            for f in sorted(p.glob("*.json")):
+                if f.is_file():
+                    add(f)
+        elif p.is_file():
+            add(p)
+        elif _GLOB_CHARS & set(str(raw)):
+            matches = sorted(m for m in glob.glob(str(raw)) if Path(m).is_file())
+            if not matches:
+                raise InputError(f"{raw}: no snapshot file matches this pattern")
+            for m in matches:
+                add(Path(m))
+        else:
+            raise InputError(f"{raw}: no such snapshot file or folder")
+    return out
+
+
+def _read_snapshot(path: Path) -> tuple[int, list[dict[str, Any]]]:
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise LoadError(
+            f"{path}: cannot read snapshot ({e.strerror or type(e).__name__})"
+        ) from None
+    try:
+        doc = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise LoadError(f"{path}: not a snapshot: not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        # Position only: the decoder's message could quote the text, and the text may hold a secret.
+        raise LoadError(
+            f"{path}: not a snapshot: invalid JSON (line {e.lineno}, column {e.colno})"
+        ) from None
+    if not isinstance(doc, dict):
+        raise LoadError(f"{path}: not a snapshot: expected an object, found {_kind(doc)}")
+    missing = [k for k in ("fetched_at", "base_url", "response") if k not in doc]
+    if missing:
+        raise LoadError(f"{path}: not a snapshot: missing {', '.join(repr(k) for k in missing)}")
+    if not isinstance(doc["base_url"], str):
+        raise LoadError(f"{path}: not a snapshot: 'base_url' must be a string")
+    try:
+        fetched_ns, _ = parse_iso_ns(doc["fetched_at"])
+    except ValueError:
+        raise LoadError(f"{path}: not a snapshot: 'fetched_at' is not an ISO 8601 time") from None
+    try:
+        items = unwrap_listing(doc["response"])
+    except ValueError as e:
+        raise LoadError(f"{path}: not a snapshot: {e}") from None
+    return fetched_ns, items
+
+
+def _row(item: dict[str, Any], where: str) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for col, key in _STRING_FIELDS.items():
+        v = item.get(key)
+        if v is not None and not isinstance(v, str):
+            raise LoadError(f"{where}: {key!r} must be a string, found {_kind(v)}")
+        row[col] = v
+    events = item.get("events")
+    if events is not None:
+        if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
+            raise LoadError(f"{where}: 'events' must be a list of strings")
+        events = tuple(events)
+    row["events"] = events
+    active = item.get("active")
+    if active is not None and not isinstance(active, bool):
+        raise LoadError(f"{where}: 'active' must be true or false, found {_kind(active)}")
+    row["active"] = active
+    created = item.get("createdAt")
+    if created is not None:
+        try:
+            created, _ = parse_iso_ns(created)
+        except ValueError:
+            raise LoadError(f"{where}: 'createdAt' is not an ISO 8601 time") from None
+    row["created_at"] = created
+    row["secret_exposed"] = secret_exposed(item)
+    return row
+
+
+def _utc(ns: list[int | None]) -> pd.Series:
+    return pd.to_datetime(pd.Series(pd.array(ns, dtype="Int64")), unit="ns", utc=True)
+
+
+def load_snapshots(paths: Iterable[str | Path] | str | Path) -> pd.DataFrame:
+    """Load ``GET /webhooks`` snapshot files into one frame, one row per listed subscription.
+
+    Parameters
+    ----------
+    paths
+        Snapshot files, folders (every ``*.json`` directly inside) or glob patterns; a single
+        path is accepted too. A file named twice is read once.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`SNAPSHOT_COLUMNS`: ``fetched_at`` and ``created_at`` are
+        ``datetime64[ns, UTC]``; ``subscription_id``, ``client_id``, ``url``, ``description``,
+        ``last_delivery_status`` and ``source`` (the file path) are strings; ``events`` holds a
+        tuple of strings (None when the listing omits the field); ``active`` is the nullable
+        ``boolean``; ``secret_exposed`` is ``bool``. Rows are ordered by ``fetched_at``, then
+        by file and listing order. Secret values are never kept.
+
+    Raises
+    ------
+    InputError
+        A path does not exist or a pattern matches nothing.
+    LoadError
+        One line naming the file: not JSON, not of the snapshot shape, or a listed field of the
+        wrong type.
+
+    Examples
+    --------
+    >>> df = load_snapshots(["snapshots/"])  # doctest: +SKIP
+    >>> df.groupby("fetched_at")["subscription_id"].count()  # doctest: +SKIP
+    """
+    rows: list[dict[str, Any]] = []
+    fetched: list[int] = []
+    for path in _expand(paths):
+        fetched_ns, items = _read_snapshot(path)
+        for i, item in enumerate(items):
+            row = _row(item, f"{path}: listing item {i + 1}")
+            row["source"] = str(path)
+            rows.append(row)
+            fetched.append(fetched_ns)
+    df = pd.DataFrame(
+        {
+            "fetched_at": _utc(fetched),
+            **{
+                col: pd.Series([r[col] for r in rows], dtype="str")
+                for col in ("subscription_id", "client_id", "url")
+            },
+            "events": pd.Series([r["events"] for r in rows], dtype=object),
+            "active": pd.Series([r["active"] for r in rows], dtype="boolean"),
+            "description": pd.Series([r["description"] for r in rows], dtype="str"),
+            "created_at": _utc([r["created_at"] for r in rows]),
+            "last_delivery_status": pd.Series(
+                [r["last_delivery_status"] for r in rows], dtype="str"
+            ),
+            "secret_exposed": pd.Series([r["secret_exposed"] for r in rows], dtype=bool),
+            "source": pd.Series([r["source"] for r in rows], dtype="str"),
+        },
+        columns=list(SNAPSHOT_COLUMNS),
+    )
+    return df.sort_values("fetched_at", kind="stable", ignore_index=True)
