@@ -206,8 +206,25 @@ def add_secret(
             raise SecretsError(f"{p}: expected an object mapping subscription id to a list")
     if valid_from.tzinfo is None:
         raise ValueError("valid_from must be timezone-aware")
+    entries = data.setdefault(subscription_id, [])
+    if not isinstance(entries, list):
+        raise SecretsError(f"{p}: {subscription_id!r} must map to a list of secrets")
     stamp = valid_from.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-    data.setdefault(subscription_id, []).append({"secret": secret, "valid_from": stamp})
+    new_ns = parse_iso_ns(stamp)[0]
+    for i, item in enumerate(entries):
+        vf = item.get("valid_from") if isinstance(item, dict) else None
+        try:
+            later = vf is not None and parse_iso_ns(vf)[0] >= new_ns
+        except ValueError:
+            raise SecretsError(
+                f"{p}: {subscription_id!r} entry {i + 1}: bad 'valid_from'"
+            ) from None
+        if later:
+            raise SecretsError(
+                f"{p}: {subscription_id!r} already has a secret valid from {vf}, not before "
+                f"{stamp}; is the clock behind?"
+            )
+    entries.append({"secret": secret, "valid_from": stamp})
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     try:

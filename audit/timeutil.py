@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 __all__ = ["ns_to_iso", "parse_iso_ns", "parse_time_ns"]
 
@@ -45,5 +45,5 @@ def parse_time_ns(value: object) -> tuple[int, bool]:
 
 def ns_to_iso(ns: int) -> str:
     """Format UTC nanoseconds as ISO 8601 with a ``Z`` suffix (microsecond precision)."""
-    dt = datetime.fromtimestamp(ns / 1e9, tz=UTC)
+    dt = _EPOCH + timedelta(microseconds=ns // 1_000)
     return dt.isoformat(timespec="microseconds").replace("+00:00", "Z")

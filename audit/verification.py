@@ -123,6 +123,7 @@ def verdict_counts(deliveries: pd.DataFrame) -> pd.DataFrame:
     """Counts by verdict in check order, with shares; verdicts that did not occur are omitted."""
     counts = deliveries["verdict"].value_counts()
     order = [v for v in VERDICTS if v in counts.index]
+    order += sorted(v for v in counts.index if v not in VERDICTS)  # never drop one silently
     out = pd.DataFrame({"verdict": order, "count": [int(counts[v]) for v in order]})
     total = int(out["count"].sum())
     out["share"] = out["count"] / total if total else 0.0
