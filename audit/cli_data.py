@@ -126,3 +126,79 @@ def demo(out: Path, seed: int) -> None:
     _print_counts(audit.deliveries)
     click.echo("")
     click.echo(f"verdicts:  {verdicts}")
+
+
+@_command
+@click.command()
+@click.argument("logs", nargs=-1, required=True)
+@click.option("--secrets", "secrets_path", required=True, help="Secrets file (JSON).")
+@click.option(
+    "--subscriptions",
+    "snapshots",
+    multiple=True,
+    help="GET /webhooks snapshot file, folder or glob (repeatable).",
+)
+@click.option(
+    "--as-of", default=None, help="Judge the data at this ISO time (default: latest receipt)."
+)
+@click.option(
+    "--clock-start",
+    type=click.Choice(["created", "burn"]),
+    default="created",
+    show_default=True,
+    help="Where time to takedown starts: incident creation or burn (takedown) start.",
+)
+@click.option("--header-prefix", default=DEFAULT_HEADER_PREFIX, show_default=True)
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
+def analyze(
+    logs: tuple[str, ...],
+    secrets_path: str,
+    snapshots: tuple[str, ...],
+    as_of: str | None,
+    clock_start: str,
+    header_prefix: str,
+    out: Path,
+) -> None:
+    """Verify, then write deliveries, events, incidents, status intervals, takedown and
+    subscription tables as CSV, and print a short summary."""
+    from audit.analysis import analyze as run
+
+    result = run(
+        logs,
+        secrets_path,
+        snapshots=snapshots,
+        as_of=as_of,
+        header_prefix=header_prefix,
+        clock_start=clock_start,
+    )
+    paths = result.write(out)
+    click.echo(summary_text(result))
+    for path in paths:
+        click.echo(f"wrote {path}")
+
+
+def summary_text(result) -> str:
+    """A few lines an analyst reads first (pure formatting of the analysis tables)."""
+    from audit.takedown import kaplan_meier, km_quantile
+
+    d, e, inc = result.deliveries, result.events, result.incidents
+    valid = d[d["verdict"] == "valid"]
+    outcomes = e.loc[~e["is_test"], "outcome"].value_counts()
+    slow = int((valid["response_ms"] > 5000).sum())
+    refused = int(valid["response_status"].isin([401, 403]).sum())
+    lines = [
+        f"as of {result.as_of.isoformat()}",
+        f"records {len(d)}: {len(valid)} valid, {len(d) - len(valid)} not valid",
+        "events: " + ", ".join(f"{k} {v}" for k, v in outcomes.items()),
+        f"valid deliveries answered 401/403: {refused}; acknowledged in more than 5 s: {slow}",
+        f"incidents {len(inc)}: {int(inc['taken_down'].sum())} taken down, "
+        f"{int((inc['status'].isin(['approval_required', 'action_required'])).sum())} "
+        "waiting on the client",
+    ]
+    durations = result.takedown_durations
+    if len(durations):
+        km = kaplan_meier(durations["duration_s"], durations["observed"])
+        med = km_quantile(km, 0.5)
+        start = "creation" if result.clock_start == "created" else "burn start"
+        lines.append(f"time to takedown from {start}: {med.describe(scale=1 / 3600, unit=' h')}")
+    return "\n".join(lines)
