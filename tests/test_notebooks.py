@@ -1,0 +1,45 @@
+"""Committed notebooks are thin, parameterised and without outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+
+
+def test_the_four_notebooks_exist():
+    names = {p.name for p in NOTEBOOKS}
+    assert {
+        "compliance_report.ipynb",
+        "takedown.ipynb",
+        "delivery_health.ipynb",
+        "signature_audit.ipynb",
+    } <= names
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_without_outputs_with_parameters_and_kernelspec(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for cell in code:
+        assert cell.get("outputs") == [], f"{path.name}: a cell has outputs"
+        assert cell.get("execution_count") is None, f"{path.name}: a cell has an execution count"
+    tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1 and code.index(tagged[0]) == 0, "first code cell is the parameters"
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert "secret" not in tagged[0].source.replace("secrets_path", "").lower().replace(
+        "never secret values", ""
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebooks_are_thin(path):
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert "def " not in cell.source and "class " not in cell.source
+            assert len(cell.source.splitlines()) <= 15
