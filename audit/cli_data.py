@@ -105,13 +105,15 @@ def _print_simulation(result) -> None:
     default="demo-data",
     show_default=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Folder for the demo data and results.",
+    help="Folder for the demo data and the reports.",
 )
 @click.option("--seed", default=7, show_default=True, type=int)
-def demo(out: Path, seed: int) -> None:
-    """Generate the demo data set and run the main job on it; print where the results are."""
+@click.pass_context
+def demo(ctx: click.Context, out: Path, seed: int) -> int:
+    """Generate the demo data set and run the compliance report on it; print where it is."""
     import shutil
 
+    from audit.reports import parse_period, run_report
     from audit.simulate import simulate as run
 
     data = out / "data"
@@ -119,13 +121,117 @@ def demo(out: Path, seed: int) -> None:
         shutil.rmtree(data)
     result = run(data, seed=seed)
     _print_simulation(result)
-    audit = audit_signatures(result.captures, result.secrets)
-    verdicts = out / "verdicts.csv"
-    write_csv(audit.deliveries[VERDICT_COLUMNS], verdicts)
-    click.echo("")
-    _print_counts(audit.deliveries)
-    click.echo("")
-    click.echo(f"verdicts:  {verdicts}")
+    import json
+
+    period = parse_period(json.loads(result.truth.read_text())["period"]["start"][:7])
+    report = run_report(
+        [data / "captures"],
+        secrets_path=result.secrets,
+        snapshots=[data / "snapshots"],
+        period=period,
+        out_dir=out / "reports",
+    )
+    _print_report(report)
+    # The demo plants failing findings on purpose: exit 0 unless the run itself failed.
+    return 3 if report.exit_code == 3 else 0
+
+
+def _print_report(report) -> None:
+    if report.message:
+        click.echo(report.message, err=report.exit_code == 3)
+    counts = report.manifest.get("findings", {}).get("status", {})
+    if counts:
+        click.echo("findings:  " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    if report.html is not None:
+        click.echo(f"report:    {report.html}")
+    click.echo(f"index:     {report.index}")
+
+
+def _read_params(path: Path | None) -> dict:
+    if path is None:
+        return {}
+    import datetime as dt
+
+    import yaml
+
+    from audit.errors import InputError
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise InputError(f"{path}: cannot read parameters ({type(e).__name__})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: parameters must be a mapping")
+    return {k: v.isoformat() if isinstance(v, dt.date) else v for k, v in data.items()}
+
+
+@_command
+@click.command()
+@click.argument("logs", nargs=-1, required=True)
+@click.option("--secrets", "secrets_path", required=True, help="Secrets file (JSON).")
+@click.option("--subscriptions", "snapshots", multiple=True, help="Snapshot file/folder/glob.")
+@click.option(
+    "--period",
+    required=True,
+    help="2026-10, 2026-W44, 2026-10-01..2026-10-15, previous-month or previous-week (UTC).",
+)
+@click.option(
+    "--params",
+    "params_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="YAML/JSON: as_of, client_id, clock_start, header_prefix, thresholds.",
+)
+@click.option("--mutes", "mutes_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--out", default="reports", show_default=True, type=click.Path(file_okay=False, path_type=Path)
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(["info", "low", "medium", "high", "critical"]),
+    default="low",
+    show_default=True,
+    help="Exit 1 when a finding at or above this severity fails.",
+)
+@click.option("--skip-if-exists", is_flag=True, help="Do nothing if the period has a report.")
+@click.option("--timeout", "timeout_s", default=900, show_default=True, type=int)
+def report(
+    logs: tuple[str, ...],
+    secrets_path: str,
+    snapshots: tuple[str, ...],
+    period: str,
+    params_path: Path | None,
+    mutes_path: Path | None,
+    out: Path,
+    fail_on: str,
+    skip_if_exists: bool,
+    timeout_s: int,
+) -> int:
+    """Run the compliance report for a period: notebook, HTML, findings, manifest, index.
+
+    Exit codes: 0 no failing finding at or above --fail-on, 1 failing findings, 2 a control
+    errored, 3 bad input or a runtime failure.
+    """
+    from datetime import UTC, datetime
+
+    from audit.reports import parse_period, run_report
+
+    when = parse_period(period, today=datetime.now(UTC).date())  # the only wall-clock read
+    result = run_report(
+        list(logs),
+        secrets_path=secrets_path,
+        snapshots=list(snapshots),
+        period=when,
+        out_dir=out,
+        params=_read_params(params_path),
+        mutes_path=mutes_path,
+        fail_on=fail_on,
+        skip_if_exists=skip_if_exists,
+        timeout_s=timeout_s,
+    )
+    _print_report(result)
+    return result.exit_code
 
 
 @_command

@@ -259,9 +259,10 @@ def run_report(
         manifest = _manifest(
             run_id, period, nb_params, tmp, findings, started, clock(), time.monotonic() - t0, code
         )
+        final = period_dir / (run_id if code != EXIT_RUNTIME else f"{run_id}.failed")
+        message = message.replace(str(tmp), str(final))
         manifest["message"] = message
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        final = period_dir / (run_id if code != EXIT_RUNTIME else f"{run_id}.failed")
         os.replace(tmp, final)
         index = build_index(root)
     html_path = final / "report.html"

@@ -49,3 +49,18 @@ def test_notebooks_are_thin(path):
         if cell.cell_type == "code":
             assert "def " not in cell.source and "class " not in cell.source
             assert len(cell.source.splitlines()) <= 15
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_papermill_sees_every_parameter(path):
+    import papermill as pm
+
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    names = {
+        t.id
+        for node in ast.parse(cell.source).body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+    }
+    assert set(pm.inspect_notebook(str(path))) == names

@@ -1,0 +1,258 @@
+"""What a control sees (:class:`Scope`) and returns (:class:`Outcome`), and shared helpers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import PurePath
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from audit.analysis import Analysis
+from audit.spec import TEST_EVENT
+
+__all__ = [
+    "DONE_STATUSES",
+    "MAX_EXAMPLES",
+    "NO_SNAPSHOT",
+    "Outcome",
+    "Scope",
+    "counts",
+    "delivery_examples",
+    "evidence_json",
+    "groups",
+    "ids",
+    "in_period",
+    "is_test",
+    "iso",
+    "pct",
+    "quantiles",
+    "skip",
+    "verdict",
+]
+
+#: At most this many example ids in a finding's evidence.
+MAX_EXAMPLES = 20
+#: Incident statuses after which an incident no longer counts as open.
+DONE_STATUSES = ("closed", "takedown_success")
+NO_SNAPSHOT = "No subscription listing snapshot covers the period."
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One verdict of a control: ``status`` (pass, fail, info, skip), a one-sentence ``reason``
+    with the figures, the ``resource`` judged and the ``evidence`` (JSON-able)."""
+
+    status: str
+    reason: str
+    resource: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+
+def in_period(series: pd.Series, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
+    """``start <= value < end``; missing values are outside."""
+    return ((series >= start) & (series < end)).fillna(False).astype(bool)
+
+
+@dataclass
+class Scope:
+    """The analysis frames cut to ``[period_start, period_end)``, each computed on first use.
+
+    Computing lazily means a frame that cannot be cut (a missing column) fails only the controls
+    that read it, as ``error`` rows, and the others still run.
+
+    Attributes
+    ----------
+    deliveries
+        Requests received in the period (every verdict).
+    valid
+        Those of them whose verdict is ``valid``: the service's deliveries.
+    events
+        Events (one per subscription and event id) first received in the period.
+    incidents_created
+        Incidents created in the period.
+    incidents_current
+        Incidents created before ``period_end`` that were created in the period or are still
+        open (status not ``closed`` nor ``takedown_success``) at ``as_of``.
+    snapshots
+        Listing rows fetched in the period, or those of the latest snapshot fetched before it
+        when none falls in it (none when there is no such snapshot).
+    """
+
+    analysis: Analysis
+    period_start: pd.Timestamp
+    period_end: pd.Timestamp
+    params: Mapping[str, float]
+    secrets_age: Mapping[str, int | None] | None = None
+
+    @property
+    def as_of(self) -> pd.Timestamp:
+        """The time the analysis judges the data at."""
+        return self.analysis.as_of
+
+    @cached_property
+    def deliveries(self) -> pd.DataFrame:
+        d = self.analysis.deliveries
+        return d[in_period(d["received_at"], self.period_start, self.period_end)]
+
+    @cached_property
+    def valid(self) -> pd.DataFrame:
+        d = self.deliveries
+        return d[(d["verdict"] == "valid").fillna(False).astype(bool)]
+
+    @cached_property
+    def events(self) -> pd.DataFrame:
+        e = self.analysis.events
+        return e[in_period(e["first_received_at"], self.period_start, self.period_end)]
+
+    @cached_property
+    def incidents_created(self) -> pd.DataFrame:
+        inc = self.analysis.incidents
+        return inc[in_period(inc["created_at"], self.period_start, self.period_end)]
+
+    @cached_property
+    def incidents_current(self) -> pd.DataFrame:
+        inc = self.analysis.incidents
+        before_end = (inc["created_at"] < self.period_end).fillna(False).astype(bool)
+        open_now = ~inc["status"].isin(DONE_STATUSES)
+        created = in_period(inc["created_at"], self.period_start, self.period_end)
+        return inc[before_end & (created | open_now)]
+
+    @cached_property
+    def snapshots(self) -> pd.DataFrame:
+        subs = self.analysis.subscriptions
+        fetched = subs["fetched_at"]
+        inside = in_period(fetched, self.period_start, self.period_end)
+        if inside.any():
+            return subs[inside]
+        before = fetched[(fetched < self.period_start).fillna(False).astype(bool)]
+        if before.empty:
+            return subs.iloc[:0]
+        return subs[fetched == before.max()]
+
+    def snapshot_note(self) -> dict[str, Any]:
+        """Which snapshots were judged, and by which rule (for the evidence)."""
+        times = sorted(pd.Timestamp(t) for t in self.snapshots["fetched_at"].dropna().unique())
+        inside = bool(times) and times[0] >= self.period_start
+        return {
+            "snapshots": [t.isoformat() for t in times],
+            "snapshot_rule": "fetched in the period" if inside else "latest before the period",
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers shared by the controls
+# --------------------------------------------------------------------------------------------
+
+
+def skip(reason: str, resource: str, **evidence: Any) -> Outcome:
+    """A ``skip`` outcome: the data cannot answer."""
+    return Outcome("skip", reason, resource, evidence)
+
+
+def verdict(ok: bool, reason: str, resource: str, evidence: Mapping[str, Any]) -> Outcome:
+    """``pass`` when ``ok``, else ``fail``."""
+    return Outcome("pass" if ok else "fail", reason, resource, evidence)
+
+
+def delivery_examples(rows: pd.DataFrame) -> dict[str, list[str]]:
+    """Up to 20 delivery ids and, in the same order, their ``file:line``.
+
+    The Delivery-Id header is not authenticated (a replay or a tampered copy carries the
+    original's), so the record's place in the capture files is given beside it.
+    """
+    rows = rows.head(MAX_EXAMPLES)
+    ids = rows["delivery_id"] if "delivery_id" in rows else pd.Series(pd.NA, index=rows.index)
+    sources = rows["source"] if "source" in rows else pd.Series(pd.NA, index=rows.index)
+    lines = rows["line"] if "line" in rows else pd.Series(pd.NA, index=rows.index)
+    where = [
+        f"{PurePath(src).name if isinstance(src, str) else '?'}:"
+        f"{'?' if pd.isna(line) else int(line)}"
+        for src, line in zip(sources, lines, strict=True)
+    ]
+    return {
+        "examples": ["(none)" if pd.isna(v) else str(v) for v in ids],
+        "example_records": where,
+    }
+
+
+def ids(values: Iterable[Any]) -> list[str]:
+    """Up to 20 distinct ids as strings, in the order given."""
+    out: list[str] = []
+    for v in values:
+        s = "(none)" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
+        if s not in out:
+            out.append(s)
+        if len(out) == MAX_EXAMPLES:
+            break
+    return out
+
+
+def counts(series: pd.Series) -> dict[str, int]:
+    """Value counts as ``{str(value): n}`` sorted by value; missing values count as "(none)"."""
+    vc = series.astype(object).where(series.notna(), "(none)").astype(str).value_counts()
+    return {str(k): int(v) for k, v in sorted(vc.items())}
+
+
+def pct(x: float) -> str:
+    """A share as a percentage with 3 significant digits."""
+    return f"{x * 100:.3g}%"
+
+
+def quantiles(values: pd.Series) -> dict[str, float]:
+    """n, p50, p95, p99 (linear interpolation, pandas' default) and max."""
+    q = values.astype(float).quantile([0.5, 0.95, 0.99])
+    return {
+        "n": len(values),
+        "p50": float(q.iloc[0]),
+        "p95": float(q.iloc[1]),
+        "p99": float(q.iloc[2]),
+        "max": float(values.max()),
+    }
+
+
+def is_test(frame: pd.DataFrame) -> pd.Series:
+    """``webhook.test`` deliveries and test incidents (``incidentId`` starting ``test_``)."""
+    test = (frame["event"] == TEST_EVENT).fillna(False).astype(bool)
+    return test | frame["incident_id"].str.startswith("test_").fillna(False).astype(bool)
+
+
+def groups(frame: pd.DataFrame, column: str, missing: str) -> list[tuple[str, pd.DataFrame]]:
+    """``frame`` grouped by ``column`` as strings (a missing value becomes ``missing``)."""
+    key = frame[column].astype(object).where(frame[column].notna(), missing).astype(str)
+    return [(str(k), g) for k, g in frame.groupby(key, sort=True)]
+
+
+def iso(ts: Any) -> str:
+    """A timestamp as ISO 8601."""
+    return pd.Timestamp(ts).isoformat()
+
+
+def _plain(value: Any) -> Any:
+    """``value`` made of JSON types only: NaN/NA -> None, numpy -> Python, times -> ISO."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset | np.ndarray | pd.Series):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, pd.Timestamp | dt.datetime | dt.date):
+        return None if pd.isna(value) else value.isoformat()
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    return str(value)
+
+
+def evidence_json(evidence: Mapping[str, Any]) -> str:
+    """Evidence as a JSON string with sorted keys (reproducible); NaN becomes null."""
+    return json.dumps(_plain(evidence), sort_keys=True, ensure_ascii=False, allow_nan=False)

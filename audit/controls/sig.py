@@ -1,0 +1,194 @@
+"""SIG controls: how the receiver treats signatures, its clock, and the signing secrets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from audit.controls.base import (
+    NO_SNAPSHOT,
+    Outcome,
+    Scope,
+    counts,
+    delivery_examples,
+    ids,
+    iso,
+    quantiles,
+    skip,
+    verdict,
+)
+
+__all__ = ["sig_01", "sig_02", "sig_03", "sig_04", "sig_05"]
+
+
+def sig_01(s: Scope) -> Outcome:
+    """Every request whose verdict is not ``valid`` was answered 401.
+
+    ``unreadable`` records are left out (their request cannot be judged) and counted; requests
+    without a captured answer are counted, and the control skips when none has one.
+    """
+    res, d = "all requests", s.deliveries
+    if d.empty:
+        return skip("No request was received in the period.", res)
+    if d["response_status"].isna().all():
+        return skip("No response_status was captured for the requests of the period.", res)
+    readable = d[d["verdict"] != "unreadable"]
+    bad = readable[readable["verdict"] != "valid"]
+    known = bad[bad["response_status"].notna()]
+    wrong = known[known["response_status"] != 401]
+    accepted = wrong[wrong["response_status"].between(200, 299)]
+    ev: dict[str, Any] = {
+        "requests": len(d),
+        "unreadable_excluded": len(d) - len(readable),
+        "not_valid": len(bad),
+        "no_response_status": len(bad) - len(known),
+        "answered_401": len(known) - len(wrong),
+        "accepted_2xx": len(accepted),
+        "other_status": len(wrong) - len(accepted),
+        "by_verdict": counts(bad["verdict"]),
+        "wrong_answers_by_status": counts(wrong["response_status"]),
+    }
+    if bad.empty:
+        reason = f"None of the {len(readable)} readable requests had a non-valid verdict."
+        return Outcome("pass", reason, res, ev)
+    if known.empty:
+        reason = f"None of the {len(bad)} requests with a non-valid verdict has a response_status."
+        return skip(reason, res, **ev)
+    if wrong.empty:
+        reason = f"All {len(known)} requests with a non-valid verdict were answered 401."
+        return Outcome("pass", reason, res, ev)
+    accepted_first = pd.concat([accepted, wrong.drop(accepted.index)])
+    ev |= delivery_examples(accepted_first)
+    reason = (
+        f"{len(wrong)} of {len(known)} requests with a non-valid verdict were not answered 401, "
+        f"{len(accepted)} of them accepted with 2xx."
+    )
+    return Outcome("fail", reason, res, ev)
+
+
+def sig_02(s: Scope) -> Outcome:
+    """No ``valid`` delivery was answered 401 or 403."""
+    res, v = "all deliveries", s.valid
+    if v.empty:
+        return skip("No valid delivery was received in the period.", res)
+    known = v[v["response_status"].notna()]
+    if known.empty:
+        return skip(f"No response_status was captured for the {len(v)} valid deliveries.", res)
+    refused = known[known["response_status"].isin([401, 403])]
+    ev: dict[str, Any] = {
+        "valid": len(v),
+        "with_response_status": len(known),
+        "refused": len(refused),
+        "refused_by_status": counts(refused["response_status"]),
+        "refused_by_subscription": counts(refused["subscription_id"]),
+    }
+    if "matched_secret" in refused:  # labels such as wh_main#2, never a secret value
+        ev["refused_by_matched_secret"] = counts(refused["matched_secret"])
+    if refused.empty:
+        reason = f"None of the {len(known)} valid deliveries was answered 401 or 403."
+        return Outcome("pass", reason, res, ev)
+    ev |= delivery_examples(refused.sort_values("received_at"))
+    reason = (
+        f"{len(refused)} of {len(known)} valid deliveries were answered 401 or 403: the "
+        "receiver checks with a wrong or stale secret or a re-serialised body."
+    )
+    return Outcome("fail", reason, res, ev)
+
+
+def sig_03(s: Scope) -> Outcome:
+    """p99 of |clock skew| of valid deliveries is under ``max_skew_p99_s``."""
+    res, limit = "all deliveries", s.params["max_skew_p99_s"]
+    v = s.valid[s.valid["skew_s"].notna()]
+    if v.empty:
+        return skip("No valid delivery with a clock skew was received in the period.", res)
+    skew = v["skew_s"].astype(float).abs()
+    stats = quantiles(skew)
+    over = v.assign(_abs=skew)[skew >= limit].sort_values("_abs", ascending=False)
+    ev = {"abs_skew_s": stats, "threshold_s": limit, "at_or_over_threshold": len(over)}
+    ev |= delivery_examples(over)
+    ok = stats["p99"] < limit
+    reason = (
+        f"p99 of |clock skew| over {len(v)} valid deliveries is {stats['p99']:.3g} s, "
+        f"{'under' if ok else 'not under'} {limit:g} s (max {stats['max']:.3g} s)."
+    )
+    return verdict(ok, reason, res, ev)
+
+
+def _days(ns: float) -> float:
+    return ns / 86_400e9
+
+
+def _secret_age(s: Scope, sub: str, valid_from: int | None, limit: float) -> Outcome:
+    ev: dict[str, Any] = {"threshold_days": limit, "as_of": iso(s.as_of)}
+    if valid_from is None:
+        # Only the first secret may lack valid_from: it is then the one issued at creation.
+        subs = s.analysis.subscriptions
+        created = subs.loc[subs["subscription_id"] == sub, "created_at"].dropna()
+        ev["valid_from"] = None
+        if created.empty:
+            reason = (
+                "The secrets file gives no valid_from and no listing gives the creation time, "
+                f"so the secret cannot be shown younger than {limit:g} days."
+            )
+            return Outcome("fail", reason, sub, ev)
+        age = _days(s.as_of.value - created.min().value)
+        ev |= {"created_at": iso(created.min()), "max_age_days": age}
+        ok = age < limit
+        reason = (
+            f"No valid_from is recorded; the subscription was created {age:.1f} days before "
+            f"as_of, so its secret is at most that old, {'under' if ok else 'not under'} "
+            f"{limit:g} days."
+        )
+        return verdict(ok, reason, sub, ev)
+    age = _days(s.as_of.value - valid_from)
+    ev |= {"valid_from": iso(pd.Timestamp(valid_from, tz="UTC")), "age_days": age}
+    if age < 0:
+        reason = "The newest secret is valid only after as_of; the one current then is not dated."
+        return skip(reason, sub, **ev)
+    ok = age < limit
+    reason = (
+        f"The current secret is {age:.1f} days old at as_of, "
+        f"{'under' if ok else 'not under'} {limit:g} days."
+    )
+    return verdict(ok, reason, sub, ev)
+
+
+def sig_04(s: Scope) -> list[Outcome]:
+    """Every subscription's current secret is younger than ``max_secret_age_days`` at as_of.
+
+    One row per subscription of the secrets file. Without ``valid_from`` (the first and only
+    secret), the subscription's ``createdAt`` from the listings bounds the age; without either,
+    the age cannot be shown and the row fails.
+    """
+    limit = s.params["max_secret_age_days"]
+    if s.secrets_age is None:
+        return [skip("No secret ages were given (no secrets file).", "all subscriptions")]
+    if not s.secrets_age:
+        return [skip("The secrets file lists no subscription.", "all subscriptions")]
+    return [_secret_age(s, sub, vf, limit) for sub, vf in sorted(s.secrets_age.items())]
+
+
+def sig_05(s: Scope) -> Outcome:
+    """No listing snapshot exposed a secret."""
+    res, snaps = "all snapshots", s.snapshots
+    if snaps.empty:
+        return skip(NO_SNAPSHOT, res)
+    exposed = snaps[snaps["secret_exposed"].astype(bool)]
+    ev = s.snapshot_note() | {
+        "listed": len(snaps),
+        "exposed": len(exposed),
+        "examples": ids(exposed["subscription_id"]),
+        "exposed_at": ids(exposed["fetched_at"].map(iso)),
+    }
+    if exposed.empty:
+        reason = (
+            f"None of the {len(snaps)} subscriptions listed in {len(ev['snapshots'])} "
+            "snapshot(s) showed a secret."
+        )
+        return Outcome("pass", reason, res, ev)
+    reason = (
+        f"{len(exposed)} listed subscription(s) showed a secret, in "
+        f"{exposed['fetched_at'].nunique()} snapshot(s)."
+    )
+    return Outcome("fail", reason, res, ev)
