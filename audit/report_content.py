@@ -299,8 +299,10 @@ def verdicts(ctx: ReportContext) -> HTML:
     bad = d[d["verdict"] != "valid"][
         ["source", "line", "received_at", "delivery_id", "verdict", "response_status", "detail"]
     ]
+    counts = verdict_counts(d)
+    counts["share"] = counts["share"].map(lambda x: f"{x:.2%}")
     return HTML(
-        str(table(verdict_counts(d), caption="Verdicts"))
+        str(table(counts, caption="Verdicts"))
         + str(table(bad, max_rows=100, caption="Requests that are not valid"))
     )
 
