@@ -18,6 +18,7 @@ import hashlib
 import multiprocessing
 import os
 import sys
+import threading
 import warnings
 import zlib
 from collections.abc import Iterable
@@ -143,13 +144,22 @@ def _chunks(data: bytes, pieces: int) -> list[tuple[int, int, int]]:
     return out or [(0, 0, 1)]
 
 
-def _work(task: tuple) -> tuple[pa.RecordBatch, int, int]:
+#: File contents handed to forked workers by inheritance instead of pickling (set only while a
+#: pool runs, under _FORK_LOCK).
+_FORK_INPUTS: list[bytes] = []
+_FORK_LOCK = threading.Lock()
+
+
+def _work(task: tuple, data: bytes | None = None) -> tuple[pa.RecordBatch, int, int]:
     """Parse (and verify) one chunk into an Arrow batch: (batch, naive times, unreadable).
 
-    Runs in a worker process or in-process. Arrow buffers cross the process boundary far
-    cheaper than Python objects, and the string conversion happens here, in parallel.
+    Runs in a worker process or in-process. A worker finds its bytes in the inherited
+    ``_FORK_INPUTS``; Arrow buffers cross back far cheaper than Python objects, and the string
+    conversion happens here, in parallel.
     """
-    kind, data, source, first_line, wanted, secrets, tolerance_s = task
+    kind, k, start, end, source, first_line, wanted, secrets, tolerance_s = task
+    if data is None:
+        data = _FORK_INPUTS[k][start:end]
     if kind == "har":
         try:
             buf = parse_har(data, source, wanted)
@@ -274,19 +284,25 @@ def load_captures(
     for k, (path, _, data) in enumerate(contents):
         source = str(path)
         if path.name.lower().endswith((".har", ".har.gz")):
-            tasks.append((k, ("har", data, source, 1, wanted, secrets, tolerance_s)))
+            task = ("har", k, 0, len(data), source, 1, wanted, secrets, tolerance_s)
+            tasks.append((k, task))
             continue
         share = max(1, round(pieces * len(data) / total)) if total else 1
         for start, end, first in _chunks(data, share):
-            chunk = data[start:end] if share > 1 else data
-            tasks.append((k, ("jsonl", chunk, source, first, wanted, secrets, tolerance_s)))
+            task = ("jsonl", k, start, end, source, first, wanted, secrets, tolerance_s)
+            tasks.append((k, task))
     if pieces > 1 and len(tasks) > 1:
-        with _pool(min(workers, len(tasks))) as pool:
-            futures: list[Future] = [pool.submit(_work, task) for _, task in tasks]
-            hashes = [hashlib.sha256(blob).hexdigest() for _, blob, _ in contents]
-            results = [f.result() for f in futures]
+        with _FORK_LOCK:
+            _FORK_INPUTS[:] = [data for _, _, data in contents]
+            try:
+                with _pool(min(workers, len(tasks))) as pool:
+                    futures: list[Future] = [pool.submit(_work, task) for _, task in tasks]
+                    hashes = [hashlib.sha256(blob).hexdigest() for _, blob, _ in contents]
+                    results = [f.result() for f in futures]
+            finally:
+                _FORK_INPUTS.clear()
     else:
-        results = [_work(task) for _, task in tasks]
+        results = [_work(t, contents[k][2][t[2] : t[3]]) for k, t in tasks]
         hashes = [hashlib.sha256(blob).hexdigest() for _, blob, _ in contents]
     return _assemble(files, contents, hashes, tasks, results)
 
