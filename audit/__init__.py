@@ -3,33 +3,59 @@
 The public API, by stage (files -> frames -> verdicts -> analyses)::
 
     load_captures, read_secrets          read capture logs and the secrets file
+    load_snapshots                       GET /webhooks listing snapshots
     sign, verify                         one request (pure; reference time is an argument)
     verify_frame, audit_signatures       every stored request, as of its receipt time
+    infer_attempts, events_table         attempts against the retry schedule, event outcomes
+    incidents_table, status_intervals    incident state folded from valid events
     kaplan_meier, km_quantile            time to takedown with censoring
+    analyze, run_analyses                all of the above in one call
+    run_controls                         compliance findings
+    parse_period, run_report             the scheduled report (papermill + nbconvert)
+    ServiceClient                        the service's API
 """
 
 from __future__ import annotations
 
+__version__ = "0.1.0"
+
+from audit.analysis import Analysis, analyze, run_analyses
+from audit.checks import run_controls
+from audit.client import ServiceClient
+from audit.deliveries import events_table, infer_attempts
 from audit.errors import AuditError
+from audit.incidents import incidents_table, status_intervals
 from audit.load import Captures, load_captures
+from audit.reports import parse_period, run_report
 from audit.secrets import SecretStore, read_secrets
 from audit.signatures import VERDICTS, sign, verify
+from audit.subscriptions import load_snapshots
 from audit.takedown import kaplan_meier, km_quantile, takedown_durations
 from audit.verification import audit_signatures, verdict_counts, verify_frame
 
-__version__ = "0.1.0"
-
 __all__ = [
     "VERDICTS",
+    "Analysis",
     "AuditError",
     "Captures",
     "SecretStore",
+    "ServiceClient",
+    "analyze",
     "audit_signatures",
+    "events_table",
+    "incidents_table",
+    "infer_attempts",
     "kaplan_meier",
     "km_quantile",
     "load_captures",
+    "load_snapshots",
+    "parse_period",
     "read_secrets",
+    "run_analyses",
+    "run_controls",
+    "run_report",
     "sign",
+    "status_intervals",
     "takedown_durations",
     "verdict_counts",
     "verify",
