@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import csv
 import json
+from pathlib import Path
 
 from audit.cli import main
 
@@ -28,10 +28,12 @@ def test_demo_runs_twice_and_prints_paths(tmp_path, capsys):
     for _ in range(2):
         assert main(["demo", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
-    verdicts = tmp_path / "verdicts.csv"
-    assert f"verdicts:  {verdicts}" in printed
-    rows = list(csv.DictReader(verdicts.open()))
-    counts = {}
-    for r in rows:
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    assert counts["unreadable"] == 2 and counts["signature_mismatch"] >= 3
+    reports = [
+        line.split(maxsplit=1)[1] for line in printed.splitlines() if line.startswith("report:")
+    ]
+    assert len(reports) == 2 and reports[0] != reports[1]
+    index = (tmp_path / "reports" / "index.html").read_text()
+    for path in reports:
+        assert Path(path).is_file()
+        assert Path(path).parent.name in index
+    assert f"index:     {tmp_path / 'reports' / 'index.html'}" in printed
