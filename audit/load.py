@@ -45,22 +45,6 @@ LOG_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".har", ".har.gz
 PARALLEL_MIN_BYTES = 16 * 2**20
 _CHUNK_MIN_BYTES = 4 * 2**20
 
-_TEXT = (
-    "source",
-    "subscription_id",
-    "url",
-    "signature",
-    "timestamp_header",
-    "event_header",
-    "delivery_id",
-    "event_id",
-    "event",
-    "incident_id",
-    "verdict",
-    "detail",
-    "matched_secret",
-)
-
 
 class LoadWarning(UserWarning):
     """Loaded, but be careful (e.g. ISO times without an offset were read as UTC)."""
@@ -185,14 +169,7 @@ def _verified(columns: dict[str, list], secrets: SecretStore, tolerance_s: float
         secrets,
         tolerance_s=tolerance_s,
     )
-    return {
-        "subscription_id": v.subscription_id,
-        "verdict": v.verdict,
-        "detail": v.detail,
-        "hmac_ok": v.hmac_ok,
-        "skew_s": v.skew_s,
-        "matched_secret": v.matched_secret,
-    }
+    return dict(vars(v))
 
 
 _ARROW_TYPES = {
@@ -341,35 +318,13 @@ _PANDAS_TYPES = {
 }
 
 
+def frame_from_columns(columns: dict[str, list]) -> pd.DataFrame:
+    """Build deliveries columns (any subset) with their declared dtypes."""
+    return _frame(pa.Table.from_batches([_batch(columns)]))
+
+
 def _frame(table: pa.Table) -> pd.DataFrame:
     df = table.to_pandas(types_mapper=_PANDAS_TYPES.get)
-    df["line"] = df["line"].astype("int64")
+    if "line" in df:
+        df["line"] = df["line"].astype("int64")
     return df
-
-
-def frame_from_columns(columns: dict[str, list]) -> pd.DataFrame:
-    """Build the deliveries frame from column lists with the declared dtypes."""
-
-    def times(values: list[int]) -> pd.Series:
-        arr = np.asarray(values, dtype=np.int64).view("M8[ns]")
-        return pd.Series(arr).dt.tz_localize("UTC")
-
-    out = {}
-    for name, values in columns.items():
-        if name in ("received_at", "event_timestamp"):
-            out[name] = times(values)
-        elif name == "line":
-            out[name] = pd.Series(values, dtype="int64")
-        elif name == "response_status":
-            out[name] = pd.Series(values, dtype="Int64")
-        elif name in ("response_ms", "skew_s"):
-            out[name] = pd.Series(values, dtype="Float64")
-        elif name == "hmac_ok":
-            out[name] = pd.Series(values, dtype="boolean")
-        elif name == "body":
-            out[name] = pd.Series(values, dtype=object)
-        elif name in _TEXT:
-            out[name] = pd.Series(values, dtype="str")
-        else:  # pragma: no cover - a new column must be declared above
-            raise KeyError(name)
-    return pd.DataFrame(out)

@@ -105,16 +105,8 @@ def verify_frame(
         secrets,
         tolerance_s=tolerance_s,
     )
-    cols = {
-        "subscription_id": v.subscription_id,
-        "verdict": v.verdict,
-        "detail": v.detail,
-        "hmac_ok": v.hmac_ok,
-        "skew_s": v.skew_s,
-        "matched_secret": v.matched_secret,
-    }
     out = deliveries.copy()
-    for name, series in frame_from_columns(cols).items():
+    for name, series in frame_from_columns(dict(vars(v))).items():
         out[name] = series.set_axis(out.index)
     return out
 

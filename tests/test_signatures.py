@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import json
 
+import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -290,3 +291,16 @@ def test_the_timestamp_header_is_signed_as_received(tmp_path):
     assert verify(BODY1.encode(), SIG1, "01790812800", SECRET, now=1790812800).verdict == (
         "signature_mismatch"
     )
+
+
+def test_fused_and_separate_verification_agree_on_the_demo(tmp_path):
+    from audit.load import load_captures
+    from audit.secrets import read_secrets
+    from audit.simulate import simulate
+    from audit.verification import audit_signatures
+
+    sim = simulate(tmp_path / "d", seed=3, days=8, incidents=30)
+    fused = audit_signatures(sim.captures, sim.secrets).deliveries
+    separate = verify_frame(load_captures(sim.captures).deliveries, read_secrets(sim.secrets))
+    assert set(fused["verdict"]) > {"valid", "unreadable", "signature_mismatch"}
+    pd.testing.assert_frame_equal(fused, separate[fused.columns])
