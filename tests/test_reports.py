@@ -313,3 +313,21 @@ def test_demo_report_plants_failing_findings(tmp_path, capsys):
     page = html_path.read_text()
     for check in ("SIG-01", "SIG-02", "DLV-01", "DLV-03", "TKD-03"):
         assert check in page
+
+
+def test_params_file_reaches_the_notebook_and_unknown_keys_are_refused(hostile, tmp_path, capsys):
+    logs, secrets = hostile
+    params = tmp_path / "params.yaml"
+    params.write_text("as_of: 2026-10-06T12:00:00Z\nthresholds:\n  max_client_wait_h: 10000\n")
+    out = tmp_path / "r"
+    code, _, _ = _run(_report_args(logs, secrets, out, "--params", str(params)), capsys)
+    run = next((out / "2026-10").iterdir())
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["parameters"]["thresholds"] == {"max_client_wait_h": 10000}
+    findings = {f["check_id"]: f for f in json.loads((run / "findings.json").read_text())}
+    assert findings["TKD-03"]["status"] == "pass"  # 10,000 h allowed: nobody waited that long
+    params.write_text("colour: blue\n")
+    code, _, err = _run(
+        _report_args(logs, secrets, tmp_path / "r2", "--params", str(params)), capsys
+    )
+    assert code == 3 and "unknown report parameter(s): colour" in err
