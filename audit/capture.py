@@ -83,16 +83,28 @@ def _unreadable_row(source: str, line: int, reason: str) -> tuple:
     return tuple(row.values())
 
 
+#: Times must fit a nanosecond int64 (pandas' range, 1677-09-22 to 2262-04-11).
+_MIN_NS, _MAX_NS = NAT + 1, 2**63 - 1
+
+
+def _in_range(ns: int) -> bool:
+    return _MIN_NS <= ns <= _MAX_NS
+
+
 def _time_ns(value: object) -> tuple[int, bool]:
     """received_at as UTC ns: ISO 8601 or Unix seconds (int/float, not bool)."""
     t = type(value)
     if t is float:
         if not math.isfinite(value):
             raise ValueError
-        return round(value * 1e9), True
-    if t is int:
-        return value * 1_000_000_000, True
-    return parse_iso_ns(value)
+        ns, had_offset = round(value * 1e9), True
+    elif t is int:
+        ns, had_offset = value * 1_000_000_000, True
+    else:
+        ns, had_offset = parse_iso_ns(value)
+    if not _in_range(ns):
+        raise OverflowError
+    return ns, had_offset
 
 
 class _Envelopes:
@@ -121,6 +133,8 @@ class _Envelopes:
                 try:
                     ts_ns = parse_iso_ns(ts)[0]
                 except ValueError:
+                    ts_ns = NAT
+                if not _in_range(ts_ns):
                     ts_ns = NAT
                 self._times[ts] = ts_ns
         inc = data.get("incidentId") if type(data) is dict else None
@@ -166,7 +180,9 @@ def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) ->
         return "no received_at"
     try:
         received_ns, had_offset = _time_ns(received)
-    except (ValueError, TypeError, OverflowError):
+    except OverflowError:
+        return "received_at is out of range (years 1678-2261; Unix seconds, not milliseconds)"
+    except (ValueError, TypeError):
         return "received_at is not an ISO 8601 time or Unix seconds"
     raw_headers = rec.get("headers")
     if raw_headers is None:
@@ -187,6 +203,8 @@ def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) ->
         except (binascii.Error, TypeError, ValueError):
             return "body_b64 is not valid base64"
     sub, url = rec.get("subscription_id"), rec.get("url")
+    if sub == "":  # an empty id means the receiver did not log it: infer it
+        sub = None
     if sub is not None and type(sub) is not str:
         return "subscription_id is not a string"
     if url is not None and type(url) is not str:
@@ -197,6 +215,8 @@ def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) ->
             status = int(status)
         else:
             return "response_status is not an integer"
+    if status is not None and not 100 <= status <= 599:
+        return "response_status is not an HTTP status (100-599)"
     ms = rec.get("response_ms")
     if ms is not None:
         if type(ms) is int:

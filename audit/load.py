@@ -107,12 +107,13 @@ def _read(path: Path) -> tuple[bytes, bytes]:
         blob = path.read_bytes()
     except OSError as e:
         raise LoadError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
-    if blob[:2] != b"\x1f\x8b":
-        return blob, blob
-    try:
-        return blob, gzip.decompress(blob)
-    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
-        raise LoadError(f"{path}: truncated or corrupt gzip file ({e})") from None
+    data = blob
+    if blob[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(blob)
+        except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
+            raise LoadError(f"{path}: truncated or corrupt gzip file ({e})") from None
+    return blob, data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 BOM is not part of a record
 
 
 def _chunks(data: bytes, pieces: int) -> list[tuple[int, int, int]]:

@@ -83,8 +83,8 @@ def check_signature_header(value: str | None) -> bytes | str | None:
 
 def parse_timestamp_header(value: str | None) -> int | None:
     """The timestamp header as an int, or None unless it is a plain ASCII-digit integer."""
-    if value is None or not (value.isascii() and value.isdigit()):
-        return None
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 12:
+        return None  # more than 12 digits is past the year 33658: not a real timestamp
     return int(value)
 
 
@@ -165,7 +165,11 @@ def verify(
         return Verification("malformed_signature", None, None, None, sig)
     ts = parse_timestamp_header(timestamp)
     if ts is None:
-        why = "no timestamp header" if timestamp is None else "timestamp is not a plain integer"
+        why = (
+            "no timestamp header"
+            if timestamp is None
+            else "timestamp is not a plain integer of at most 12 digits"
+        )
         return Verification("malformed_timestamp", None, None, None, why)
     skew = _seconds(now) - ts
     candidates = [secrets] if isinstance(secrets, bytes | str) else list(secrets)
@@ -273,7 +277,7 @@ def verify_columns(
         if ts is None:
             verdicts[i] = "malformed_timestamp"
             details[i] = (
-                "timestamp is not a plain integer"
+                "timestamp is not a plain integer of at most 12 digits"
                 if type(timestamp) is str
                 else "no timestamp header"
             )

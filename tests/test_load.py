@@ -7,6 +7,7 @@ import hashlib
 import json
 import warnings
 
+import pandas as pd
 import pytest
 
 from audit.errors import InputError, LoadError
@@ -244,3 +245,45 @@ def test_parallel_chunks_give_the_same_frame_as_one_process(tmp_path, monkeypatc
     assert parallel.deliveries["body"].tolist() == serial.deliveries["body"].tolist()
     assert parallel.inputs.equals(serial.inputs)
     assert (parallel.deliveries["verdict"] == "valid").sum() == 400
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("received_at", 1790812805123, "received_at is out of range"),  # milliseconds
+        ("received_at", "9999-01-01T00:00:00Z", "received_at is out of range"),
+        ("received_at", "0001-01-01T00:00:00Z", "received_at is out of range"),
+        ("response_status", 99999999999999999999, "response_status is not"),
+        ("response_status", 42, "not an HTTP status"),
+    ],
+)
+def test_out_of_range_values_are_unreadable_rows_not_a_crash(tmp_path, field, value, reason):
+    rec = capture(BODY) | {field: value}
+    df = load_captures([write_jsonl(tmp_path / "l.jsonl", [capture(BODY), rec])]).deliveries
+    assert df["verdict"].tolist()[1] == "unreadable"
+    assert reason in df["detail"].tolist()[1]
+    assert pd.isna(df["verdict"].tolist()[0])
+
+
+def test_an_event_time_out_of_range_becomes_empty(tmp_path):
+    body = '{"id":"evt_1","event":"incident.created","timestamp":"9999-12-31T00:00:00Z","data":{}}'
+    df = load_captures([write_jsonl(tmp_path / "l.jsonl", [capture(body)])]).deliveries
+    assert df["event_id"][0] == "evt_1" and pd.isna(df["event_timestamp"][0])
+
+
+def test_a_utf8_bom_is_not_part_of_the_first_record(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + (json.dumps(capture(BODY)) + "\n").encode())
+    df = load_captures([path]).deliveries
+    assert len(df) == 1 and pd.isna(df["verdict"][0])
+
+
+def test_an_empty_subscription_id_is_inferred(tmp_path):
+    from audit.secrets import SecretStore
+    from audit.signatures import sign
+    from audit.verification import verify_frame
+
+    rec = capture(BODY, signature=sign("k", "1790812800", BODY.encode()), subscription_id="")
+    df = load_captures([write_jsonl(tmp_path / "l.jsonl", [rec])]).deliveries
+    v = verify_frame(df, SecretStore.from_values({"wh_9": [("k", None)]}))
+    assert (v["verdict"][0], v["subscription_id"][0]) == ("valid", "wh_9")

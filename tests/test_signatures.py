@@ -304,3 +304,10 @@ def test_fused_and_separate_verification_agree_on_the_demo(tmp_path):
     separate = verify_frame(load_captures(sim.captures).deliveries, read_secrets(sim.secrets))
     assert set(fused["verdict"]) > {"valid", "unreadable", "signature_mismatch"}
     pd.testing.assert_frame_equal(fused, separate[fused.columns])
+
+
+@pytest.mark.parametrize("stamp", ["1" + "0" * 400, "9" * 5000, "1" * 13])
+def test_an_absurdly_long_timestamp_is_malformed_not_a_crash(tmp_path, stamp):
+    v = verdicts(tmp_path, [capture(BODY1, signature=SIG1, timestamp=stamp)])
+    assert v.loc[0, "verdict"] == "malformed_timestamp"
+    assert verify(BODY1.encode(), SIG1, stamp, SECRET, now=0).verdict == "malformed_timestamp"
