@@ -87,7 +87,13 @@ def run_analyses(
     inputs: pd.DataFrame | None = None,
     clock_start: str = "created",
 ) -> Analysis:
-    """Run every analysis on verified deliveries, as of ``as_of`` (pure)."""
+    """Run every analysis on verified deliveries, as of ``as_of`` (pure).
+
+    Records received after ``as_of`` are not yet known at ``as_of`` and are left out (unreadable
+    records, which have no time, are kept).
+    """
+    received = deliveries["received_at"]
+    deliveries = deliveries[received.isna() | (received <= as_of)]
     attempts = infer_attempts(deliveries, as_of=as_of)
     events = events_table(attempts, as_of=as_of)
     incidents = incidents_table(deliveries, as_of=as_of)

@@ -6,6 +6,7 @@ Exit codes shared by every command: 0 success, 1 failing findings (report), 2 a 
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
@@ -52,6 +53,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         click.echo("audit: interrupted", err=True)
+        return EXIT_BAD_INPUT
+    except OSError as e:  # a path the user gave cannot be written or read
+        where = f"{e.filename}: " if e.filename else ""
+        click.echo(f"audit: error: {where}{e.strerror or e}", err=True)
+        return EXIT_BAD_INPUT
+    except Exception as e:  # a bug: still one line and exit 3, never "1 = failing findings"
+        if os.environ.get("AUDIT_DEBUG"):
+            raise
+        click.echo(
+            f"audit: internal error: {type(e).__name__}: {e} (set AUDIT_DEBUG=1 for a traceback)",
+            err=True,
+        )
         return EXIT_BAD_INPUT
     if isinstance(rv, int):
         return rv

@@ -78,8 +78,8 @@ def _check_as_of(as_of: pd.Timestamp) -> pd.Timestamp:
 
 def _success(status: pd.Series, ms: pd.Series) -> pd.Series:
     """2xx within 5 s (``response_ms`` <= 5000 or unknown); NA when no status was captured."""
-    ok = status.between(200, 299) & ~(ms > DELIVERY_TIMEOUT_MS).fillna(False)
-    return ok.astype("boolean")
+    ok = (status.between(200, 299) & ~(ms > DELIVERY_TIMEOUT_MS).fillna(False)).astype("boolean")
+    return ok.mask(status.isna())
 
 
 def infer_attempts(

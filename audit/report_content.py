@@ -160,15 +160,11 @@ def compute(run: ReportRun) -> ReportContext:
     from audit.checks import read_mutes, run_controls
 
     audit = audit_signatures(run.logs, run.secrets_path, header_prefix=run.header_prefix)
-    deliveries = audit.deliveries
-    deliveries = deliveries[
-        deliveries["received_at"].isna() | (deliveries["received_at"] <= run.as_of)
-    ]
     subs = load_snapshots(run.snapshots) if run.snapshots else None
     if subs is not None and run.client_id:
         subs = subs[subs["client_id"] == run.client_id]
     analysis = run_analyses(
-        deliveries,
+        audit.deliveries,
         as_of=run.as_of,
         subscriptions=subs,
         inputs=audit.inputs,
@@ -183,10 +179,32 @@ def compute(run: ReportRun) -> ReportContext:
         secrets_age=store.latest_valid_from(),
         mutes=read_mutes(run.mutes_path) if run.mutes_path else None,
     )
-    ctx = ReportContext(run, analysis, findings, audit.inputs)
+    ctx = ReportContext(run, analysis, findings, _all_inputs(run, audit.inputs))
     if run.out_dir is not None:
         write_artefacts(ctx, run.out_dir)
     return ctx
+
+
+def _all_inputs(run: ReportRun, logs: pd.DataFrame) -> pd.DataFrame:
+    """Every file the run read: logs (with records and unreadable lines), snapshots, mutes,
+    and the secrets file (path and size only: a hash would let weak secrets be guessed)."""
+    import hashlib
+
+    from audit.subscriptions import snapshot_files
+
+    rows = [logs.assign(kind="capture log")]
+    extra: list[tuple[str, Path, bool]] = [("secrets", run.secrets_path, False)]
+    if run.snapshots:
+        extra += [("snapshot", p, True) for p in snapshot_files(run.snapshots)]
+    if run.mutes_path:
+        extra.append(("mutes", run.mutes_path, True))
+    for kind, path, hashed in extra:
+        blob = path.read_bytes()
+        digest = hashlib.sha256(blob).hexdigest() if hashed else ""
+        rows.append(
+            pd.DataFrame([{"source": str(path), "size": len(blob), "sha256": digest, "kind": kind}])
+        )
+    return pd.concat(rows, ignore_index=True)
 
 
 def write_artefacts(ctx: ReportContext, out_dir: Path) -> None:

@@ -60,7 +60,16 @@ class Period:
 
 
 def _day(d: date) -> pd.Timestamp:
+    if not 1678 <= d.year <= 2261:
+        raise ParameterError(f"{d.isoformat()}: years 1678 to 2261 only")
     return pd.Timestamp(d.isoformat(), tz="UTC")
+
+
+def _date(y: int, m: int, d: int, text: str) -> date:
+    try:
+        return date(y, m, d)
+    except (ValueError, OverflowError):
+        raise ParameterError(f"period {text!r}: not a valid date") from None
 
 
 def parse_period(text: str, *, today: date | None = None) -> Period:
@@ -90,22 +99,24 @@ def parse_period(text: str, *, today: date | None = None) -> Period:
         y, mo = int(m[1]), int(m[2])
         if not 1 <= mo <= 12:
             raise ParameterError(f"period {text!r}: month must be 01 to 12")
-        end = date(y + (mo == 12), mo % 12 + 1, 1)
-        return Period(text, _day(date(y, mo, 1)), _day(end))
+        end = _date(y + (mo == 12), mo % 12 + 1, 1, text)
+        return Period(text, _day(_date(y, mo, 1, text)), _day(end))
     if m := re.fullmatch(r"(\d{4})-W(\d{2})", text):
         try:
             start = date.fromisocalendar(int(m[1]), int(m[2]), 1)
-        except ValueError:
+            end = start + timedelta(days=7)
+        except (ValueError, OverflowError):
             raise ParameterError(f"period {text!r}: no such ISO week") from None
-        return Period(text, _day(start), _day(start + timedelta(days=7)))
+        return Period(text, _day(start), _day(end))
     if m := re.fullmatch(r"(\d{4}-\d{2}-\d{2})\.\.(\d{4}-\d{2}-\d{2})", text):
         try:
             a, b = date.fromisoformat(m[1]), date.fromisoformat(m[2])
-        except ValueError:
+            after = b + timedelta(days=1)
+        except (ValueError, OverflowError):
             raise ParameterError(f"period {text!r}: not valid dates") from None
         if b < a:
             raise ParameterError(f"period {text!r}: the end is before the start")
-        return Period(text, _day(a), _day(b + timedelta(days=1)))
+        return Period(text, _day(a), _day(after))
     raise ParameterError(
         f"period {text!r}: use YYYY-MM, YYYY-Www, YYYY-MM-DD..YYYY-MM-DD, "
         "previous-month or previous-week"
@@ -219,7 +230,11 @@ def run_report(
     root = Path(out_dir).resolve()
     period_dir = root / period.label
     with _lock(root):
-        done = sorted(p for p in period_dir.glob("*/manifest.json")) if period_dir.exists() else []
+        done = sorted(
+            p
+            for p in (period_dir.glob("*/manifest.json") if period_dir.exists() else [])
+            if not p.parent.name.endswith(".failed") and not p.parent.name.startswith(".")
+        )
         if skip_if_exists and done:
             return ReportResult(
                 EXIT_OK,
@@ -298,13 +313,6 @@ def _execute(notebook: Path, output: Path, parameters: dict, timeout_s: int) -> 
 def _manifest(run_id, period, params, run_dir, findings, started, ended, duration, code) -> dict:
     inputs_file = run_dir / "inputs.json"
     inputs = json.loads(inputs_file.read_text()) if inputs_file.exists() else []
-    extra = [Path(params["secrets_path"]), *(Path(p) for p in params.get("snapshots", []))]
-    if params.get("mutes_path"):
-        extra.append(Path(params["mutes_path"]))
-    for p in extra:
-        files = [p] if p.is_file() else sorted(f for f in p.rglob("*.json")) if p.is_dir() else []
-        for f in files:
-            inputs.append({"source": str(f), "size": f.stat().st_size, "sha256": _sha256(f)})
     counts: dict[str, dict[str, int]] = {"status": {}, "severity": {}}
     for f in findings:
         counts["status"][f["status"]] = counts["status"].get(f["status"], 0) + 1

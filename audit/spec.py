@@ -6,7 +6,10 @@ every module reads the same number from one place.
 
 from __future__ import annotations
 
+import re
 from typing import Final
+
+from audit.errors import ParameterError
 
 #: Brand part of the delivery header names ("X-Service-..." in the spec's generic text).
 DEFAULT_HEADER_PREFIX: Final = "X-PhishFort"
@@ -70,6 +73,8 @@ def header_names(prefix: str = DEFAULT_HEADER_PREFIX) -> dict[str, str]:
     'x-service-signature'
     """
     p = prefix.strip().rstrip("-").lower()
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", p):
+        raise ParameterError(f"header prefix {prefix!r} is not a header name part like X-PhishFort")
     return {
         "signature": f"{p}-signature",
         "event": f"{p}-event",

@@ -120,7 +120,7 @@ def _kind(value: object) -> str:
     )
 
 
-def _expand(paths: Iterable[str | Path]) -> list[Path]:
+def snapshot_files(paths: Iterable[str | Path]) -> list[Path]:
     """Files named by ``paths`` (files, folders' ``*.json``, globs), each once, in order."""
     if isinstance(paths, str | Path):
         paths = [paths]
@@ -252,7 +252,7 @@ def load_snapshots(paths: Iterable[str | Path] | str | Path) -> pd.DataFrame:
     """
     rows: list[dict[str, Any]] = []
     fetched: list[int] = []
-    for path in _expand(paths):
+    for path in snapshot_files(paths):
         fetched_ns, items = _read_snapshot(path)
         for i, item in enumerate(items):
             row = _row(item, f"{path}: listing item {i + 1}")

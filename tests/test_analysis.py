@@ -76,3 +76,13 @@ def test_bad_as_of_is_one_line(demo, capsys):
     assert main([*args[:-1], "2026-11-01T00:00:00"]) == 3
     err = capsys.readouterr().err
     assert "no UTC offset" in err and len(err.strip().splitlines()) == 1
+
+
+def test_analyze_uses_only_what_was_received_by_as_of(tmp_path):
+    from audit.analysis import analyze
+
+    sim = simulate(tmp_path / "d", seed=5, days=8, incidents=30)
+    as_of = pd.Timestamp("2026-10-03T00:00:00Z")
+    a = analyze(sim.captures, sim.secrets, as_of=as_of)
+    assert len(a.events) and (a.events["first_received_at"] <= as_of).all()
+    assert (a.deliveries["received_at"].dropna() <= as_of).all()

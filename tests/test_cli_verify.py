@@ -118,3 +118,18 @@ def test_csv_cells_are_neutralised(tmp_path, inputs, capsys):
     assert row["event_id"].startswith("'=")
     assert row["incident_id"] == "'@SUM(1)"
     assert row["delivery_id"] == "'+cmd"
+
+
+def test_an_unwritable_output_is_one_line_exit_3(tmp_path, inputs, capsys):
+    log, secrets = inputs
+    code = main(["verify", str(log), "--secrets", str(secrets), "--out", "/proc/nope/v.csv"])
+    err = capsys.readouterr().err
+    assert code == 3 and err.startswith("audit: error:") and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("prefix", ["", "X Service", "X-Service:"])
+def test_a_bad_header_prefix_is_refused(tmp_path, inputs, capsys, prefix):
+    log, secrets = inputs
+    args = ["verify", str(log), "--secrets", str(secrets), "--header-prefix", prefix]
+    assert main([*args, "--out", str(tmp_path / "v.csv")]) == 3
+    assert "header prefix" in capsys.readouterr().err

@@ -199,3 +199,9 @@ def test_demo_outage_events_are_exhausted(tmp_path):
     for p in truth["network_outage"]["lost"]:
         if p["attempt"] == 5:
             assert outcome[(p["subscription_id"], p["event_id"])] == "lost"
+
+
+def test_no_status_captured_means_success_unknown_even_when_slow():
+    a, e = run([(0, None, 6000)])
+    assert col(a, "success") == [None]
+    assert e.loc[0, "outcome"] == "unknown"

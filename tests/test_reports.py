@@ -331,3 +331,38 @@ def test_params_file_reaches_the_notebook_and_unknown_keys_are_refused(hostile, 
         _report_args(logs, secrets, tmp_path / "r2", "--params", str(params)), capsys
     )
     assert code == 3 and "unknown report parameter(s): colour" in err
+
+
+@pytest.mark.parametrize("bad", ["0000-01", "9999-12", "9999-12-30..9999-12-31", "2262-W52"])
+def test_periods_outside_the_supported_years_are_parameter_errors(bad):
+    with pytest.raises(ParameterError):
+        parse_period(bad)
+
+
+def test_skip_if_exists_ignores_failed_runs(hostile, tmp_path):
+    from audit.reports import run_report
+
+    logs, secrets = hostile
+    out = tmp_path / "r"
+    broken = Path(__file__).parent / "data" / "broken_report.ipynb"
+    common = dict(secrets_path=secrets, period=parse_period("2026-10"), out_dir=out)
+    assert run_report([logs], notebook=broken, **common).exit_code == 3
+    again = run_report([logs], skip_if_exists=True, **common)
+    assert not again.skipped and again.exit_code == 1 and again.html.is_file()
+    assert run_report([logs], skip_if_exists=True, **common).skipped
+
+
+def test_manifest_lists_snapshot_files_given_by_glob(hostile, tmp_path, capsys):
+    logs, secrets = hostile
+    snaps = tmp_path / "snaps"
+    snaps.mkdir()
+    body = {"fetched_at": "2026-10-20T00:00:00Z", "base_url": "https://api.example", "response": []}
+    (snaps / "webhooks-1.json").write_text(json.dumps(body))
+    out = tmp_path / "r"
+    args = _report_args(logs, secrets, out, "--subscriptions", str(snaps / "webhooks-*.json"))
+    _run(args, capsys)
+    manifest = json.loads(next((out / "2026-10").glob("*/manifest.json")).read_text())
+    kinds = {i["source"]: i for i in manifest["inputs"]}
+    snap = kinds[str(snaps / "webhooks-1.json")]
+    assert snap["sha256"] == hashlib.sha256((snaps / "webhooks-1.json").read_bytes()).hexdigest()
+    assert kinds[str(secrets.resolve())]["sha256"] == ""  # the secrets file is not hashed
