@@ -174,7 +174,8 @@ def events_table(
     ``outcome`` is ``delivered`` (an attempt succeeded), ``exhausted`` (no success, attempt 5
     seen), ``pending`` (no success, last attempt below 5, and ``as_of`` is not after the next
     scheduled attempt plus tolerance), ``lost`` (the next scheduled attempt never arrived) or
-    ``unknown`` (no success seen and some answer was not captured).
+    ``unknown`` (no success seen and the last attempt's answer was not captured; an earlier
+    attempt without a captured answer was followed by a retry, so it did not succeed in time).
 
     Parameters
     ----------
@@ -241,7 +242,7 @@ def events_table(
             "missing_attempts": g["missing_before"].sum(),
             "last_attempt_no": g["attempt_no"].max(),
             "_any_ok": g["_ok"].any(),
-            "_any_unknown": g["_unknown"].any(),
+            "_last_unknown": g["_unknown"].last(),
             "_body": first["body"],
         }
     ).reset_index()
@@ -258,7 +259,7 @@ def events_table(
         next_delay + next_delay.map(lambda e: tol(e) if e == e else np.nan), unit="s"
     )
     outcome = np.select(
-        [ev["_any_ok"], ev["_any_unknown"], last_no >= MAX_ATTEMPTS, as_of <= deadline],
+        [ev["_any_ok"], ev["_last_unknown"], last_no >= MAX_ATTEMPTS, as_of <= deadline],
         ["delivered", "unknown", "exhausted", "pending"],
         default="lost",
     )

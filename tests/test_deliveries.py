@@ -205,3 +205,11 @@ def test_no_status_captured_means_success_unknown_even_when_slow():
     a, e = run([(0, None, 6000)])
     assert col(a, "success") == [None]
     assert e.loc[0, "outcome"] == "unknown"
+
+
+def test_an_uncaptured_early_answer_does_not_hide_exhaustion():
+    rows = [(0, None, None), (30, 503, 10), (150, 503, 10), (750, 503, 10), (4350, 503, 10)]
+    _, e = run(rows)
+    assert e.loc[0, "outcome"] == "exhausted"
+    _, e = run([(0, 503, 10), (30, None, None)], as_of=FAR)
+    assert e.loc[0, "outcome"] == "unknown"
