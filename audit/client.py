@@ -11,10 +11,10 @@ it follows, each from the spec:
   honouring ``Retry-After`` (seconds or an HTTP date); 400, 401, 403, 404, 413 and 422 are
   terminal (section 7). A request that may have reached the service before the connection
   failed is not repeated when repeating it could create something twice (a subscription, an
-  attachment).
+  attachment). The rules are in :mod:`audit.retry`.
 * Published limits are checked before a byte is sent (section 8): 5 subscriptions per client,
   12 files and under 10485760 bytes per attachment request. Delivery URLs must be HTTPS and
-  event types known ones.
+  event types known ones. The checks are in :mod:`audit.request_checks`.
 * Answers are unwrapped from ``{data, message}``; the listing shape is not published, so
   :func:`audit.subscriptions.unwrap_listing` accepts every plausible one.
 
@@ -30,41 +30,48 @@ Errors all derive from :class:`audit.errors.ServiceError` (refusals on bad argum
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
-import math
 import mimetypes
-import os
 import random
-import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
 from audit import __version__
 from audit.errors import (
     InputError,
-    LimitError,
     PayloadTooLarge,
     RetryableError,
     ServiceError,
     TerminalError,
 )
-from audit.spec import (
-    API_VERSION_PATH,
-    EVENTS,
-    MAX_ATTACHMENTS,
-    MAX_REQUEST_BYTES,
-    MAX_SUBSCRIPTIONS_PER_CLIENT,
-    TERMINAL_STATUSES,
+from audit.redaction import REDACTED, redact_secrets
+from audit.request_checks import (
+    FileSpec,
+    check_attachment_count,
+    check_attachment_sizes,
+    check_base_url,
+    check_delivery_url,
+    check_description,
+    check_events,
+    check_request_size,
+    check_subscription_room,
+    path_segment,
 )
+from audit.retry import (
+    MAYBE_SENT_ERRORS,
+    NOT_SENT_ERRORS,
+    RetryPolicy,
+    is_retryable_status,
+    parse_retry_after,
+)
+from audit.spec import API_VERSION_PATH, TERMINAL_STATUSES
 from audit.subscriptions import unwrap_listing
 
 __all__ = [
@@ -80,87 +87,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: What a secret value is replaced by wherever the toolkit writes or shows a listing.
-REDACTED = "[redacted]"
-
-_DIGITS = re.compile(r"[0-9]+")
-_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
-#: Failures where the request cannot have reached the service: always safe to repeat.
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-#: Failures after the request may have reached the service.
-_MAYBE_SENT = (
-    httpx.ReadTimeout,
-    httpx.WriteTimeout,
-    httpx.ReadError,
-    httpx.WriteError,
-    httpx.RemoteProtocolError,
-)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """When and how long to wait before repeating a request that failed in a retryable way.
-
-    Parameters
-    ----------
-    max_attempts
-        Attempts in all, the first one included (1 disables retries).
-    base_delay_s, max_delay_s
-        Retry ``n`` (1 for the second attempt) waits a uniformly random time in
-        ``[0, min(max_delay_s, base_delay_s * 2 ** (n - 1))]`` ("full jitter").
-    max_retry_after_s
-        A ``Retry-After`` is honoured as given, up to this many seconds; a longer one ends the
-        retries at once (the error says how long the service asked to wait).
-
-    Examples
-    --------
-    >>> RetryPolicy(max_attempts=3).backoff_cap_s(2)
-    1.0
-    """
-
-    max_attempts: int = 4
-    base_delay_s: float = 0.5
-    max_delay_s: float = 30.0
-    max_retry_after_s: float = 120.0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
-            raise InputError("max_attempts must be an integer of at least 1")
-        for name in ("base_delay_s", "max_delay_s", "max_retry_after_s"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
-                raise InputError(f"{name} must be a finite number of seconds, at least 0")
-
-    def backoff_cap_s(self, retry: int) -> float:
-        """Upper bound of the jittered wait before retry number ``retry`` (1-based)."""
-        return min(self.max_delay_s, self.base_delay_s * 2 ** (retry - 1))
-
-
-def parse_retry_after(value: str | None, now: datetime) -> float | None:
-    """Seconds to wait according to a ``Retry-After`` header, or None when absent or unusable.
-
-    Accepts delay-seconds (``"120"``) or an HTTP date (RFC 9110, e.g.
-    ``"Wed, 21 Oct 2015 07:28:00 GMT"``); a date in the past means 0.
-
-    Examples
-    --------
-    >>> t = datetime(2015, 10, 21, 7, 27, 30, tzinfo=UTC)
-    >>> parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", t), parse_retry_after("2", t)
-    (30.0, 2.0)
-    """
-    if value is None:
-        return None
-    text = value.strip()
-    if _DIGITS.fullmatch(text):
-        return float(int(text))
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:  # "-0000" zones: RFC 9110 dates are UTC
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - now).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -206,49 +132,6 @@ class Listing:
         return unwrap_listing(self.body)
 
 
-def redact_secrets(value: Any, *, also: Iterable[str] = ()) -> tuple[Any, int]:
-    """Copy a decoded JSON value with every non-empty ``secret`` field replaced by ``[redacted]``.
-
-    Keys are matched case-insensitively at any depth. Strings listed in ``also`` (e.g. the API
-    key) are cut out of every string value as well.
-
-    Returns
-    -------
-    (copy, count)
-        ``count`` is the number of ``secret`` values replaced.
-
-    Examples
-    --------
-    >>> redact_secrets({"data": [{"id": "wh_1", "secret": "s3cret"}]})
-    ({'data': [{'id': 'wh_1', 'secret': '[redacted]'}]}, 1)
-    """
-    extra = [s for s in also if s]
-    count = 0
-
-    def walk(v: Any) -> Any:
-        nonlocal count
-        if isinstance(v, dict):
-            out = {}
-            for k, item in v.items():
-                if isinstance(k, str) and k.lower() == "secret" and item not in (None, ""):
-                    out[k] = REDACTED
-                    count += 1
-                else:
-                    out[k] = walk(item)
-            return out
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        if isinstance(v, str):
-            for s in extra:
-                v = v.replace(s, REDACTED)
-        return v
-
-    return walk(value), count
-
-
-FileSpec = str | os.PathLike | tuple[str, bytes] | tuple[str, bytes, str]
-
-
 class ServiceClient:
     """Synchronous client for the service's webhook and attachment operations.
 
@@ -289,7 +172,7 @@ class ServiceClient:
         rng: random.Random | None = None,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
-        self.base_url = _check_base_url(base_url)
+        self.base_url = check_base_url(base_url)
         if not isinstance(api_key, str) or not api_key.strip():
             raise InputError("the API key is empty")
         if any(c in api_key for c in "\r\n\0") or api_key != api_key.strip():
@@ -370,14 +253,9 @@ class ServiceClient:
         """
         payload: dict[str, Any] = {"url": check_delivery_url(url), "events": check_events(events)}
         if description is not None:
-            payload["description"] = _check_description(description)
+            payload["description"] = check_description(description)
         existing = self.list_webhooks()
-        if len(existing) >= MAX_SUBSCRIPTIONS_PER_CLIENT:
-            raise LimitError(
-                f"refused before sending: the client already has {len(existing)} webhook "
-                f"subscriptions and the service allows {MAX_SUBSCRIPTIONS_PER_CLIENT} per client; "
-                "delete one first"
-            )
+        check_subscription_room(len(existing))
         response, received_at = self._request("POST", "/webhooks", json=payload, repeatable=False)
         data = _unwrap(_json_body(response, f"POST {API_VERSION_PATH}/webhooks"))
         if not isinstance(data, dict) or not isinstance(data.get("id"), str) or not data["id"]:
@@ -427,10 +305,10 @@ class ServiceClient:
                 raise InputError("active must be true or false")
             payload["active"] = active
         if description is not None:
-            payload["description"] = _check_description(description)
+            payload["description"] = check_description(description)
         if not payload:
             raise InputError("nothing to update: give a URL, events, active or a description")
-        path = f"/webhooks/{_segment(subscription_id)}"
+        path = f"/webhooks/{path_segment(subscription_id)}"
         response, _ = self._request("PATCH", path, json=payload)
         return _unwrap(_json_body(response, f"PATCH {API_VERSION_PATH}{path}", allow_empty=True))
 
@@ -439,7 +317,7 @@ class ServiceClient:
 
         >>> client.delete_webhook("wh_1")  # doctest: +SKIP
         """
-        path = f"/webhooks/{_segment(subscription_id)}"
+        path = f"/webhooks/{path_segment(subscription_id)}"
         response, _ = self._request("DELETE", path)
         return _unwrap(_json_body(response, f"DELETE {API_VERSION_PATH}{path}", allow_empty=True))
 
@@ -448,7 +326,7 @@ class ServiceClient:
 
         >>> client.test_webhook("wh_1")  # doctest: +SKIP
         """
-        path = f"/webhooks/{_segment(subscription_id)}/test"
+        path = f"/webhooks/{path_segment(subscription_id)}/test"
         response, _ = self._request("POST", path)
         return _unwrap(_json_body(response, f"POST {API_VERSION_PATH}{path}", allow_empty=True))
 
@@ -461,7 +339,7 @@ class ServiceClient:
 
         >>> issued = client.rotate_secret("wh_1")  # doctest: +SKIP
         """
-        sub = _segment(subscription_id)
+        sub = path_segment(subscription_id)
         path = f"/webhooks/{sub}/rotate-secret"
         response, received_at = self._request("POST", path)
         data = _unwrap(_json_body(response, f"POST {API_VERSION_PATH}{path}"))
@@ -503,36 +381,13 @@ class ServiceClient:
         >>> client.upload_attachments("inc_1", ["shot.png", ("note.txt", b"seen at 09:30")])
         ... # doctest: +SKIP
         """
-        path = f"/incident/{_segment(incident_id, what='incident id')}/attach"
-        if not files:
-            raise InputError("no file to upload")
-        if len(files) > MAX_ATTACHMENTS:
-            raise LimitError(
-                f"refused before sending: {len(files)} files, the service accepts at most "
-                f"{MAX_ATTACHMENTS} per request"
-            )
+        path = f"/incident/{path_segment(incident_id, what='incident id')}/attach"
+        check_attachment_count(files)
         form = {str(k): str(v) for k, v in (fields or {}).items()}
-        paths = [Path(f) for f in files if isinstance(f, str | os.PathLike)]
-        sizes = []
-        for p in paths:
-            try:
-                sizes.append(p.stat().st_size)
-            except OSError as e:
-                raise InputError(f"{p}: cannot read ({e.strerror or type(e).__name__})") from None
-        raw = sum(sizes) + sum(len(f[1]) for f in files if isinstance(f, tuple))
-        if raw >= MAX_REQUEST_BYTES:
-            raise LimitError(
-                f"refused before sending: the files hold {raw} bytes; a request must stay under "
-                f"{MAX_REQUEST_BYTES} bytes"
-            )
+        check_attachment_sizes(files)
         parts = [("attachments", _file_part(f)) for f in files]
         probe = self._http.build_request("POST", path, files=parts, data=form)
-        length = int(probe.headers.get("content-length", "0"))
-        if length >= MAX_REQUEST_BYTES:
-            raise LimitError(
-                f"refused before sending: the multipart request would be {length} bytes; it "
-                f"must stay under {MAX_REQUEST_BYTES} bytes"
-            )
+        check_request_size(int(probe.headers.get("content-length", "0")))
         response, _ = self._request("POST", path, files=parts, data=form, repeatable=False)
         return _unwrap(_json_body(response, f"POST {API_VERSION_PATH}{path}", allow_empty=True))
 
@@ -564,12 +419,12 @@ class ServiceClient:
                 response = self._http.send(request)
             except httpx.TransportError as e:
                 failure = f"{type(e).__name__}: {self._scrub(str(e)) or 'connection failed'}"
-                if isinstance(e, _MAYBE_SENT) and not repeatable:
+                if isinstance(e, MAYBE_SENT_ERRORS) and not repeatable:
                     raise ServiceError(
                         f"{where}: {failure}; not repeated because the request may have reached "
                         "the service (list before trying again)"
                     ) from None
-                if not isinstance(e, _NOT_SENT + _MAYBE_SENT):
+                if not isinstance(e, NOT_SENT_ERRORS + MAYBE_SENT_ERRORS):
                     raise ServiceError(f"{where}: {failure}") from None
                 status, server_message, wait = None, None, None
             else:
@@ -579,7 +434,7 @@ class ServiceClient:
                 if 200 <= status < 300:
                     return response, received_at
                 server_message = self._server_message(response)
-                if status not in TERMINAL_STATUSES and status != 429 and not 500 <= status < 600:
+                if status not in TERMINAL_STATUSES and not is_retryable_status(status):
                     raise ServiceError(
                         f"{where}: unexpected {_describe(response, server_message)}",
                         status=status,
@@ -604,7 +459,7 @@ class ServiceClient:
                     server_message=server_message,
                 )
             if wait is None:
-                wait = self._rng.uniform(0.0, policy.backoff_cap_s(attempt))
+                wait = policy.backoff_s(attempt, self._rng)
             log.warning(
                 "%s: %s; retrying in %.2f s (attempt %d of %d)",
                 where,
@@ -659,83 +514,7 @@ class ServiceClient:
         )
 
 
-# -- checks
-
-
-def check_delivery_url(url: str) -> str:
-    """Return ``url`` if it can be a delivery URL (HTTPS with a host), else raise InputError.
-
-    >>> check_delivery_url("https://hooks.example/incidents")
-    'https://hooks.example/incidents'
-    """
-    if not isinstance(url, str) or not url.strip():
-        raise InputError("the delivery URL is empty")
-    try:
-        parsed = httpx.URL(url.strip())
-    except (httpx.InvalidURL, ValueError):
-        raise InputError(f"not a valid URL: {url!r}") from None
-    if parsed.scheme != "https":
-        raise InputError(f"delivery URLs must be HTTPS (spec 4.1): {url!r}")
-    if not parsed.host:
-        raise InputError(f"the delivery URL has no host: {url!r}")
-    return url.strip()
-
-
-def check_events(events: Sequence[str]) -> list[str]:
-    """Return the event types without repeats, or raise InputError for an empty or unknown one.
-
-    >>> check_events(["incident.created", "incident.created", "incident.status_changed"])
-    ['incident.created', 'incident.status_changed']
-    """
-    if isinstance(events, str):
-        events = [events]
-    out: list[str] = []
-    for e in events:
-        if e not in EVENTS:
-            raise InputError(f"unknown event type {e!r}; known: {', '.join(EVENTS)}")
-        if e not in out:
-            out.append(e)
-    if not out:
-        raise InputError("give at least one event type")
-    return out
-
-
-def _check_description(description: str) -> str:
-    if not isinstance(description, str):
-        raise InputError("the description must be a string")
-    return description
-
-
-def _check_base_url(base_url: str) -> str:
-    if not isinstance(base_url, str) or not base_url.strip():
-        raise InputError("no base URL given")
-    try:
-        u = httpx.URL(base_url.strip())
-    except (httpx.InvalidURL, ValueError):
-        raise InputError(f"not a valid base URL: {base_url!r}") from None
-    if u.scheme not in ("https", "http") or not u.host:
-        raise InputError(f"the base URL must be https://host[/path]: {base_url!r}")
-    if u.userinfo:
-        raise InputError("the base URL must not hold credentials; the API key goes by variable")
-    if u.query or u.fragment:
-        raise InputError(f"the base URL must not have a query or fragment: {base_url!r}")
-    if u.scheme == "http" and u.host not in _LOOPBACK_HOSTS:
-        raise InputError(
-            f"refusing to send the API key over plain HTTP to {u.host}; use https:// "
-            "(http:// is allowed for 127.0.0.1 and localhost only)"
-        )
-    text = str(u).rstrip("/")
-    if text.endswith(API_VERSION_PATH):
-        raise InputError(
-            f"give the base URL without {API_VERSION_PATH}; the client adds it: {base_url!r}"
-        )
-    return text
-
-
-def _segment(value: str, *, what: str = "subscription id") -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InputError(f"the {what} is empty")
-    return quote(value, safe="")
+# -- request bodies
 
 
 def _file_part(f: FileSpec) -> tuple[str, bytes, str]:
