@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import click
 
+from audit.atomic import write_json_atomic
 from audit.client import REDACTED, IssuedSecret, RetryPolicy, ServiceClient, redact_secrets
 from audit.errors import InputError, SecretsError
 from audit.secrets import add_secret
@@ -355,18 +355,7 @@ def write_snapshot(
     while target.exists():
         k += 1
         target = folder / f"{stem}-{k}.json"
-    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=folder)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json_atomic(target, doc, mode=0o644)
     return target, n, count
 
 

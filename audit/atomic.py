@@ -1,0 +1,31 @@
+"""Write a file so that readers see the old content or the new, never half of one."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["write_json_atomic"]
+
+
+def write_json_atomic(path: str | os.PathLike, data: object, *, mode: int = 0o644) -> Path:
+    """Write ``data`` as indented JSON beside ``path`` (with ``mode``), fsync, rename over it.
+
+    The temporary file is removed if anything fails.
+    """
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
