@@ -42,7 +42,7 @@ SUB = "wh_t"
 #: Bodies that a re-encoding would change: emoji and scripts, CRLF and trailing blanks, a line
 #: separator, an empty body, and bytes that are not UTF-8 at all.
 BODIES = [
-    '{"id":"evt_1","event":"webhook.test","data":{"incidentId":"test_1","note":"Grüße 🎣 検証"}}'.encode(),
+    '{"id":"evt_1","data":{"incidentId":"test_1","note":"Grüße 🎣 検証"}}'.encode(),
     b'{ "id" : "evt_2",\r\n  "data" : {"incidentId":"test_2"} }  \n',
     '{"id":"evt_3","data":{"incidentId":"test_3","x":"a\u2028b"}}'.encode(),
     b"",
