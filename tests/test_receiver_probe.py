@@ -215,7 +215,7 @@ def _free_port() -> int:
 
 
 def test_unreachable_receiver_raises(secrets_file):
-    with pytest.raises(UnreachableError, match="cannot reach the receiver.*refused"):
+    with pytest.raises(UnreachableError, match=r"cannot reach the receiver.*refused"):
         run_probe(f"http://127.0.0.1:{_free_port()}/", secrets_file, SUB)
 
 
