@@ -7,6 +7,7 @@ be reached or the input is bad.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import click
@@ -155,4 +156,20 @@ def receive(
         f"receiving on http://{shown}:{bound_port}/ for subscription "
         f"{app.subscription_id}; captures in {out}/ (Ctrl-C stops)",
     )
-    server.run(sockets=[sock])
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal.
+        server.run(sockets=[sock])
+    except (KeyboardInterrupt, _Stopped):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    click.echo("receiver stopped", err=True)
+
+
+class _Stopped(Exception):
+    """SIGTERM after uvicorn's graceful shutdown: a normal stop (systemd, docker)."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise _Stopped

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
 import socket
 import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
@@ -441,3 +443,42 @@ def test_cli_dry_run_sends_nothing(tmp_path, secrets_file, capsys):
     assert code == 0 and not folder.exists()
     assert "nothing is sent" in out and len(out.splitlines()) == 1 + len(CHECKS)
     assert "skipped: the subscription has no previous secret" in out
+
+
+@pytest.mark.slow
+def test_cli_receive_serves_the_reference_receiver(tmp_path, secrets_file):
+    folder = tmp_path / "captures"
+    cmd = [
+        sys.executable,
+        "-m",
+        "audit.cli",
+        "receive",
+        "--port",
+        "0",
+        "--secrets",
+        str(secrets_file),
+        "--subscription",
+        SUB,
+        "--out",
+        str(folder),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("receiving on http://127.0.0.1:"), proc.stderr.read()
+        url = first.split()[2]
+        result = run_probe(url, secrets_file, SUB, only=["valid_accepted", "wrong_secret_rejected"])
+        assert [c.passed for c in result.checks] == [True, True]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(20)
+    assert proc.returncode == 0
+    d = load_captures([folder], secrets=read_secrets(secrets_file)).deliveries
+    assert list(d["verdict"]) == ["valid", "signature_mismatch"]
+    assert list(d["response_status"]) == [204, 401]
+
+
+def test_cli_receive_refuses_an_ambiguous_secrets_file(tmp_path, secrets_file, capsys):
+    code = main(["receive", "--port", "0", "--secrets", str(secrets_file), "--out", str(tmp_path)])
+    assert code == 3
+    assert "holds 2 subscriptions (wh_main, wh_other)" in capsys.readouterr().err
