@@ -73,7 +73,7 @@ def probe(
     """
     if dry_run:
         target = check_target(url)
-        steps = plan(secrets_path, subscription_id, only=only or None)
+        steps = plan(secrets_path, subscription_id, only=only or None, header_prefix=header_prefix)
         click.echo(f"plan for {target} (subscription {subscription_id}); nothing is sent:")
         width = max(len(c.id) for c, _ in steps)
         for c, skip in steps:

@@ -390,3 +390,19 @@ def test_processes_sharing_a_file_write_whole_lines(tmp_path):
     lines = _lines(tmp_path)
     seen = sorted((b["w"], b["i"]) for b in (json.loads(json.loads(x)["body"]) for x in lines))
     assert seen == [(w, i) for w in range(3) for i in range(40)]
+
+
+def test_asgi_app_that_returns_without_answering_is_captured_as_500(tmp_path):
+    async def app(scope, receive, send):
+        await receive()
+
+    async def receive():
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message):
+        raise AssertionError("nothing may be sent")
+
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": []}
+    asyncio.run(CaptureMiddleware(app, tmp_path)(scope, receive, send))
+    (record,) = [json.loads(line) for line in _lines(tmp_path)]
+    assert record["response_status"] == 500 and record["body"] == "{}"

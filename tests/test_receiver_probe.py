@@ -482,3 +482,14 @@ def test_cli_receive_refuses_an_ambiguous_secrets_file(tmp_path, secrets_file, c
     code = main(["receive", "--port", "0", "--secrets", str(secrets_file), "--out", str(tmp_path)])
     assert code == 3
     assert "holds 2 subscriptions (wh_main, wh_other)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "module", ["capture_log", "probe_plan", "probe", "probe_report", "reference", "asgi"]
+)
+def test_doctests(module):
+    import doctest
+    import importlib
+
+    mod = importlib.import_module(f"audit.receiver.{module}")
+    assert doctest.testmod(mod, optionflags=doctest.ELLIPSIS).failed == 0

@@ -155,13 +155,20 @@ class CaptureMiddleware:
         try:
             await self.app(scope, replay, send_after_capture)
         except Exception:
-            if not state["written"]:
-                state["written"] = True
-                try:
-                    await capture(500)
-                except OSError as e:
-                    log.error("capture failed (%s)", e.strerror or e)
+            await self._capture_500(state, capture)
             raise
+        # An application that returns without answering gets a 500 from the server.
+        await self._capture_500(state, capture)
+
+    @staticmethod
+    async def _capture_500(state: dict, capture: Callable[[int], Awaitable[None]]) -> None:
+        if state["written"]:
+            return
+        state["written"] = True
+        try:
+            await capture(500)
+        except OSError as e:
+            log.error("capture failed (%s)", e.strerror or e)
 
 
 async def _answer(send: Send, status: int) -> None:

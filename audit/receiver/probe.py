@@ -121,12 +121,14 @@ def plan(
     subscription_id: str,
     *,
     only: Iterable[str] | None = None,
+    header_prefix: str = DEFAULT_HEADER_PREFIX,
     now: float | None = None,
 ) -> list[tuple[Check, str | None]]:
     """The checks a run would send, in order, each with the reason it would be skipped (or
     None); reads and checks the secrets file like a run, sends nothing (``--dry-run``)."""
     checks = select_checks(only)
-    ctx = _context(secrets_path, subscription_id, time.time() if now is None else now, "X-A")
+    now = time.time() if now is None else now
+    ctx = _context(secrets_path, subscription_id, now, header_prefix)
     out: list[tuple[Check, str | None]] = []
     for c in checks:
         skip = None
