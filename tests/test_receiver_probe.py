@@ -14,9 +14,11 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from audit.checks import FINDING_COLUMNS
+from audit.analysis import analyze
+from audit.checks import FINDING_COLUMNS, run_controls
 from audit.cli import main
 from audit.errors import InputError, UnreachableError
 from audit.load import load_captures
@@ -122,6 +124,7 @@ def _failed(result: ProbeResult) -> set[str]:
     return {c.id for c in result.checks if c.passed is False}
 
 
+@pytest.mark.filterwarnings("ignore:fewer than 10 observations")
 def test_reference_receiver_passes_every_check_and_its_captures_verify(tmp_path, secrets_file):
     folder = tmp_path / "captures"
     with serve_asgi(receiver_app(secrets_file, folder, subscription_id=SUB)) as url:
@@ -161,6 +164,14 @@ def test_reference_receiver_passes_every_check_and_its_captures_verify(tmp_path,
     assert (d["event_id"] == valid_event).sum() == 2 and d["event_id"].nunique() == len(d) - 1
     agents = {dict(h)["user-agent"] for h in _headers(folder)}
     assert len(agents) == 1 and agents.pop().startswith("audit-probe/0.1.0 (webhook receiver")
+    # The analyses and the report's controls read the folder too: the receiver's answers
+    # satisfy SIG-01 (every non-valid request got 401) and SIG-02 (no valid one was refused).
+    a = analyze([folder], secrets_file)
+    day = a.as_of.floor("D")
+    findings = run_controls(
+        a, period_start=day, period_end=day + pd.Timedelta(days=1), only=["SIG-01", "SIG-02"]
+    )
+    assert list(findings["status"]) == ["pass", "pass"]
 
 
 def _headers(folder: Path) -> list[list]:
