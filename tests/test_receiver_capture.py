@@ -165,6 +165,7 @@ def test_rejections_and_other_routes(served, secrets_file):
     assert list(d["verdict"]) == ["stale_timestamp"]  # only the POST to /hook was captured
 
 
+@pytest.mark.slow
 def test_concurrent_requests_produce_whole_lines(served):
     url, folder = served
     bodies = [
