@@ -504,3 +504,40 @@ def test_doctests(module):
 
     mod = importlib.import_module(f"audit.receiver.{module}")
     assert doctest.testmod(mod, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+async def drops_the_connection_on_stale(body, h):
+    if _check(body, h) == 401 and "x-phishfort-signature" in h:
+        ts = h.get("x-phishfort-timestamp", "")
+        if ts.isdigit() and abs(int(ts) - time.time()) > 300:
+            raise RuntimeError("handler crashed")  # uvicorn answers 500
+    return _check(body, h)
+
+
+def test_a_500_or_a_dropped_connection_fails_only_that_check(secrets_file):
+    import httpx
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.headers.get("x-phishfort-signature", "").startswith("sha256="):
+            raise httpx.RemoteProtocolError("server closed the connection", request=request)
+        return httpx.Response(204 if "x-phishfort-signature" in request.headers else 401)
+
+    result = run_probe(
+        "https://hooks.example/",
+        secrets_file,
+        SUB,
+        only=["valid_accepted", "missing_signature_rejected", "within_timeout"],
+        transport=httpx.MockTransport(handler),
+        clock=lambda: 1790000000.0,
+    )
+    valid, missing, timely = result.checks
+    assert (valid.passed, valid.status) == (False, None)
+    assert valid.detail.startswith("no usable answer (RemoteProtocolError")
+    assert (missing.passed, missing.status) == (True, 401)
+    assert not timely.passed and "valid_accepted" in timely.detail
+    with serve_asgi(receiver(drops_the_connection_on_stale)) as url:
+        result = run_probe(url, secrets_file, SUB, only=["stale_past_rejected", "valid_accepted"])
+    assert [(c.id, c.status, c.passed) for c in result.checks] == [
+        ("valid_accepted", 204, True),
+        ("stale_past_rejected", 500, False),
+    ]

@@ -164,9 +164,9 @@ def _send(client: httpx.Client, url: str, p: Prepared, timeout_s: float) -> tupl
     except httpx.ConnectError as e:
         ms = (time.perf_counter() - started) * 1000
         return None, ms, f"could not connect ({_one_line(e)})", False
-    except httpx.TransportError as e:
+    except httpx.RequestError as e:  # closed mid-answer, bad HTTP, undecodable body
         ms = (time.perf_counter() - started) * 1000
-        return None, ms, f"connection closed without an answer ({_one_line(e)})", True
+        return None, ms, f"no usable answer ({type(e).__name__}: {_one_line(e)})", True
     ms = (time.perf_counter() - started) * 1000
     return response.status_code, ms, None, True
 
