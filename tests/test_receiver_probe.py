@@ -541,3 +541,39 @@ def test_a_500_or_a_dropped_connection_fails_only_that_check(secrets_file):
         ("valid_accepted", 204, True),
         ("stale_past_rejected", 500, False),
     ]
+
+
+def test_a_receiver_clock_that_is_off_is_named_in_the_failed_window_checks(secrets_file):
+    import email.utils
+
+    import httpx
+
+    now = 1790000000.0
+    ahead = 10  # the receiver's clock runs 10 s ahead: 299 s becomes 309 s there
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        v = verify(
+            request.content,
+            request.headers.get("x-phishfort-signature"),
+            request.headers.get("x-phishfort-timestamp"),
+            CURRENT,
+            now=now + ahead,
+        )
+        date = email.utils.formatdate(now + ahead, usegmt=True)
+        return httpx.Response(204 if v.ok else 401, headers={"Date": date})
+
+    result = run_probe(
+        "https://hooks.example/",
+        secrets_file,
+        SUB,
+        only=["valid_accepted", "boundary_accepted", "stale_future_rejected"],
+        transport=httpx.MockTransport(handler),
+        clock=lambda: now,
+    )
+    valid, boundary, future = result.checks
+    assert valid.passed and valid.detail == "answered 204"  # passed: no note
+    assert not boundary.passed
+    assert boundary.detail.endswith("the receiver's Date header is +10 s off the probe's clock")
+    # 301 s in the future is 291 s on the receiver's clock: accepted, and the note says why.
+    assert (future.passed, future.status) == (False, 204)
+    assert future.detail.endswith("+10 s off the probe's clock")

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 
 import httpx
 
@@ -152,7 +153,7 @@ def _context(secrets_path: str | os.PathLike, subscription_id: str, now: float, 
 
 
 def _send(client: httpx.Client, url: str, p: Prepared, timeout_s: float) -> tuple:
-    """(status or None, ms, error text or None, connected)."""
+    """(response or None, ms, error text or None, connected)."""
     request = client.build_request("POST", url, headers=p.headers, content=p.body)
     started = time.perf_counter()
     try:
@@ -168,7 +169,37 @@ def _send(client: httpx.Client, url: str, p: Prepared, timeout_s: float) -> tupl
         ms = (time.perf_counter() - started) * 1000
         return None, ms, f"no usable answer ({type(e).__name__}: {_one_line(e)})", True
     ms = (time.perf_counter() - started) * 1000
-    return response.status_code, ms, None, True
+    return response, ms, None, True
+
+
+#: Checks whose outcome depends on the receiver's clock agreeing with the probe's.
+_CLOCK_CHECKS = frozenset({"boundary_accepted", "stale_past_rejected", "stale_future_rejected"})
+
+
+def clock_offset_s(response: httpx.Response, now: float) -> float | None:
+    """The receiver's clock minus ``now`` from its ``Date`` header (1 s resolution), or None.
+
+    >>> r = httpx.Response(204, headers={"Date": "Sun, 01 Nov 2026 12:00:10 GMT"})
+    >>> clock_offset_s(r, datetime(2026, 11, 1, 12, 0, tzinfo=UTC).timestamp())
+    10.0
+    """
+    value = response.headers.get("date")
+    if not value:
+        return None
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return when.timestamp() - now
+
+
+def _clock_note(check: Check, passed: bool, offset: float | None) -> str:
+    """A hint when a time-window check failed and the receiver's clock is visibly off."""
+    if passed or check.id not in _CLOCK_CHECKS or offset is None or abs(offset) < 2:
+        return ""
+    return f"; the receiver's Date header is {offset:+.0f} s off the probe's clock"
 
 
 def _one_line(e: Exception) -> str:
@@ -255,11 +286,14 @@ def run_probe(
                 if check.id != "within_timeout":
                     results.append(CheckResult(check.id, None, check.expected, None, None, p.skip))
                 continue
-            status, ms, error, connected = _send(client, target, p, timeout_s)
+            response, ms, error, connected = _send(client, target, p, timeout_s)
+            status = None if response is None else response.status_code
             reached = reached or connected
             if not connected and unreachable is None:
                 unreachable = error
             passed, detail = _judge(check, status, ms, error, limit_ms)
+            if response is not None:
+                detail += _clock_note(check, passed, clock_offset_s(response, clock()))
             answered.append((check.id, status, ms))
             results.append(
                 CheckResult(
