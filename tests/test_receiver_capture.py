@@ -407,3 +407,15 @@ def test_asgi_app_that_returns_without_answering_is_captured_as_500(tmp_path):
     asyncio.run(CaptureMiddleware(app, tmp_path)(scope, receive, send))
     (record,) = [json.loads(line) for line in _lines(tmp_path)]
     assert record["response_status"] == 500 and record["body"] == "{}"
+
+
+def test_chunked_bodies_are_captured_whole(served):
+    url, folder = served
+    parts = [b'{"id":"evt_c",', '"n":"Grüße"'.encode(), b"}"]
+    with httpx.Client() as client:
+        r = client.post(f"{url}/hook", content=iter(parts))  # Transfer-Encoding: chunked
+    assert r.status_code == 204
+    assert r.headers["x-sha"] == hashlib.sha256(b"".join(parts)).hexdigest()
+    (record,) = [json.loads(line) for line in _lines(folder)]
+    assert record["body"].encode() == b"".join(parts)
+    assert ["transfer-encoding", "chunked"] in [[n.lower(), v] for n, v in record["headers"]]
