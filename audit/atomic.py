@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_json_atomic"]
+__all__ = ["write_json_atomic", "write_text_atomic"]
 
 
 def write_json_atomic(path: str | os.PathLike, data: object, *, mode: int = 0o644) -> Path:
@@ -22,6 +22,23 @@ def write_json_atomic(path: str | os.PathLike, data: object, *, mode: int = 0o64
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=2, ensure_ascii=False)
             f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, *, mode: int = 0o644) -> Path:
+    """Write ``text`` (UTF-8) beside ``path`` (with ``mode``), fsync, rename over it."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)

@@ -9,6 +9,7 @@ The hierarchy::
     ├── SchemaError             a frame does not have the declared columns or dtypes
     ├── ParameterError          a report or analysis parameter is invalid
     ├── ReportError             the report pipeline failed (notebook, conversion, lock)
+    ├── UnreachableError        the probe's target receiver could not be reached at all
     └── ServiceError            the incident service's API answered with an error
         ├── TerminalError       400/401/403/404/413/422: do not retry, fix the request
         │   └── PayloadTooLarge 413, with the server's ``statusCode``/``error``/``message``
@@ -33,6 +34,7 @@ __all__ = [
     "SecretsError",
     "ServiceError",
     "TerminalError",
+    "UnreachableError",
 ]
 
 
@@ -62,6 +64,10 @@ class ParameterError(AuditError):
 
 class ReportError(AuditError):
     """The report pipeline failed."""
+
+
+class UnreachableError(AuditError):
+    """``audit probe``: no request reached the receiver (connection refused, DNS, TLS)."""
 
 
 class ServiceError(AuditError):
