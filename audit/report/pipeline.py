@@ -226,7 +226,8 @@ def _counts(findings: pd.DataFrame) -> dict[str, dict[str, int]]:
 
 def _completed(root: Path, period: Period) -> Path | None:
     for e in scan_runs(root) if root.is_dir() else []:
-        if e.state == "completed" and e.folder.parent.name == period.label:
+        rendered = (e.manifest or {}).get("rendering", {}).get("status") == "ok"
+        if e.state == "completed" and rendered and e.folder.parent.name == period.label:
             return e.folder
     return None
 
