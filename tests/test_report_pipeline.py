@@ -92,7 +92,7 @@ def test_a_custom_notebook_gets_run_dir_only(hostile, tmp_path):  # noqa: F811
 # --- a clean console ---------------------------------------------------------------------------
 
 PROGRESS = re.compile(
-    r"audit: (loading inputs|loaded \d+ records from \d+ files \(\d+ valid, \d+ unreadable\)"
+    r"audit: (loaded \d+ records from \d+ files \(\d+ valid, \d+ unreadable\)"
     r"|analyses and controls done: \d+ findings, \d+ failing|rendering the report)"
 )
 
@@ -110,7 +110,7 @@ def test_stderr_of_the_demo_holds_only_progress_lines(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     assert [line for line in lines if not PROGRESS.fullmatch(line)] == []
-    assert len(lines) == 4
+    assert len(lines) == 3
     for line in proc.stdout.splitlines():  # every path printed exists
         label, _, value = line.partition(":")
         if label in ("run", "report", "index", "secrets", "truth"):

@@ -246,7 +246,8 @@ def test_exploration_notebooks_run_with_defaults(name, tmp_path):
     nb = json.loads((tmp_path / "out.ipynb").read_text())
     outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
     assert not [o for o in outputs if o["output_type"] == "error"]
-    assert any("image/png" in o.get("data", {}) for o in outputs)
+    html = ["".join(o.get("data", {}).get("text/html", "")) for o in outputs]
+    assert any("data:image/png;base64," in h and 'alt="' in h for h in html)
 
 
 def test_demo_report_plants_failing_findings(tmp_path, capsys):

@@ -287,7 +287,6 @@ def run_report(
             skipped=True,
         )
     started, t0 = clock(), time.monotonic()
-    say("loading inputs")
     inputs = load_inputs(
         list(logs),
         secrets_path=secrets_path,
