@@ -131,8 +131,8 @@ def table(
     """An HTML table of the ``spec`` columns present in ``df``; cut after ``max_rows`` rows
     with a pointer to the full file ``full`` (relative to the run folder).
 
-    >>> str(table(pd.DataFrame({"n": [1234]}), {"n": ("Records", "int")}, caption="C"))[:70]
-    '<table class="audit"><caption>C</caption><thead><tr><th>Records</th></t'
+    >>> str(table(pd.DataFrame({"n": [1234]}), {"n": ("Records", "int")}, caption="C"))[:68]
+    '<table class="audit"><caption>C</caption><thead><tr><th>Records</th>'
     """
     if df is None or df.empty:
         return HTML(f"<p class='note'>{esc(caption)}: {esc(empty or 'none')}.</p>")

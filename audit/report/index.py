@@ -60,7 +60,8 @@ def _row(root: Path, e: RunEntry) -> str:
     m = e.manifest or {}
     period = m.get("period", {}).get("label") if isinstance(m.get("period"), dict) else None
     cells = [esc(period or e.folder.parent.name), esc(m.get("run_id") or e.folder.name)]
-    cells.append(esc(m.get("started", "")))
+    started = str(m.get("started", ""))
+    cells.append(esc(f"{started[:10]} {started[11:16]}" if len(started) >= 16 else started))
     if e.state == "unreadable":
         cells += [f"unreadable manifest ({esc(e.problem)})", "", ""]
     else:
@@ -84,7 +85,12 @@ def _row(root: Path, e: RunEntry) -> str:
         _link(root, e.folder / "manifest.json", "manifest"),
     ]
     cells.append(" · ".join(f for f in files if f))
-    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+    nowrap = "<td style='white-space:nowrap'>"
+    return (
+        "<tr>"
+        + "".join(f"{nowrap if i < 3 else '<td>'}{c}</td>" for i, c in enumerate(cells))
+        + "</tr>"
+    )
 
 
 def build_index(root: str | os.PathLike) -> Path:

@@ -60,6 +60,8 @@ def compare(
     >>> t = compare(now, before, {"run_id": "r"})
     >>> [[r["check_id"] for r in t[k]] for k in ("new", "persisting", "resolved")]
     [['A'], ['B'], ['C']]
+    >>> t["resolved"][0]["status_now"]
+    'absent'
     """
     if previous is None:
         return {"previous": None, "new": [], "resolved": [], "persisting": []}
@@ -71,10 +73,20 @@ def compare(
     persisting_rows = _rows(persisting)
     for row, key in zip(persisting_rows, key_now[key_now.isin(set(key_before))], strict=True):
         row["previous_uid"] = uid_before[key]
+    resolved = before[~key_before.isin(set(key_now))]
+    resolved_rows = _rows(resolved)
+    status_now: dict[str, str] = {}
+    if len(current) and {"check_id", "resource", "status"} <= set(current.columns):
+        keys = current["check_id"].astype(str) + "\x1f" + current["resource"].astype(str)
+        status_now = dict(zip(keys, current["status"].astype(str), strict=True))
+    for row, key in zip(resolved_rows, key_before[resolved.index], strict=True):
+        # "resolved" only says the failure is gone: now pass, or skip (nothing to judge), or
+        # muted, or absent (the resource is no longer seen).
+        row["status_now"] = status_now.get(key, "absent")
     return {
         "previous": previous_info,
         "new": _rows(now[~key_now.isin(set(key_before))]),
-        "resolved": _rows(before[~key_before.isin(set(key_now))]),
+        "resolved": resolved_rows,
         "persisting": persisting_rows,
     }
 

@@ -151,12 +151,14 @@ def trend(run: RunData) -> HTML:
         "finding_uid": ("Finding uid", "text"),
     }
     parts = [head]
+    resolved_spec = {**spec, "status_now": ("Status now", "status")}
     for key, caption in (
         ("new", "New failures"),
         ("persisting", "Persisting failures"),
-        ("resolved", "Resolved since the previous period (uid of that period)"),
+        ("resolved", "No longer failing (uid of the previous period; skip: not judged now)"),
     ):
-        parts.append(str(table(pd.DataFrame(t.get(key, [])), spec, caption=caption)))
+        cols = resolved_spec if key == "resolved" else spec
+        parts.append(str(table(pd.DataFrame(t.get(key, [])), cols, caption=caption)))
     return HTML("".join(parts))
 
 
