@@ -59,6 +59,16 @@ def _kernel_manager_class():
             super().__init__(**kwargs)
             self._audit_folder = folder
 
+        async def _async_interrupt_kernel(self) -> None:
+            # jupyter_client sends SIGINT before every shutdown request; when it lands while
+            # the idle kernel handles a message, ipykernel logs "KeyboardInterrupt caught in
+            # kernel" on stderr (seen about once in ten runs). Once every cell has run there
+            # is nothing to interrupt: skip it and let the shutdown request (then a kill
+            # after the grace period) end the kernel. Interrupts on a timeout still happen.
+            if self.shutting_down:
+                return
+            await super()._async_interrupt_kernel()
+
         async def _async_cleanup_resources(self, restart: bool = False) -> None:
             await super()._async_cleanup_resources(restart=restart)
             if not restart:
