@@ -16,13 +16,25 @@ __all__ = ["clock_skew", "daily_failures", "latency", "retry_delays", "takedown"
 
 
 def _period_deliveries(run: RunData) -> pd.DataFrame:
+    from audit.report.params import Period
+    from audit.report.tables import deliveries_in_period
+
     d = run.table("deliveries")
     p = run.manifest.get("period", {})
     if d.empty or not p.get("start"):
         return d
-    start, end = pd.Timestamp(p["start"]), pd.Timestamp(p["end"])
-    t = d["received_at"]
-    return d[((t >= start) & (t < end)).fillna(False).astype(bool) | t.isna()]
+    period = Period(str(p.get("label")), pd.Timestamp(p["start"]), pd.Timestamp(p["end"]))
+    return deliveries_in_period(d, period)
+
+
+def _nothing(run: RunData, what: str) -> HTML | None:
+    """A one-line note instead of an empty plot when the period has no valid delivery."""
+    d = _period_deliveries(run)
+    if d.empty or not (d["verdict"] == "valid").any():
+        return HTML(
+            f"<p class='note'>{what}: no valid delivery in the period, nothing to draw.</p>"
+        )
+    return None
 
 
 def verdicts(run: RunData) -> HTML:
@@ -39,6 +51,8 @@ def verdicts(run: RunData) -> HTML:
 
 def clock_skew(run: RunData) -> HTML:
     """Histogram of the difference between the signed timestamp and the receipt time."""
+    if (note := _nothing(run, "Clock skew")) is not None:
+        return note
     from audit.plotting import plot_clock_skew
 
     return embed(
@@ -50,6 +64,8 @@ def clock_skew(run: RunData) -> HTML:
 
 def daily_failures(run: RunData) -> HTML:
     """Daily share of failed delivery attempts."""
+    if (note := _nothing(run, "Daily failure rate")) is not None:
+        return note
     from audit.plotting import plot_daily_failure_rate
 
     return embed(
@@ -60,6 +76,8 @@ def daily_failures(run: RunData) -> HTML:
 
 def latency(run: RunData) -> HTML:
     """Acknowledgement and emission latency distributions."""
+    if (note := _nothing(run, "Latency")) is not None:
+        return note
     from audit.plotting import plot_latency_distributions
 
     lat = run.table("latency")
@@ -76,6 +94,8 @@ def latency(run: RunData) -> HTML:
 
 def retry_delays(run: RunData) -> HTML:
     """Observed delays between attempts against the published schedule."""
+    if (note := _nothing(run, "Retry delays")) is not None:
+        return note
     from audit.plotting import plot_retry_delays
 
     off = len(run.table("off_schedule_attempts"))

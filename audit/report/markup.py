@@ -53,7 +53,8 @@ body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; co
 .finding dd { margin: 0; overflow-wrap: anywhere; }
 .uid { font-family: ui-monospace, monospace; font-size: 0.85em; color: #555; }
 table.audit { border-collapse: collapse; margin: 0.4em 0 1.2em; font-size: 0.88em; }
-table.audit caption { text-align: left; font-weight: 600; padding: 0.3em 0; }
+table.audit caption { text-align: left; font-weight: 600; padding: 0.3em 0;
+  white-space: nowrap; }
 table.audit th, table.audit td { border: 1px solid #d0d7de; padding: 3px 8px;
   vertical-align: top; }
 table.audit th { background: #f3f4f6; text-align: left; white-space: nowrap;

@@ -1,8 +1,9 @@
 """The tables a run folder holds: the analysis tables plus the period's summaries (pure).
 
 Everything the notebook shows is computed here, in the pipeline's process; the notebook only
-formats and draws. Summaries are cut to the period ``[start, end)``; records without a receipt
-time (unreadable lines) are kept, since they cannot be placed outside it.
+formats and draws. Summaries are cut to the period ``[start, end)``; a record without a receipt
+time (an unreadable line) counts where its file's readable records are (see
+:func:`deliveries_in_period`).
 """
 
 from __future__ import annotations
@@ -12,13 +13,27 @@ import pandas as pd
 from audit.analysis import Analysis
 from audit.report.params import Period
 
-__all__ = ["in_period", "report_tables"]
+__all__ = ["deliveries_in_period", "in_period", "report_tables"]
 
 
 def in_period(times: pd.Series, period: Period, *, keep_missing: bool = False) -> pd.Series:
     """``start <= t < end`` (missing times: ``keep_missing``)."""
     inside = ((times >= period.start) & (times < period.end)).fillna(False).astype(bool)
     return inside | times.isna() if keep_missing else inside
+
+
+def deliveries_in_period(d: pd.DataFrame, period: Period) -> pd.DataFrame:
+    """Requests received in the period, and the untimed ones (unreadable lines) whose file has
+    readable records in the period, or none at all (then nothing places them elsewhere)."""
+    t = d["received_at"]
+    inside = in_period(t, period)
+    untimed = t.isna()
+    if untimed.any():
+        spans = d[~untimed].groupby("source")["received_at"].agg(["min", "max"])
+        overlaps = (spans["min"] < period.end) & (spans["max"] >= period.start)
+        keep = d.loc[untimed, "source"].map(overlaps).fillna(True).astype(bool)
+        inside = inside | keep.reindex(d.index, fill_value=False)
+    return d[inside]
 
 
 def _safe(fn, *args, **kwargs) -> pd.DataFrame:
@@ -44,7 +59,7 @@ def report_tables(analysis: Analysis, period: Period) -> dict[str, pd.DataFrame]
 
     tables = dict(analysis.tables())
     d = analysis.deliveries
-    period_d = d[in_period(d["received_at"], period, keep_missing=True)]
+    period_d = deliveries_in_period(d, period)
     e = analysis.events
     period_e = e[in_period(e["first_received_at"], period)] if "first_received_at" in e else e
     tables["verdict_counts"] = _safe(verdict_counts, period_d)
