@@ -101,8 +101,15 @@ def _evidence(raw: object) -> str:
     for k, v in ev.items():
         if isinstance(v, list):
             shown = ", ".join(map(str, v[:8])) + (f" … ({len(v)} in all)" if len(v) > 8 else "")
+        elif isinstance(v, float):
+            shown = f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
+        elif isinstance(v, dict):
+            shown = json.dumps(
+                {k2: round(x, 2) if isinstance(x, float) else x for k2, x in v.items()},
+                default=str,
+            )
         else:
-            shown = json.dumps(v, default=str) if isinstance(v, dict) else str(v)
+            shown = str(v)
         parts.append(f"<b>{esc(k)}</b>: {text(shown[:600])}")
     return "<br>".join(parts)
 
