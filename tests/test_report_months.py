@@ -10,6 +10,7 @@ import pytest
 from audit.cli import main
 from audit.signatures import sign
 from tests.builders import capture, write_jsonl, write_secrets
+from tests.test_reports import hostile  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -151,3 +152,23 @@ def test_a_listing_taken_after_as_of_is_not_shown_nor_judged(tmp_path, capsys):
         i["source"]: i["kind"] for i in json.loads((run / "manifest.json").read_text())["inputs"]
     }
     assert kinds[str(snaps / "webhooks-2026-11-05.json")].startswith("snapshot fetched after as_of")
+
+
+def test_valid_deliveries_without_snapshots_skip_the_subscription_controls(
+    hostile,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    logs, secrets = hostile
+    out = tmp_path / "r"
+    args = ["report", str(logs), "--secrets", str(secrets), "--period", "2026-10"]
+    code = main([*args, "--out", str(out), "--quiet"])
+    capsys.readouterr()
+    run = next((out / "2026-10").iterdir())
+    findings = json.loads((run / "findings.json").read_text())
+    subs = [f for f in findings if f["check_id"].startswith("SUB-") or f["check_id"] == "SIG-05"]
+    assert len(subs) == 6
+    assert all(f["status"] == "skip" and "snapshot" in f["reason"] for f in subs)
+    assert code == 1  # TKD-03: two incidents wait on the client (judged: deliveries exist)
+    page = (run / "report.html").read_text()
+    assert "No listing snapshot fetched before as_of was given" in page
