@@ -20,10 +20,10 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from audit.analysis import Analysis, analyze, run_analyses
-from audit.checks import run_controls
 from audit.client import ServiceClient
 from audit.deliveries import events_table, infer_attempts
 from audit.errors import AuditError
+from audit.findings import run_controls
 from audit.incidents import incidents_table, status_intervals
 from audit.load import Captures, load_captures
 from audit.reports import parse_period, run_report

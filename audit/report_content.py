@@ -157,7 +157,7 @@ def compute(run: ReportRun) -> ReportContext:
     The whole log is read (retries and incidents spanning the period's edges need the records
     just outside it); the controls judge the period itself.
     """
-    from audit.checks import read_mutes, run_controls
+    from audit.findings import read_mutes, run_controls
 
     audit = audit_signatures(run.logs, run.secrets_path, header_prefix=run.header_prefix)
     subs = load_snapshots(run.snapshots) if run.snapshots else None

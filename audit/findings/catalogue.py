@@ -108,7 +108,7 @@ def load_catalogue(path: str | Path | None = None) -> dict[str, Control]:
     where = "audit/controls.json" if path is None else str(path)
     try:
         if path is None:
-            text = resources.files("audit").joinpath("controls.json").read_text("utf-8")
+            text = resources.files("audit.findings").joinpath("controls.json").read_text("utf-8")
         else:
             text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:

@@ -23,9 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audit import checks
 from audit.analysis import Analysis, analyze, run_analyses
-from audit.checks import (
+from audit.errors import InputError, ParameterError
+from audit.findings import (
     CONTROLS,
     FINDING_COLUMNS,
     PARAMETER_RANGES,
@@ -35,7 +35,7 @@ from audit.checks import (
     run_controls,
     summarise,
 )
-from audit.errors import InputError, ParameterError
+from audit.findings import runner as checks
 from audit.simulate import simulate
 from audit.spec import INCIDENT_EVENTS
 from audit.subscriptions import load_snapshots

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from audit.controls.base import (
+from audit.findings.controls.base import (
     Outcome,
     Scope,
     counts,

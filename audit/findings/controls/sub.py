@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from audit.controls.base import (
+from audit.findings.controls.base import (
     MAX_EXAMPLES,
     NO_SNAPSHOT,
     Outcome,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pandas as pd
 
-from audit.controls.base import (
+from audit.findings.controls.base import (
     NO_SNAPSHOT,
     Outcome,
     Scope,

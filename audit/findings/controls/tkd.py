@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from audit.controls.base import (
+from audit.findings.controls.base import (
     DONE_STATUSES,
     MAX_EXAMPLES,
     Outcome,

@@ -23,20 +23,20 @@ from typing import Any
 import pandas as pd
 
 from audit.analysis import Analysis
-from audit.controls.base import Outcome, Scope, evidence_json
-from audit.controls.catalogue import (
+from audit.errors import ParameterError
+from audit.findings.catalogue import (
     PARAMETER_RANGES,
     SEVERITIES,
     Control,
     load_catalogue,
     resolve_params,
 )
-from audit.controls.dlv import dlv_01, dlv_02, dlv_03, dlv_04, dlv_05, dlv_06
-from audit.controls.mutes import MUTE_COLUMNS, apply_mutes, read_mutes
-from audit.controls.sig import sig_01, sig_02, sig_03, sig_04, sig_05
-from audit.controls.sub import sub_01, sub_02, sub_03, sub_04, sub_05
-from audit.controls.tkd import tkd_01, tkd_02, tkd_03, tkd_04
-from audit.errors import ParameterError
+from audit.findings.controls.base import Outcome, Scope, evidence_json
+from audit.findings.controls.dlv import dlv_01, dlv_02, dlv_03, dlv_04, dlv_05, dlv_06
+from audit.findings.controls.sig import sig_01, sig_02, sig_03, sig_04, sig_05
+from audit.findings.controls.sub import sub_01, sub_02, sub_03, sub_04, sub_05
+from audit.findings.controls.tkd import tkd_01, tkd_02, tkd_03, tkd_04
+from audit.findings.mutes import MUTE_COLUMNS, apply_mutes, read_mutes
 
 __all__ = [
     "CONTROLS",
