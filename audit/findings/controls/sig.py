@@ -19,8 +19,6 @@ from audit.findings.controls.base import (
     verdict,
 )
 
-__all__ = ["sig_01", "sig_02", "sig_03", "sig_04", "sig_05"]
-
 
 def sig_01(s: Scope) -> Outcome:
     """Every request whose verdict is not ``valid`` was answered 401.

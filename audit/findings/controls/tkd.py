@@ -22,8 +22,6 @@ from audit.findings.controls.base import (
 from audit.spec import CLIENT_WAIT_STATUSES
 from audit.takedown import SMALL_SAMPLE_N, kaplan_meier, km_quantile
 
-__all__ = ["tkd_01", "tkd_02", "tkd_03", "tkd_04"]
-
 _NO_INCIDENT = "No incident was created in the period or is open at as_of."
 
 
