@@ -85,7 +85,7 @@ def simulate(out: Path, seed: int, start, days: int, incidents: int) -> None:
     The data follows the service's published rules and plants the faults a real month has
     (see docs/demo.md). The same seed gives the same bytes.
     """
-    from audit.simulate import simulate as run
+    from audit.demo import simulate as run
 
     result = run(out, seed=seed, start=start, days=days, incidents=incidents)
     _print_simulation(result)
@@ -113,8 +113,8 @@ def demo(ctx: click.Context, out: Path, seed: int) -> int:
     """Generate the demo data set and run the compliance report on it; print where it is."""
     import shutil
 
+    from audit.demo import simulate as run
     from audit.reports import parse_period, run_report
-    from audit.simulate import simulate as run
 
     data = out / "data"
     if (data / "truth.json").is_file():  # an earlier demo's data: regenerate, same bytes

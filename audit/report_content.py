@@ -395,7 +395,7 @@ def demo_inputs(seed: int = 7) -> dict[str, object]:
     """
     import tempfile
 
-    from audit.simulate import simulate
+    from audit.demo import simulate
 
     root = Path(tempfile.gettempdir()) / f"audit-demo-seed{seed}"
     if not (root / "truth.json").is_file():

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from audit.analysis import Analysis, analyze, run_analyses
+from audit.demo import simulate
 from audit.errors import InputError, ParameterError
 from audit.findings import (
     CONTROLS,
@@ -38,7 +39,6 @@ from audit.findings import runner as checks
 from audit.findings.catalogue import parameter_ranges
 from audit.findings.controls import FAMILIES, control_id
 from audit.findings.controls.sig import sig_03
-from audit.simulate import simulate
 from audit.spec import INCIDENT_EVENTS
 from audit.subscriptions import load_snapshots
 

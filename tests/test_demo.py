@@ -22,10 +22,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from audit.demo import plan_faults, simulate
 from audit.errors import InputError, ParameterError
 from audit.secrets import read_secrets
 from audit.signatures import verify
-from audit.simulate import plan_faults, simulate
 from audit.spec import (
     EVENTS,
     INCIDENT_CLASSES,
