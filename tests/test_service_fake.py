@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from audit.fake_service import TOO_LARGE_MESSAGE, FakeService, main
+from audit.service.fake.http import TOO_LARGE_MESSAGE, FakeService, main
 
 KEY = "fake-key-1"
 OTHER_KEY = "fake-key-2"
