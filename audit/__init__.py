@@ -30,7 +30,8 @@ from audit.reports import parse_period, run_report
 from audit.secrets import SecretStore, read_secrets
 from audit.signatures import VERDICTS, sign, verify
 from audit.subscriptions import load_snapshots
-from audit.takedown import kaplan_meier, km_quantile, takedown_durations
+from audit.survival import kaplan_meier, km_quantile
+from audit.takedown import takedown_durations
 from audit.verification import audit_signatures, verdict_counts, verify_frame
 
 __all__ = [

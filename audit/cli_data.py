@@ -285,7 +285,7 @@ def analyze(
 
 def summary_text(result) -> str:
     """A few lines an analyst reads first (pure formatting of the analysis tables)."""
-    from audit.takedown import kaplan_meier, km_quantile
+    from audit.survival import kaplan_meier, km_quantile
 
     d, e, inc = result.deliveries, result.events, result.incidents
     valid = d[d["verdict"] == "valid"]

@@ -28,7 +28,7 @@ from audit.deliveries import Tolerance, latency_summary
 from audit.errors import ParameterError, SchemaError
 from audit.signatures import VERDICTS
 from audit.spec import CLOCK_TOLERANCE_S, DELIVERY_TIMEOUT_MS, MAX_ATTEMPTS, RETRY_DELAYS_S
-from audit.takedown import MISSING_GROUP
+from audit.survival import MISSING_GROUP
 from audit.verification import verdict_counts
 
 __all__ = [

@@ -42,7 +42,7 @@ from audit.findings.controls.sig import sig_03
 from audit.spec import INCIDENT_EVENTS
 from audit.subscriptions import load_snapshots
 
-pytestmark = pytest.mark.filterwarnings("ignore::audit.takedown.SmallSampleWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::audit.survival.SmallSampleWarning")
 
 T0 = pd.Timestamp("2026-10-01T00:00:00Z")
 END = T0 + pd.Timedelta(days=10)

@@ -23,7 +23,8 @@ from matplotlib.figure import Figure
 from audit import plotting as P
 from audit.deliveries import events_table, infer_attempts
 from audit.errors import ParameterError, SchemaError
-from audit.takedown import SmallSampleWarning, kaplan_meier_by, takedown_durations
+from audit.survival import SmallSampleWarning, kaplan_meier_by
+from audit.takedown import takedown_durations
 
 T0 = pd.Timestamp("2026-10-01T00:00:00Z")
 AS_OF = pd.Timestamp("2026-10-05T00:00:00Z")

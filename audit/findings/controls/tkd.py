@@ -20,7 +20,7 @@ from audit.findings.controls.base import (
     verdict,
 )
 from audit.spec import CLIENT_WAIT_STATUSES
-from audit.takedown import SMALL_SAMPLE_N, kaplan_meier, km_quantile
+from audit.survival import SMALL_SAMPLE_N, kaplan_meier, km_quantile
 
 _NO_INCIDENT = "No incident was created in the period or is open at as_of."
 
