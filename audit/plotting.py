@@ -3,9 +3,10 @@
 Every function builds its figure with ``matplotlib.figure.Figure()``, never through pyplot: no
 global state, no display, nothing saved or shown (the caller decides, e.g. ``fig.savefig(...)``
 or returning the figure as a notebook cell's value). Empty input gives a figure that says
-"no data". Aggregates a figure needs are computed by the small public helpers here
-(:func:`km_steps`, :func:`daily_failure_rate`, :func:`retry_delays`, :func:`log_bins`) or by the
-analysis modules, so that tests check numbers rather than pixels.
+"no data". The functions here only draw: the frames a figure shows are computed in
+:mod:`audit.metrics` (:func:`~audit.metrics.km_steps`, :func:`~audit.metrics.daily_failure_rate`,
+:func:`~audit.metrics.retry_delays`) or by the analysis modules, which the ``plot_*`` functions
+call, so that tests check numbers rather than pixels.
 
 Text drawn from data (groups, subscription ids) is shortened and has ``$`` escaped so that it
 is never read as mathtext; incident URLs are never drawn.
@@ -14,7 +15,7 @@ is never read as mathtext; incident URLs are never drawn.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 import matplotlib.dates as mdates
@@ -25,7 +26,16 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
 from audit.deliveries import Tolerance, latency_summary
-from audit.errors import ParameterError, SchemaError
+from audit.errors import ParameterError
+from audit.metrics import (
+    RETRY_KINDS,
+    daily_failure_rate,
+    km_steps,
+    plain_label,
+    require_columns,
+    retry_delays,
+    utc_times,
+)
 from audit.signatures import VERDICTS
 from audit.spec import CLOCK_TOLERANCE_S, DELIVERY_TIMEOUT_MS, MAX_ATTEMPTS, RETRY_DELAYS_S
 from audit.survival import MISSING_GROUP
@@ -33,10 +43,6 @@ from audit.verification import verdict_counts
 
 __all__ = [
     "NO_DATA",
-    "RETRY_KINDS",
-    "TIME_UNITS",
-    "daily_failure_rate",
-    "km_steps",
     "log_bins",
     "plot_clock_skew",
     "plot_daily_failure_rate",
@@ -44,14 +50,10 @@ __all__ = [
     "plot_retry_delays",
     "plot_takedown_curves",
     "plot_verdict_counts",
-    "retry_delays",
 ]
 
 NO_DATA = "no data"
 """Text shown on an axes that has nothing to draw."""
-
-TIME_UNITS: dict[str, float] = {"s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
-"""Seconds per unit accepted by ``unit=`` arguments."""
 
 _SIZE = (8.0, 4.5)
 _LABEL_MAX = 40
@@ -94,36 +96,15 @@ def _label(value: object) -> str:
     return text.replace("$", r"\$")
 
 
-def _require(df: object, columns: Iterable[str], name: str, hint: str) -> pd.DataFrame:
-    if not isinstance(df, pd.DataFrame):
-        raise SchemaError(f"{name} must be a DataFrame, got {type(df).__name__}")
-    missing = [c for c in columns if c not in df.columns]
-    if missing and len(df):
-        raise SchemaError(f"{name} lacks column(s) {', '.join(missing)}; use {hint}")
-    return df
-
-
-def _utc(times: pd.Series) -> pd.Series:
-    if not isinstance(times.dtype, pd.DatetimeTZDtype):
-        raise SchemaError(f"{times.name} must be timezone-aware UTC times, got {times.dtype}")
-    return times.dt.tz_convert("UTC")
-
-
 def _naive_utc(times: pd.Series) -> np.ndarray:
     """Timezone-aware times as naive UTC ``datetime64`` (what matplotlib's date axis takes)."""
-    return _utc(times).dt.tz_localize(None).to_numpy(dtype="datetime64[ns]")
+    return utc_times(times).dt.tz_localize(None).to_numpy(dtype="datetime64[ns]")
 
 
 def _date_axis(ax: Axes) -> None:
     locator = mdates.AutoDateLocator()
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
-
-
-def _unit_scale(unit: str) -> float:
-    if unit not in TIME_UNITS:
-        raise ParameterError(f"unit must be one of {', '.join(TIME_UNITS)}, got {unit!r}")
-    return TIME_UNITS[unit]
 
 
 def _percent(share: float) -> str:
@@ -143,66 +124,6 @@ def _duration_text(seconds: float) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def km_steps(km: pd.DataFrame, *, unit: str = "h") -> pd.DataFrame:
-    """Kaplan–Meier rows ready to draw as step curves: a time-0 row per group, times in ``unit``.
-
-    Parameters
-    ----------
-    km : pandas.DataFrame
-        From :func:`audit.takedown.kaplan_meier_by` (``group``, ``time`` in seconds,
-        ``at_risk``, ``censored``, ``survival``, ``ci_lower``, ``ci_upper``); without a
-        ``group`` column every row belongs to group ``"all"`` (e.g. from ``kaplan_meier``).
-    unit : {"s", "min", "h", "d"}, default "h"
-        Unit of the returned ``time``.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns ``group, n, time, survival, ci_lower, ci_upper, censored``; per group, in order
-        of first appearance, a row ``(0, 1, 1, 1, 0)`` and then the KM rows sorted by time.
-        ``n`` is the group's size (``at_risk`` of its first row).
-
-    Examples
-    --------
-    >>> km = pd.DataFrame({"group": ["a", "a"], "time": [3600.0, 7200.0], "at_risk": [2, 1],
-    ...                    "events": [1, 0], "censored": [0, 1], "survival": [0.5, 0.5],
-    ...                    "ci_lower": [0.1, 0.1], "ci_upper": [0.9, 0.9]})
-    >>> km_steps(km)[["group", "time", "survival"]].to_string(index=False)
-    'group  time  survival\\n    a   0.0       1.0\\n    a   1.0       0.5\\n    a   2.0       0.5'
-    """
-    cols = ["time", "at_risk", "censored", "survival", "ci_lower", "ci_upper"]
-    _require(km, cols, "km", "audit.takedown.kaplan_meier_by()")
-    scale = _unit_scale(unit)
-    out_cols = ["group", "n", "time", "survival", "ci_lower", "ci_upper", "censored"]
-    if km.empty:
-        dtypes = {"group": "str", "n": "int64", "censored": "int64"}
-        return pd.DataFrame({c: pd.Series(dtype=dtypes.get(c, "float64")) for c in out_cols})
-    groups = km["group"].map(_plain) if "group" in km.columns else pd.Series("all", index=km.index)
-    frames = []
-    for name in dict.fromkeys(groups):
-        g = km[groups == name].sort_values("time", kind="stable")
-        n = int(g["at_risk"].iloc[0])
-        frames.append(
-            pd.DataFrame(
-                {
-                    "group": name,
-                    "n": n,
-                    "time": np.concatenate(([0.0], g["time"].to_numpy(float) / scale)),
-                    "survival": np.concatenate(([1.0], g["survival"].to_numpy(float))),
-                    "ci_lower": np.concatenate(([1.0], g["ci_lower"].to_numpy(float))),
-                    "ci_upper": np.concatenate(([1.0], g["ci_upper"].to_numpy(float))),
-                    "censored": np.concatenate(([0], g["censored"].to_numpy("int64"))),
-                }
-            )
-        )
-    out = pd.concat(frames, ignore_index=True)[out_cols]
-    return out.astype({"group": "str", "n": "int64", "censored": "int64"})
-
-
-def _plain(value: object) -> str:
-    return MISSING_GROUP if value is None or value is pd.NA or value != value else str(value)
-
-
 def plot_takedown_curves(
     km: pd.DataFrame, *, unit: str = "h", title: str | None = None, show_censored: bool = True
 ) -> Figure:
@@ -211,7 +132,7 @@ def plot_takedown_curves(
     Parameters
     ----------
     km : pandas.DataFrame
-        From :func:`audit.takedown.kaplan_meier_by` (times in seconds).
+        From :func:`audit.survival.kaplan_meier_by` (times in seconds).
     unit : {"s", "min", "h", "d"}, default "h"
         Unit of the x axis.
     title : str, optional
@@ -267,78 +188,6 @@ def plot_takedown_curves(
 # Delivery failures and retries
 # --------------------------------------------------------------------------------------------
 
-_ATTEMPT_COLS = ("attempt_no", "success", "received_at", "subscription_id")
-
-
-def daily_failure_rate(attempts: pd.DataFrame, *, fill_days: bool = True) -> pd.DataFrame:
-    """Share of valid delivery attempts that did not succeed, per UTC day and subscription.
-
-    An attempt is a row with an ``attempt_no`` (a ``valid`` delivery, see
-    :func:`audit.deliveries.infer_attempts`); it failed when ``success`` is false (not 2xx, or
-    answered after the 5 s timeout). Attempts whose answer was not captured (``success`` NA)
-    are counted in ``attempts`` but left out of the rate. ``webhook.test`` deliveries count:
-    they are deliveries too.
-
-    Parameters
-    ----------
-    attempts : pandas.DataFrame
-        From :func:`audit.deliveries.infer_attempts`.
-    fill_days : bool, default True
-        Add a row, with zero counts and a NaN rate, for every day between the first and the
-        last and every subscription seen, so that a line plot shows gaps instead of bridging.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns ``day`` (midnight UTC), ``subscription_id`` (``"(missing)"`` when unknown),
-        ``attempts``, ``answered``, ``failed`` (int64) and ``failure_rate`` (float:
-        ``failed / answered``, NaN when nothing was answered), sorted by day then subscription.
-
-    Examples
-    --------
-    >>> rates = daily_failure_rate(infer_attempts(verified, as_of=end))  # doctest: +SKIP
-    >>> rates.pivot(index="day", columns="subscription_id", values="failure_rate")
-    ... # doctest: +SKIP
-    """
-    _require(attempts, _ATTEMPT_COLS, "attempts", "audit.deliveries.infer_attempts()")
-    out_cols = ["day", "subscription_id", "attempts", "answered", "failed", "failure_rate"]
-    a = attempts[attempts["attempt_no"].notna()] if len(attempts) else attempts
-    if a.empty:
-        return pd.DataFrame(
-            {
-                "day": pd.Series(dtype="datetime64[ns, UTC]"),
-                "subscription_id": pd.Series(dtype="str"),
-                **{c: pd.Series(dtype="int64") for c in ("attempts", "answered", "failed")},
-                "failure_rate": pd.Series(dtype="float64"),
-            }
-        )[out_cols]
-    success = a["success"].astype("boolean")
-    parts = pd.DataFrame(
-        {
-            "day": _utc(a["received_at"]).dt.floor("D"),
-            "subscription_id": a["subscription_id"].map(_plain),
-            "attempts": 1,
-            "answered": success.notna().astype("int64"),
-            "failed": (~success).fillna(False).astype("int64"),
-        }
-    )
-    g = parts.groupby(["day", "subscription_id"], sort=True)[["attempts", "answered", "failed"]]
-    counts = g.sum()
-    if fill_days:
-        days = counts.index.get_level_values("day")
-        unit = parts["day"].dt.unit
-        full_days = pd.date_range(days.min(), days.max(), freq="D", unit=unit)
-        subs = sorted(set(counts.index.get_level_values("subscription_id")))
-        full = pd.MultiIndex.from_product([full_days, subs], names=["day", "subscription_id"])
-        counts = counts.reindex(full, fill_value=0)
-    out = counts.reset_index()
-    answered = out["answered"].to_numpy(dtype="float64")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rate = np.where(answered > 0, out["failed"].to_numpy(dtype="float64") / answered, np.nan)
-    out["failure_rate"] = rate
-    out = out.astype({"subscription_id": "str", "attempts": "int64", "answered": "int64"})
-    return out.astype({"failed": "int64"})[out_cols]
-
 
 def plot_daily_failure_rate(attempts: pd.DataFrame, *, title: str | None = None) -> Figure:
     """Daily delivery failure rate, one line per subscription (gaps on days without answers).
@@ -379,57 +228,6 @@ def plot_daily_failure_rate(attempts: pd.DataFrame, *, title: str | None = None)
     ax.legend(handles, labels, title="subscription", fontsize="small")
     ax.grid(alpha=0.3)
     return fig
-
-
-RETRY_KINDS = ("on_schedule", "after_missing", "off_schedule")
-
-
-def retry_delays(attempts: pd.DataFrame) -> pd.DataFrame:
-    """Retries (attempt 2 or later) with their observed and scheduled delays, and a kind.
-
-    Parameters
-    ----------
-    attempts : pandas.DataFrame
-        From :func:`audit.deliveries.infer_attempts`.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns ``subscription_id, event_id, attempt_no, delay_s, expected_delay_s,
-        missing_before, kind``, one row per observed retry. ``kind`` is ``off_schedule`` (the
-        delay matched no scheduled attempt), ``after_missing`` (on schedule, but attempts in
-        between never reached the receiver, so the expected delay is a sum) or
-        ``on_schedule``.
-
-    Examples
-    --------
-    >>> retry_delays(infer_attempts(verified, as_of=end))["kind"].value_counts()
-    ... # doctest: +SKIP
-    """
-    cols = ["attempt_no", "delay_s", "expected_delay_s", "on_schedule", "missing_before"]
-    _require(attempts, cols, "attempts", "audit.deliveries.infer_attempts()")
-    out_cols = ["subscription_id", "event_id", "attempt_no", "delay_s", "expected_delay_s"]
-    out_cols += ["missing_before", "kind"]
-    if attempts.empty:
-        r = pd.DataFrame({c: pd.Series(dtype="float64") for c in out_cols})
-        return r.astype({"subscription_id": "str", "event_id": "str", "kind": "str"})
-    keep = (attempts["attempt_no"] >= 2).fillna(False) & attempts["delay_s"].notna()
-    r = attempts[keep]
-    on = r["on_schedule"].fillna(False).astype(bool).to_numpy()
-    missed = (r["missing_before"].fillna(0) > 0).to_numpy(dtype=bool)
-    kind = np.select([~on, missed], ["off_schedule", "after_missing"], default="on_schedule")
-    out = pd.DataFrame(
-        {
-            "subscription_id": r["subscription_id"].map(_plain) if len(r) else [],
-            "event_id": r["event_id"],
-            "attempt_no": r["attempt_no"].astype("int64"),
-            "delay_s": r["delay_s"].astype("float64"),
-            "expected_delay_s": r["expected_delay_s"].astype("float64"),
-            "missing_before": r["missing_before"].fillna(0).astype("int64"),
-            "kind": pd.Series(kind, index=r.index, dtype="str"),
-        }
-    )
-    return out.astype({"subscription_id": "str", "event_id": "str"}).reset_index(drop=True)
 
 
 def _jitter(n: int, width: float = 0.5) -> np.ndarray:
@@ -596,8 +394,8 @@ def plot_latency_distributions(
     >>> plot_latency_distributions(attempts, events_table(attempts, as_of=end))
     ... # doctest: +SKIP
     """
-    _require(attempts, ("verdict", "response_ms", "skew_s"), "attempts", "infer_attempts()")
-    _require(events, ("is_test", "emission_latency_s"), "events", "events_table()")
+    require_columns(attempts, ("verdict", "response_ms", "skew_s"), "attempts", "infer_attempts()")
+    require_columns(events, ("is_test", "emission_latency_s"), "events", "events_table()")
     fig, (ack_ax, emit_ax) = _figure((11.0, 4.2), ncols=2)
     fig.suptitle(title or "Delivery latencies")
     has_a = len(attempts) > 0
@@ -690,7 +488,9 @@ def plot_clock_skew(
         raise ParameterError(f"yscale must be 'auto', 'linear' or 'symlog', got {yscale!r}")
     if not tolerance_s > 0:
         raise ParameterError(f"tolerance_s must be positive, got {tolerance_s!r}")
-    _require(deliveries, ("received_at", "skew_s", "verdict"), "deliveries", "audit_signatures()")
+    require_columns(
+        deliveries, ("received_at", "skew_s", "verdict"), "deliveries", "audit_signatures()"
+    )
     fig, (ax,) = _figure()
     title = title or "Clock skew: receipt time − signed timestamp"
     d = (
@@ -703,7 +503,7 @@ def plot_clock_skew(
         return fig
     skew = d["skew_s"].to_numpy(dtype=float)
     times = _naive_utc(d["received_at"])
-    verdicts = d["verdict"].map(_plain).to_numpy(dtype=object)
+    verdicts = d["verdict"].map(plain_label).to_numpy(dtype=object)
     ax.axhspan(-tolerance_s, tolerance_s, color="tab:green", alpha=0.08, linewidth=0)
     window = ax.axhline(tolerance_s, color="tab:green", linestyle="--", linewidth=1)
     ax.axhline(-tolerance_s, color="tab:green", linestyle="--", linewidth=1)
@@ -760,7 +560,7 @@ def plot_verdict_counts(
     >>> plot_verdict_counts(audit_signatures(["captures/"], "secrets.json").deliveries)
     ... # doctest: +SKIP
     """
-    _require(deliveries, ("verdict",), "deliveries", "audit_signatures()")
+    require_columns(deliveries, ("verdict",), "deliveries", "audit_signatures()")
     fig, (ax,) = _figure((8.0, 3.5))
     counts = verdict_counts(deliveries) if len(deliveries) else pd.DataFrame()
     if counts.empty:
