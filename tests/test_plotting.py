@@ -570,3 +570,55 @@ def test_pipeline_frames_render_without_urls():
         drawn = " ".join(texts(fig))
         assert "evil" not in drawn and "http" not in drawn
         assert not any(says_no_data(ax) for ax in fig.axes)
+
+
+#: The drawing API the notebooks and the report's figures call, as it was before plotting was
+#: split (name -> parameters as (name, kind, default)); a refactoring must keep it.
+PLOT_SIGNATURES = {
+    "plot_clock_skew": [
+        ("deliveries", "POSITIONAL_OR_KEYWORD", None),
+        ("tolerance_s", "KEYWORD_ONLY", 300),
+        ("yscale", "KEYWORD_ONLY", "auto"),
+        ("title", "KEYWORD_ONLY", None),
+    ],
+    "plot_daily_failure_rate": [
+        ("attempts", "POSITIONAL_OR_KEYWORD", None),
+        ("title", "KEYWORD_ONLY", None),
+    ],
+    "plot_latency_distributions": [
+        ("attempts", "POSITIONAL_OR_KEYWORD", None),
+        ("events", "POSITIONAL_OR_KEYWORD", None),
+        ("title", "KEYWORD_ONLY", None),
+    ],
+    "plot_retry_delays": [
+        ("attempts", "POSITIONAL_OR_KEYWORD", None),
+        ("tolerance", "KEYWORD_ONLY", None),
+        ("title", "KEYWORD_ONLY", None),
+    ],
+    "plot_takedown_curves": [
+        ("km", "POSITIONAL_OR_KEYWORD", None),
+        ("unit", "KEYWORD_ONLY", "h"),
+        ("title", "KEYWORD_ONLY", None),
+        ("show_censored", "KEYWORD_ONLY", True),
+    ],
+    "plot_verdict_counts": [
+        ("deliveries", "POSITIONAL_OR_KEYWORD", None),
+        ("log", "KEYWORD_ONLY", None),
+        ("title", "KEYWORD_ONLY", None),
+    ],
+}
+
+
+def test_plotting_keeps_its_drawing_api_and_only_draws():
+    import inspect
+
+    assert sorted(n for n in P.__all__ if n.startswith("plot_")) == sorted(PLOT_SIGNATURES)
+    for name, expected in PLOT_SIGNATURES.items():
+        params = inspect.signature(getattr(P, name)).parameters.values()
+        got = [
+            (p.name, p.kind.name, None if p.default is inspect.Parameter.empty else p.default)
+            for p in params
+        ]
+        assert got == expected, name
+    # the frames live in audit.metrics; plotting exports only drawing
+    assert set(P.__all__) == {*PLOT_SIGNATURES, "NO_DATA", "log_bins"}
