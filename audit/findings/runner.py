@@ -28,24 +28,9 @@ from audit.errors import ParameterError
 from audit.findings.catalogue import SEVERITIES, Control, load_catalogue, resolve_params
 from audit.findings.controls import CONTROLS, ControlFunction
 from audit.findings.controls.base import Outcome, Scope, evidence_json
-from audit.findings.mutes import MUTE_COLUMNS, apply_mutes, read_mutes
+from audit.findings.mutes import apply_mutes
 
-__all__ = [
-    "CONTROLS",
-    "FINDING_COLUMNS",
-    "MUTE_COLUMNS",
-    "SEVERITIES",
-    "STATUSES",
-    "Control",
-    "Outcome",
-    "Scope",
-    "apply_mutes",
-    "finding_uid",
-    "load_catalogue",
-    "read_mutes",
-    "run_controls",
-    "summarise",
-]
+__all__ = ["FINDING_COLUMNS", "STATUSES", "finding_uid", "run_controls", "summarise"]
 
 #: Every status of a finding.
 STATUSES = ("pass", "fail", "info", "skip", "error", "muted")
