@@ -19,7 +19,8 @@ from audit.incidents import incidents_table, status_intervals
 from audit.safe import write_csv
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
 from audit.subscriptions import load_snapshots
-from audit.takedown import kaplan_meier_by, takedown_durations, takedown_summary
+from audit.survival import kaplan_meier_by
+from audit.takedown import takedown_durations, takedown_summary
 from audit.timeutil import as_utc
 from audit.verification import VERDICT_COLUMNS, audit_signatures
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from audit.findings.catalogue import SEVERITIES
 from audit.safe import write_csv
 from audit.spec import DEFAULT_HEADER_PREFIX
 from audit.verification import VERDICT_COLUMNS, audit_signatures, verdict_counts
@@ -85,7 +86,7 @@ def simulate(out: Path, seed: int, start, days: int, incidents: int) -> None:
     The data follows the service's published rules and plants the faults a real month has
     (see docs/demo.md). The same seed gives the same bytes.
     """
-    from audit.simulate import simulate as run
+    from audit.demo import simulate as run
 
     result = run(out, seed=seed, start=start, days=days, incidents=incidents)
     _print_simulation(result)
@@ -114,8 +115,8 @@ def demo(ctx: click.Context, out: Path, seed: int, quiet: bool) -> int:
     """Generate the demo data set and run the compliance report on it; print where it is."""
     import shutil
 
+    from audit.demo import simulate as run
     from audit.report import parse_period, run_report
-    from audit.simulate import simulate as run
 
     data = out / "data"
     if (data / "truth.json").is_file():  # an earlier demo's data: regenerate, same bytes
@@ -178,7 +179,7 @@ def _print_report(report) -> None:
 )
 @click.option(
     "--fail-on",
-    type=click.Choice(["info", "low", "medium", "high", "critical"]),
+    type=click.Choice(list(reversed(SEVERITIES))),
     default="low",
     show_default=True,
     help="Exit 1 when a finding at or above this severity fails.",
@@ -285,7 +286,7 @@ def analyze(
 
 def summary_text(result) -> str:
     """A few lines an analyst reads first (pure formatting of the analysis tables)."""
-    from audit.takedown import kaplan_meier, km_quantile
+    from audit.survival import kaplan_meier, km_quantile
 
     d, e, inc = result.deliveries, result.events, result.incidents
     valid = d[d["verdict"] == "valid"]

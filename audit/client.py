@@ -144,7 +144,7 @@ class ServiceClient:
         The client's API key; sent in ``x-api-key`` and nowhere else.
     transport
         An :mod:`httpx` transport, e.g. ``httpx.MockTransport(handler)`` or
-        :meth:`audit.fake_service.FakeService.transport` in tests.
+        :meth:`audit.service.fake.FakeService.transport` in tests.
     timeout
         Seconds (or an :class:`httpx.Timeout`) for connect, read, write and pool.
     retry

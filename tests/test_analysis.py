@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from audit.cli import main
-from audit.simulate import simulate
+from audit.demo import simulate
 
 TABLES = (
     "deliveries",

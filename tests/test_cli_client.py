@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from audit import cli_client
 from audit.cli import cli, main
-from audit.fake_service import FakeService
 from audit.secrets import read_secrets
+from audit.service.fake import FakeService
 from audit.signatures import sign, verify
 from audit.subscriptions import load_snapshots
 

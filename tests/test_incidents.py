@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from audit.demo import simulate
 from audit.errors import ParameterError, SchemaError
 from audit.incidents import (
     COUNT_KEYS,
@@ -33,7 +34,6 @@ from audit.incidents import (
 from audit.load import load_captures
 from audit.secrets import SecretStore
 from audit.signatures import sign
-from audit.simulate import simulate
 from audit.spec import CLIENT_WAIT_STATUSES
 from audit.takedown import takedown_durations
 from audit.verification import audit_signatures, verify_frame

@@ -20,10 +20,12 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
+from audit import metrics as M
 from audit import plotting as P
 from audit.deliveries import events_table, infer_attempts
 from audit.errors import ParameterError, SchemaError
-from audit.takedown import SmallSampleWarning, kaplan_meier_by, takedown_durations
+from audit.survival import SmallSampleWarning, kaplan_meier_by
+from audit.takedown import takedown_durations
 
 T0 = pd.Timestamp("2026-10-01T00:00:00Z")
 AS_OF = pd.Timestamp("2026-10-05T00:00:00Z")
@@ -175,7 +177,7 @@ def hlines_at(ax, y: float) -> list:
 
 
 def test_km_steps_adds_time_zero_and_converts_units():
-    steps = P.km_steps(km_table(), unit="h")
+    steps = M.km_steps(km_table(), unit="h")
     client = steps[steps["group"] == "CLIENT_REPORTED"]
     assert client["time"].tolist() == [0.0, 2.0, 6.0, 24.0]
     assert client["survival"].tolist() == pytest.approx([1.0, 2 / 3, 1 / 3, 1 / 3])
@@ -185,7 +187,7 @@ def test_km_steps_adds_time_zero_and_converts_units():
     pf = steps[steps["group"] == "PHISHFORT_DETECTED"]
     assert pf["time"].tolist() == [0.0, 1.0, 3.0]
     assert pf["survival"].tolist() == pytest.approx([1.0, 0.5, 0.0])
-    minutes = P.km_steps(km_table(), unit="min")
+    minutes = M.km_steps(km_table(), unit="min")
     assert minutes.loc[minutes["group"] == "CLIENT_REPORTED", "time"].tolist() == [
         0.0,
         120.0,
@@ -197,8 +199,8 @@ def test_km_steps_adds_time_zero_and_converts_units():
 def test_km_steps_without_group_column_and_empty():
     km = km_table().drop(columns="group")
     km = km[km["time"] > 7200]  # one group's tail is fine: only shape matters here
-    assert set(P.km_steps(km)["group"]) == {"all"}
-    empty = P.km_steps(km_table().iloc[:0])
+    assert set(M.km_steps(km)["group"]) == {"all"}
+    empty = M.km_steps(km_table().iloc[:0])
     assert empty.empty and list(empty.columns) == [
         "group",
         "n",
@@ -263,7 +265,7 @@ def test_takedown_empty():
 
 
 def test_daily_failure_rate_hand_computed():
-    r = P.daily_failure_rate(attempts_of(FAILURE_ROWS))
+    r = M.daily_failure_rate(attempts_of(FAILURE_ROWS))
     days = [T0, T0 + pd.Timedelta(days=1), T0 + pd.Timedelta(days=2)]
     assert r["day"].tolist() == [d for d in days for _ in (0, 1)]
     assert r["subscription_id"].tolist() == ["wh_a", "wh_b"] * 3
@@ -276,13 +278,13 @@ def test_daily_failure_rate_hand_computed():
 
 
 def test_daily_failure_rate_without_fill_and_empty():
-    r = P.daily_failure_rate(attempts_of(FAILURE_ROWS), fill_days=False)
+    r = M.daily_failure_rate(attempts_of(FAILURE_ROWS), fill_days=False)
     assert list(zip(r["subscription_id"], r["failed"], r["answered"], strict=True)) == [
         ("wh_a", 2, 3),
         ("wh_b", 0, 1),
         ("wh_a", 1, 1),
     ]
-    empty = P.daily_failure_rate(attempts_of(FAILURE_ROWS).iloc[:0])
+    empty = M.daily_failure_rate(attempts_of(FAILURE_ROWS).iloc[:0])
     assert empty.empty and "failure_rate" in empty.columns
 
 
@@ -292,14 +294,14 @@ def test_daily_failure_rate_days_are_utc():
     a["received_at"] = pd.Series([pd.Timestamp("2026-10-01T23:30:00+02:00")]).astype(
         "datetime64[ns, Europe/Berlin]"
     )
-    assert P.daily_failure_rate(a)["day"].tolist() == [T0]
+    assert M.daily_failure_rate(a)["day"].tolist() == [T0]
 
 
 def test_naive_times_are_a_schema_error():
     a = attempts_of(FAILURE_ROWS)
     a["received_at"] = a["received_at"].dt.tz_localize(None)
     with pytest.raises(SchemaError, match="received_at must be timezone-aware"):
-        P.daily_failure_rate(a)
+        M.daily_failure_rate(a)
     d = verified(SKEW_ROWS)
     d["received_at"] = d["received_at"].dt.tz_localize(None)
     with pytest.raises(SchemaError, match="received_at must be timezone-aware"):
@@ -330,14 +332,14 @@ def test_plot_daily_failure_rate_empty_and_schema():
 
 
 def test_retry_delays_kinds():
-    r = P.retry_delays(attempts_of(RETRY_ROWS)).sort_values(["event_id", "attempt_no"])
+    r = M.retry_delays(attempts_of(RETRY_ROWS)).sort_values(["event_id", "attempt_no"])
     assert r["event_id"].tolist() == ["A", "A", "B", "C"]
     assert r["attempt_no"].tolist() == [2, 3, 4, 2]
     assert r["delay_s"].tolist() == pytest.approx([30, 120, 750, 400])
     assert r["expected_delay_s"].tolist() == [30, 120, 750, 30]
     assert r["missing_before"].tolist() == [0, 0, 2, 0]
     assert r["kind"].tolist() == ["on_schedule", "on_schedule", "after_missing", "off_schedule"]
-    assert P.retry_delays(attempts_of(RETRY_ROWS[:1])).empty  # a first attempt is no retry
+    assert M.retry_delays(attempts_of(RETRY_ROWS[:1])).empty  # a first attempt is no retry
 
 
 def test_plot_retry_delays_schedule_lines_and_points():
@@ -568,3 +570,55 @@ def test_pipeline_frames_render_without_urls():
         drawn = " ".join(texts(fig))
         assert "evil" not in drawn and "http" not in drawn
         assert not any(says_no_data(ax) for ax in fig.axes)
+
+
+#: The drawing API the notebooks and the report's figures call, as it was before plotting was
+#: split (name -> parameters as (name, kind, default)); a refactoring must keep it.
+PLOT_SIGNATURES = {
+    "plot_clock_skew": [
+        ("deliveries", "POSITIONAL_OR_KEYWORD", None),
+        ("tolerance_s", "KEYWORD_ONLY", 300),
+        ("yscale", "KEYWORD_ONLY", "auto"),
+        ("title", "KEYWORD_ONLY", None),
+    ],
+    "plot_daily_failure_rate": [
+        ("attempts", "POSITIONAL_OR_KEYWORD", None),
+        ("title", "KEYWORD_ONLY", None),
+    ],
+    "plot_latency_distributions": [
+        ("attempts", "POSITIONAL_OR_KEYWORD", None),
+        ("events", "POSITIONAL_OR_KEYWORD", None),
+        ("title", "KEYWORD_ONLY", None),
+    ],
+    "plot_retry_delays": [
+        ("attempts", "POSITIONAL_OR_KEYWORD", None),
+        ("tolerance", "KEYWORD_ONLY", None),
+        ("title", "KEYWORD_ONLY", None),
+    ],
+    "plot_takedown_curves": [
+        ("km", "POSITIONAL_OR_KEYWORD", None),
+        ("unit", "KEYWORD_ONLY", "h"),
+        ("title", "KEYWORD_ONLY", None),
+        ("show_censored", "KEYWORD_ONLY", True),
+    ],
+    "plot_verdict_counts": [
+        ("deliveries", "POSITIONAL_OR_KEYWORD", None),
+        ("log", "KEYWORD_ONLY", None),
+        ("title", "KEYWORD_ONLY", None),
+    ],
+}
+
+
+def test_plotting_keeps_its_drawing_api_and_only_draws():
+    import inspect
+
+    assert sorted(n for n in P.__all__ if n.startswith("plot_")) == sorted(PLOT_SIGNATURES)
+    for name, expected in PLOT_SIGNATURES.items():
+        params = inspect.signature(getattr(P, name)).parameters.values()
+        got = [
+            (p.name, p.kind.name, None if p.default is inspect.Parameter.empty else p.default)
+            for p in params
+        ]
+        assert got == expected, name
+    # the frames live in audit.metrics; plotting exports only drawing
+    assert set(P.__all__) == {*PLOT_SIGNATURES, "NO_DATA", "log_bins"}

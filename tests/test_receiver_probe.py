@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 
 from audit.analysis import analyze
-from audit.checks import FINDING_COLUMNS, run_controls
 from audit.cli import main
 from audit.errors import InputError, UnreachableError
+from audit.findings import FINDING_COLUMNS, run_controls
 from audit.load import load_captures
 from audit.receiver import CHECKS, CheckResult, ProbeResult, receiver_app, run_probe
 from audit.receiver.probe_plan import UNICODE_NOTE, ProbeContext, prepare

@@ -294,9 +294,9 @@ def test_the_timestamp_header_is_signed_as_received(tmp_path):
 
 
 def test_fused_and_separate_verification_agree_on_the_demo(tmp_path):
+    from audit.demo import simulate
     from audit.load import load_captures
     from audit.secrets import read_secrets
-    from audit.simulate import simulate
     from audit.verification import audit_signatures
 
     sim = simulate(tmp_path / "d", seed=3, days=8, incidents=30)

@@ -1,4 +1,4 @@
-"""Tests for audit.takedown: Kaplan–Meier estimates, quantiles, durations from incidents.
+"""Tests for audit.survival (Kaplan–Meier estimates, quantiles) and audit.takedown (durations).
 
 Known answers come from outside the code under test:
 
@@ -46,17 +46,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from audit.errors import ParameterError, SchemaError
-from audit.takedown import (
-    EXCLUSION_REASONS,
+from audit.survival import (
     KM_COLUMNS,
     KMQuantile,
     SmallSampleWarning,
     kaplan_meier,
     kaplan_meier_by,
     km_quantile,
-    takedown_durations,
-    takedown_summary,
 )
+from audit.takedown import EXCLUSION_REASONS, takedown_durations, takedown_summary
 
 Z95 = 1.959963984540054  # standard normal 0.975 quantile
 
@@ -702,8 +700,11 @@ def test_group_column_dtype_does_not_depend_on_emptiness() -> None:
         pd.testing.assert_series_equal(a.dtypes, b.dtypes)
 
 
-def test_all_is_complete() -> None:
-    import audit.takedown as mod
+@pytest.mark.parametrize("name", ["audit.survival", "audit.takedown"])
+def test_all_is_complete(name: str) -> None:
+    import importlib
+
+    mod = importlib.import_module(name)
 
     assert len(set(mod.__all__)) == len(mod.__all__)
     for name in mod.__all__:

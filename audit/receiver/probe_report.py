@@ -1,9 +1,9 @@
 """The probe's outputs: ``probe.json``, findings (``PRB`` family), JUnit XML and an HTML page.
 
-Findings have the columns of the report's findings (:data:`audit.checks.FINDING_COLUMNS`); the
+Findings have the columns of the report's findings (:data:`audit.findings.FINDING_COLUMNS`); the
 ``PRB`` entries (title, severity, rationale, remediation) live in ``audit/receiver/probes.json``
 and are read and validated by the same loader as the report's catalogue
-(:func:`audit.controls.catalogue.load_catalogue`), so the report's runner is not involved.
+(:func:`audit.findings.catalogue.load_catalogue`), so the report's runner is not involved.
 Nothing written holds a secret or a signature: only ids, statuses, times and one-line details.
 """
 
@@ -21,9 +21,9 @@ from pathlib import Path
 import pandas as pd
 
 from audit.atomic import write_json_atomic, write_text_atomic
-from audit.checks import FINDING_COLUMNS, finding_uid
-from audit.controls.base import evidence_json
-from audit.controls.catalogue import Control, load_catalogue
+from audit.findings import FINDING_COLUMNS, finding_uid
+from audit.findings.catalogue import Control, load_catalogue
+from audit.findings.controls.base import evidence_json
 from audit.receiver.probe import ProbeResult
 from audit.receiver.probe_plan import check_by_id
 from audit.safe import write_csv

@@ -27,7 +27,7 @@ def demo_inputs(seed: int = 7) -> dict[str, object]:
     """Parameters pointing at the built-in demo data (generated once into a temporary folder)."""
     import tempfile
 
-    from audit.simulate import simulate
+    from audit.demo import simulate
 
     root = Path(tempfile.gettempdir()) / f"audit-demo-seed{seed}"
     if not (root / "truth.json").is_file():

@@ -66,7 +66,7 @@ def load_inputs(
     InputError
         No log given, or a path that does not exist or cannot be read (one line naming it).
     """
-    from audit.checks import read_mutes
+    from audit.findings import read_mutes
     from audit.load import load_captures
     from audit.secrets import read_secrets
     from audit.subscriptions import load_snapshots, snapshot_files

@@ -167,7 +167,7 @@ def _as_of(value: object, period: Period) -> pd.Timestamp:
 
 
 def _thresholds(value: object) -> dict[str, float]:
-    from audit.controls.catalogue import load_catalogue, resolve_params
+    from audit.findings.catalogue import load_catalogue, resolve_params
 
     if value is None:
         return {}

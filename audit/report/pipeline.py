@@ -37,6 +37,7 @@ from pathlib import Path
 import pandas as pd
 
 from audit.errors import ParameterError, ReportError
+from audit.findings import SEVERITIES
 from audit.report.index import build_index, scan_runs
 from audit.report.inputs import Inputs, load_inputs
 from audit.report.params import Period, ReportParams, check_params
@@ -58,7 +59,7 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_FAILING, EXIT_CONTROL_ERROR, EXIT_RUNTIME = 0, 1, 2, 3
-SEVERITY_ORDER = ("info", "low", "medium", "high", "critical")
+SEVERITY_ORDER = tuple(reversed(SEVERITIES))  # least severe first
 Progress = Callable[[str], None]
 
 
@@ -146,7 +147,7 @@ def compute(inputs: Inputs, params: ReportParams, period: Period) -> Computed:
     Listing snapshots fetched after ``as_of`` are left out, like records received after it.
     """
     from audit.analysis import run_analyses
-    from audit.checks import run_controls
+    from audit.findings import run_controls
 
     subs = inputs.subscriptions
     if not subs.empty:

@@ -45,7 +45,7 @@ def _safe(fn, *args, **kwargs) -> pd.DataFrame:
 
 
 def _km_all(durations: pd.DataFrame) -> pd.DataFrame:
-    from audit.takedown import kaplan_meier
+    from audit.survival import kaplan_meier
 
     if durations.empty:
         return pd.DataFrame()

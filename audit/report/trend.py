@@ -2,7 +2,7 @@
 
 The previous run is the newest *completed* run (findings written, exit status 0, 1 or 2) in the
 same ``--out`` whose period ends where this one starts. Findings are matched by their control
-and resource: a finding uid also encodes its period (``audit.checks.finding_uid``), so the same
+and resource: a finding uid also encodes its period (``audit.findings.finding_uid``), so the same
 failure has a new uid every month; each side keeps its own uid in the trend.
 """
 

@@ -10,6 +10,7 @@ import json
 
 import pandas as pd
 
+from audit.findings import SEVERITIES
 from audit.report.format import HTML, table
 from audit.report.markup import CSS, badge, badges, esc, text
 from audit.report.rundir import RunData, open_run
@@ -31,7 +32,6 @@ __all__ = [
 ]
 
 STATUS_ORDER = ("fail", "error", "pass", "skip", "info", "muted")
-SEVERITIES = ("critical", "high", "medium", "low", "info")
 FINDING_SPEC = {
     "check_id": ("Control", "text"),
     "severity": ("Severity", "severity"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from audit.controls.base import (
+from audit.findings.controls.base import (
     DONE_STATUSES,
     MAX_EXAMPLES,
     Outcome,
@@ -20,9 +20,7 @@ from audit.controls.base import (
     verdict,
 )
 from audit.spec import CLIENT_WAIT_STATUSES
-from audit.takedown import SMALL_SAMPLE_N, kaplan_meier, km_quantile
-
-__all__ = ["tkd_01", "tkd_02", "tkd_03", "tkd_04"]
+from audit.survival import SMALL_SAMPLE_N, kaplan_meier, km_quantile
 
 _NO_INCIDENT = "No incident was created in the period or is open at as_of."
 

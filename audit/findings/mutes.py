@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from audit.controls.base import evidence_json
-from audit.controls.catalogue import load_catalogue
 from audit.errors import InputError, SchemaError
+from audit.findings.catalogue import load_catalogue
+from audit.findings.controls.base import evidence_json
 from audit.timeutil import parse_iso_ns
 
 __all__ = ["MUTE_COLUMNS", "apply_mutes", "read_mutes"]

@@ -6,7 +6,7 @@ from typing import Any
 
 import pandas as pd
 
-from audit.controls.base import (
+from audit.findings.controls.base import (
     NO_SNAPSHOT,
     Outcome,
     Scope,
@@ -18,8 +18,6 @@ from audit.controls.base import (
     skip,
     verdict,
 )
-
-__all__ = ["sig_01", "sig_02", "sig_03", "sig_04", "sig_05"]
 
 
 def sig_01(s: Scope) -> Outcome:

@@ -1,14 +1,14 @@
 """SUB controls: subscription hygiene, judged on ``GET /webhooks`` listing snapshots.
 
 The snapshots judged are those fetched in the period, or the latest one fetched before it when
-none falls in it (:attr:`audit.controls.base.Scope.snapshots`).
+none falls in it (:attr:`audit.findings.controls.base.Scope.snapshots`).
 """
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from audit.controls.base import (
+from audit.findings.controls.base import (
     MAX_EXAMPLES,
     NO_SNAPSHOT,
     Outcome,
@@ -20,8 +20,6 @@ from audit.controls.base import (
     verdict,
 )
 from audit.spec import INCIDENT_EVENTS, MAX_SUBSCRIPTIONS_PER_CLIENT
-
-__all__ = ["is_https", "sub_01", "sub_02", "sub_03", "sub_04", "sub_05"]
 
 _NO_CLIENT, _NO_ID = "(no client id)", "(no id)"
 

@@ -1,11 +1,16 @@
-"""The catalogue of controls (``audit/controls.json``) and the validation of parameters."""
+"""The catalogue of controls (``controls.json`` beside this module) and parameter validation.
+
+The catalogue is the one place a control's id, title, severity, rationale, remediation and
+parameters (default and inclusive range) are stated; the runner, the mutes and the report read
+them from here.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -14,25 +19,17 @@ import numpy as np
 
 from audit.errors import InputError, ParameterError
 
-__all__ = ["PARAMETER_RANGES", "SEVERITIES", "Control", "load_catalogue", "resolve_params"]
+__all__ = [
+    "SEVERITIES",
+    "Control",
+    "load_catalogue",
+    "parameter_ranges",
+    "resolve_params",
+]
 
-#: Known severities, the most severe first.
+#: Known severities, the most severe first. The one list: the runner orders findings by it and
+#: the report's ``fail_on`` floor should read it from here.
 SEVERITIES = ("critical", "high", "medium", "low", "info")
-
-#: Inclusive range of every parameter of the catalogue.
-PARAMETER_RANGES: Mapping[str, tuple[float, float]] = MappingProxyType(
-    {
-        "max_skew_p99_s": (0.0, 300.0),
-        "max_secret_age_days": (0.0, 3650.0),
-        "max_slow_ack_rate": (0.0, 1.0),
-        "min_first_attempt_success": (0.0, 1.0),
-        "max_emission_latency_s": (0.0, math.inf),
-        "ttt_median_h": (0.0, math.inf),
-        "ttt_p90_h": (0.0, math.inf),
-        "max_client_wait_h": (0.0, math.inf),
-        "max_silence_days": (0.0, math.inf),
-    }
-)
 
 _CATALOGUE_KEYS = frozenset({"id", "title", "severity", "rationale", "remediation", "parameters"})
 
@@ -47,6 +44,29 @@ class Control:
     rationale: str
     remediation: str
     parameters: Mapping[str, float]
+    #: Inclusive ``(min, max)`` of each parameter; a bound the file leaves out is infinite.
+    ranges: Mapping[str, tuple[float, float]] = field(default_factory=lambda: MappingProxyType({}))
+
+
+_PARAMETER_KEYS = frozenset({"default", "min", "max"})
+
+
+def _number(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float)
+
+
+def _parameter(name: str, spec: object, at: str) -> tuple[float, tuple[float, float]]:
+    """``(default, (min, max))`` of ``{"default": n, "min": n, "max": n}`` (bounds optional)."""
+    if not isinstance(spec, dict) or "default" not in spec or set(spec) - _PARAMETER_KEYS:
+        raise InputError(
+            f"{at}: parameter {name!r} must be an object with 'default' and optional 'min', 'max'"
+        )
+    if not _number(spec["default"]):
+        raise InputError(f"{at}: parameter {name!r} must have a number as default")
+    low, high = spec.get("min", -math.inf), spec.get("max", math.inf)
+    if not (_number(low) and _number(high) and low <= spec["default"] <= high):
+        raise InputError(f"{at}: parameter {name!r} needs numbers min <= default <= max")
+    return spec["default"], (float(low), float(high))
 
 
 def _catalogue_entry(item: object, at: str) -> Control:
@@ -65,17 +85,16 @@ def _catalogue_entry(item: object, at: str) -> Control:
         )
     params = item["parameters"]
     if not isinstance(params, dict):
-        raise InputError(f"{at}: 'parameters' must be an object of name: default")
-    for name, default in params.items():
-        if isinstance(default, bool) or not isinstance(default, int | float):
-            raise InputError(f"{at}: parameter {name!r} must have a number as default")
+        raise InputError(f"{at}: 'parameters' must be an object of name: {{default, min, max}}")
+    parsed = {name: _parameter(name, spec, at) for name, spec in params.items()}
     return Control(
         id=item["id"],
         title=item["title"],
         severity=item["severity"],
         rationale=item["rationale"],
         remediation=item["remediation"],
-        parameters=MappingProxyType(dict(params)),
+        parameters=MappingProxyType({name: d for name, (d, _) in parsed.items()}),
+        ranges=MappingProxyType({name: r for name, (_, r) in parsed.items()}),
     )
 
 
@@ -97,7 +116,8 @@ def load_catalogue(path: str | Path | None = None) -> dict[str, Control]:
     InputError
         One line naming the file and the entry: not a JSON list of objects, a missing or
         unknown field, a duplicate id, an unknown severity (critical, high, medium, low,
-        info), a parameter without a number as default or used by two controls.
+        info), a parameter without a number as default, with a default outside its
+        ``min``/``max``, or used by two controls.
 
     Examples
     --------
@@ -105,10 +125,10 @@ def load_catalogue(path: str | Path | None = None) -> dict[str, Control]:
     >>> cat["SIG-03"].severity, dict(cat["SIG-03"].parameters)
     ('medium', {'max_skew_p99_s': 60})
     """
-    where = "audit/controls.json" if path is None else str(path)
+    where = "audit/findings/controls.json" if path is None else str(path)
     try:
         if path is None:
-            text = resources.files("audit").joinpath("controls.json").read_text("utf-8")
+            text = resources.files("audit.findings").joinpath("controls.json").read_text("utf-8")
         else:
             text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -135,6 +155,15 @@ def load_catalogue(path: str | Path | None = None) -> dict[str, Control]:
     return out
 
 
+def parameter_ranges(catalogue: Mapping[str, Control]) -> dict[str, tuple[float, float]]:
+    """Inclusive ``(min, max)`` of every parameter of ``catalogue``, by name.
+
+    >>> parameter_ranges(load_catalogue())["max_skew_p99_s"]
+    (0.0, 300.0)
+    """
+    return {name: r for control in catalogue.values() for name, r in control.ranges.items()}
+
+
 def resolve_params(
     catalogue: Mapping[str, Control], params: Mapping[str, float] | None
 ) -> dict[str, float]:
@@ -144,7 +173,7 @@ def resolve_params(
     ------
     ParameterError
         One line: an unknown name (naming the known ones), or a value that is not a finite
-        number within :data:`PARAMETER_RANGES`.
+        number within the parameter's ``min``/``max`` in the catalogue.
 
     Examples
     --------
@@ -154,12 +183,13 @@ def resolve_params(
     merged: dict[str, float] = {}
     for control in catalogue.values():
         merged.update(control.parameters)
+    ranges = parameter_ranges(catalogue)
     for name, value in (params or {}).items():
         if name not in merged:
             raise ParameterError(f"unknown parameter {name!r}; known: {', '.join(sorted(merged))}")
         if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.number):
             raise ParameterError(f"parameter {name!r} must be a number, not {value!r}")
-        low, high = PARAMETER_RANGES.get(name, (-math.inf, math.inf))
+        low, high = ranges[name]
         if not math.isfinite(float(value)) or not low <= float(value) <= high:
             raise ParameterError(f"parameter {name!r} must be in [{low:g}, {high:g}], not {value}")
         merged[name] = float(value)

@@ -13,34 +13,25 @@ Use it in-process with ``httpx.Client(transport=fake.transport())`` (no socket, 
 slow answer becomes ``httpx.ReadTimeout`` when it exceeds the request's read timeout), or on a
 real socket with ``with fake.serve() as served: served.base_url``. From a shell::
 
-    AUDIT_API_KEY=demo-key python -m audit.fake_service --port 8765
+    AUDIT_API_KEY=demo-key python -m audit.service.fake --port 8765
 
 It is a test double, not a server to expose: it binds to 127.0.0.1 by default.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
-import os
-import secrets as _random_secrets
-import sys
-import threading
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable
 from email import policy as _email_policy
 from email.parser import BytesParser
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 
-from audit.signatures import sign
+from audit.service.fake.server import ServedFake
+from audit.service.fake.state import Dropped, FakeState, Issued, RecordedRequest, iso
 from audit.spec import (
-    DEFAULT_HEADER_PREFIX,
     EVENTS,
     MAX_ATTACHMENTS,
     MAX_REQUEST_BYTES,
@@ -48,9 +39,7 @@ from audit.spec import (
     TEST_EVENT,
 )
 
-__all__ = ["FakeService", "Fault", "RecordedRequest", "ServedFake"]
-
-log = logging.getLogger(__name__)
+__all__ = ["TOO_LARGE_MESSAGE", "FakeService"]
 
 #: The 413 body's ``message`` (spec section 7: the statement, then the limit).
 TOO_LARGE_MESSAGE = f"Payload content length greater than maximum allowed: {MAX_REQUEST_BYTES}"
@@ -67,56 +56,9 @@ _REASONS = {
     503: "Service Unavailable",
     504: "Gateway Timeout",
 }
-_LISTING_SHAPES = ("data", "list", "nested")
 
 
-@dataclass(frozen=True)
-class Fault:
-    """One scripted misbehaviour, consumed by the next matching request.
-
-    ``delay_s`` delays the answer; ``status`` replaces it with an error (``Retry-After`` set
-    from ``retry_after`` when given); ``error`` drops the connection instead of answering:
-    ``"connect"`` (in-process: ``httpx.ConnectError``) or ``"disconnect"`` (in-process:
-    ``httpx.RemoteProtocolError``). On a socket both close the connection without a reply. A
-    fault that only delays lets the request through afterwards. ``path`` limits the fault to
-    requests whose path (after ``/v1``) starts with it.
-    """
-
-    status: int | None = None
-    retry_after: str | None = None
-    delay_s: float = 0.0
-    error: str | None = None
-    message: str | None = None
-    path: str | None = None
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """What the fake saw of one request (never the key: only whether a known one came)."""
-
-    method: str
-    path: str
-    content_length: int
-    authorised: bool
-    status: int | None  # None when the connection was dropped
-
-
-@dataclass
-class _Issued:
-    secret: str = field(repr=False)
-    issued_at: datetime
-
-
-class _Dropped(Exception):
-    def __init__(self, kind: str):
-        self.kind = kind
-
-
-def _iso(t: datetime) -> str:
-    return t.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-class FakeService:
+class FakeService(FakeState):
     """In-memory fake of the webhook API (spec section 4) with scriptable faults.
 
     Parameters
@@ -142,136 +84,6 @@ class FakeService:
     {'data': [], 'message': 'Success'}
     """
 
-    def __init__(
-        self,
-        *,
-        api_keys: Mapping[str, str] | None = None,
-        listing_shape: str = "data",
-        expose_secrets_in_listing: bool = False,
-        clock: Callable[[], datetime] | None = None,
-        secret_factory: Callable[[], str] | None = None,
-    ) -> None:
-        if listing_shape not in _LISTING_SHAPES:
-            raise ValueError(f"listing_shape must be one of {_LISTING_SHAPES}")
-        self._keys = dict(api_keys or {"test-key": "client_1"})
-        self.listing_shape = listing_shape
-        self.expose_secrets_in_listing = expose_secrets_in_listing
-        self._clock = clock or (lambda: datetime.now(UTC))
-        self._new_secret = secret_factory or (lambda: "whsec_" + _random_secrets.token_urlsafe(32))
-        self._lock = threading.RLock()
-        self._stopping = threading.Event()
-        self._next_id = 0
-        self.subscriptions: dict[str, dict[str, Any]] = {}
-        self._secrets: dict[str, list[_Issued]] = {}
-        self.attachments: dict[str, list[dict[str, Any]]] = {}
-        self.outbox: list[tuple[str, dict[str, str], bytes]] = []
-        self.requests: list[RecordedRequest] = []
-        self._faults: list[Fault] = []
-
-    def __repr__(self) -> str:
-        return (
-            f"FakeService({len(self.subscriptions)} subscriptions, "
-            f"{len(self._keys)} API keys, {len(self._faults)} pending faults)"
-        )
-
-    # -- scripting -------------------------------------------------------------------------------
-
-    def fail_next(
-        self,
-        status: int | None = None,
-        *,
-        retry_after: str | None = None,
-        delay_s: float = 0.0,
-        error: str | None = None,
-        message: str | None = None,
-        times: int = 1,
-        path: str | None = None,
-    ) -> None:
-        """Queue a fault for the next ``times`` matching requests (see :class:`Fault`).
-
-        >>> fake = FakeService()
-        >>> fake.fail_next(status=413)  # the documented 413 body
-        >>> fake.fail_next(error="connect", path="/webhooks")
-        """
-        if status is None and error is None and delay_s <= 0:
-            raise ValueError("a fault needs a status, an error or a delay")
-        if error not in (None, "connect", "disconnect"):
-            raise ValueError("error must be 'connect' or 'disconnect'")
-        if status is not None and not 400 <= status <= 599:
-            raise ValueError("status must be an error status (400-599)")
-        fault = Fault(status, retry_after, float(delay_s), error, message, path)
-        with self._lock:
-            self._faults.extend([fault] * times)
-
-    def current_secret(self, subscription_id: str) -> str:
-        """The subscription's current secret (tests only: the real service never shows it)."""
-        with self._lock:
-            return self._secrets[subscription_id][-1].secret
-
-    def secret_issue_times(self, subscription_id: str) -> list[datetime]:
-        """When each of the subscription's secrets was issued, oldest first (no values)."""
-        with self._lock:
-            return [i.issued_at for i in self._secrets[subscription_id]]
-
-    def deliver(
-        self,
-        subscription_id: str,
-        event: str,
-        data: Mapping[str, Any],
-        *,
-        timestamp: int,
-        event_id: str | None = None,
-    ) -> tuple[dict[str, str], bytes]:
-        """Build a delivery the service would send, signed with the current secret.
-
-        Parameters
-        ----------
-        subscription_id
-            Whose secret signs it.
-        event
-            The event type (spec section 6).
-        data
-            The incident data object; ``incidentId`` is required, ``clientId`` is added.
-        timestamp
-            Unix seconds: the timestamp header and (as ISO 8601) the envelope's ``timestamp``.
-        event_id
-            The envelope ``id`` (default ``evt_<uuid4>``).
-
-        Returns
-        -------
-        (headers, body)
-            The four ``X-PhishFort-*`` headers and the raw body bytes that were signed.
-
-        Examples
-        --------
-        >>> fake = FakeService()  # doctest: +SKIP
-        >>> headers, body = fake.deliver("wh_1", "incident.created", {"incidentId": "inc_1"},
-        ...                              timestamp=1767225600)  # doctest: +SKIP
-        """
-        if event not in EVENTS:
-            raise ValueError(f"unknown event type {event!r}")
-        if not isinstance(data.get("incidentId"), str):
-            raise ValueError("data needs a string incidentId")
-        with self._lock:
-            sub = self.subscriptions[subscription_id]
-            secret = self._secrets[subscription_id][-1].secret
-        envelope = {
-            "id": event_id or f"evt_{uuid.uuid4()}",
-            "event": event,
-            "timestamp": _iso(datetime.fromtimestamp(timestamp, UTC)),
-            "data": {"clientId": sub["clientId"], **data},
-        }
-        body = json.dumps(envelope, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        p = DEFAULT_HEADER_PREFIX
-        headers = {
-            f"{p}-Signature": sign(secret, timestamp, body),
-            f"{p}-Event": event,
-            f"{p}-Delivery-Id": str(uuid.uuid4()),
-            f"{p}-Timestamp": str(timestamp),
-            "Content-Type": "application/json",
-        }
-        return headers, body
-
     # -- in-process use --------------------------------------------------------------------------
 
     def transport(self) -> httpx.MockTransport:
@@ -291,7 +103,7 @@ class FakeService:
 
         try:
             return self._process(request, wait)
-        except _Dropped as d:
+        except Dropped as d:
             if d.kind == "connect":
                 raise httpx.ConnectError("simulated connection failure", request=request) from None
             raise httpx.RemoteProtocolError(
@@ -328,7 +140,7 @@ class FakeService:
                 if fault.delay_s > 0:
                     wait(fault.delay_s)
                 if fault.error:
-                    raise _Dropped(fault.error)
+                    raise Dropped(fault.error)
                 if fault.status is not None:
                     response = self._error(fault.status, fault.message)
                     if fault.retry_after is not None:
@@ -373,7 +185,7 @@ class FakeService:
                 if parts[2:] == ["test"] and method == "POST":
                     return self._test(sub)
                 if parts[2:] == ["rotate-secret"] and method == "POST":
-                    issued = _Issued(self._new_secret(), self._clock())
+                    issued = Issued(self._new_secret(), self._clock())
                     self._secrets[sub["id"]].append(issued)
                     note = "Save this secret now: it will not be shown again."
                     return _ok({"secret": issued.secret, "message": note})
@@ -417,12 +229,12 @@ class FakeService:
             "url": body["url"],
             "events": list(body["events"]),
             "active": True,
-            "createdAt": _iso(now),
+            "createdAt": iso(now),
         }
         if "description" in body:
             sub["description"] = body["description"]
         self.subscriptions[sub["id"]] = sub
-        issued = _Issued(self._new_secret(), now)
+        issued = Issued(self._new_secret(), now)
         self._secrets[sub["id"]] = [issued]
         note = "Save this secret now: it will not be shown again."
         return _ok({**sub, "secret": issued.secret, "message": note}, status=201)
@@ -516,136 +328,3 @@ def _is_https(url: object) -> bool:
     except (httpx.InvalidURL, ValueError):
         return False
     return u is not None and u.scheme == "https" and bool(u.host)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def _serve(self) -> None:
-        fake = self.server.fake
-        n = int(self.headers.get("content-length") or 0)
-        content = self.rfile.read(n) if n else b""
-        request = httpx.Request(
-            self.command,
-            f"http://{self.server.server_address[0]}:{self.server.server_address[1]}{self.path}",
-            headers=list(self.headers.items()),
-            content=content,
-        )
-        try:
-            response = fake._process(request, lambda s: fake._stopping.wait(s))
-        except _Dropped:
-            self.close_connection = True
-            return
-        body = response.content
-        self.send_response(response.status_code)
-        for k, v in response.headers.items():
-            if k.lower() not in ("content-length", "transfer-encoding", "connection"):
-                self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        try:
-            self.end_headers()
-            self.wfile.write(body)
-        except OSError:  # the client gave up (e.g. it timed out on a slow answer)
-            self.close_connection = True
-
-    do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _serve
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False  # keep-alive connections must not hold up close()
-    fake: FakeService
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("fake service: connection from %s ended with an error", client_address)
-
-
-class ServedFake:
-    """A :class:`FakeService` listening on a real socket; ``base_url`` has no ``/v1``."""
-
-    def __init__(self, fake: FakeService, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.fake = fake
-        self._server = _Server((host, port), _Handler)
-        self._server.fake = fake
-        self.host, self.port = self._server.server_address[:2]
-        self.base_url = f"http://{self.host}:{self.port}"
-        fake._stopping.clear()
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.05},  # close() waits for one poll at most
-            name="fake-service",
-            daemon=True,
-        )
-        self._thread.start()
-
-    def __repr__(self) -> str:
-        return f"ServedFake({self.base_url!r})"
-
-    def __enter__(self) -> ServedFake:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop serving: slow answers in progress end at once, the socket is closed."""
-        self.fake._stopping.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m audit.fake_service``: serve a fake on 127.0.0.1 until interrupted."""
-    parser = argparse.ArgumentParser(
-        prog="python -m audit.fake_service", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument(
-        "--api-key-env",
-        default="AUDIT_API_KEY",
-        metavar="NAME",
-        help="variable holding the API key the fake accepts (default: AUDIT_API_KEY)",
-    )
-    parser.add_argument("--client-id", default="client_1")
-    parser.add_argument("--listing-shape", choices=_LISTING_SHAPES, default="data")
-    parser.add_argument(
-        "--expose-secrets-in-listing",
-        action="store_true",
-        help="misbehave: show each subscription's current secret in GET /webhooks",
-    )
-    args = parser.parse_args(argv)
-    key = os.environ.get(args.api_key_env)
-    if not key:
-        print(f"fake_service: error: set {args.api_key_env} to the key to accept", file=sys.stderr)
-        return 3
-    fake = FakeService(
-        api_keys={key: args.client_id},
-        listing_shape=args.listing_shape,
-        expose_secrets_in_listing=args.expose_secrets_in_listing,
-    )
-    try:
-        served = fake.serve(args.host, args.port)
-    except OSError as e:
-        print(
-            f"fake_service: error: cannot listen on {args.host}:{args.port}: {e.strerror}",
-            file=sys.stderr,
-        )
-        return 3
-    print(f"fake service listening on {served.base_url} (Ctrl-C to stop)", flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        served.close()
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

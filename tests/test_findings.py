@@ -23,24 +23,26 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audit import checks
 from audit.analysis import Analysis, analyze, run_analyses
-from audit.checks import (
+from audit.demo import simulate
+from audit.errors import InputError, ParameterError
+from audit.findings import (
     CONTROLS,
     FINDING_COLUMNS,
-    PARAMETER_RANGES,
     SEVERITIES,
     load_catalogue,
     read_mutes,
     run_controls,
     summarise,
 )
-from audit.errors import InputError, ParameterError
-from audit.simulate import simulate
+from audit.findings import runner as checks
+from audit.findings.catalogue import parameter_ranges
+from audit.findings.controls import FAMILIES, control_id
+from audit.findings.controls.sig import sig_03
 from audit.spec import INCIDENT_EVENTS
 from audit.subscriptions import load_snapshots
 
-pytestmark = pytest.mark.filterwarnings("ignore::audit.takedown.SmallSampleWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::audit.survival.SmallSampleWarning")
 
 T0 = pd.Timestamp("2026-10-01T00:00:00Z")
 END = T0 + pd.Timedelta(days=10)
@@ -211,23 +213,62 @@ ISSUE_DEFAULTS = {
 }
 
 
-def test_catalogue_matches_the_issue_and_every_id_has_a_function():
+#: Ranges of the issue's parameters, as docs/controls.md states them ("60, 0–300").
+ISSUE_RANGES = {
+    "max_skew_p99_s": (0, 300),
+    "max_secret_age_days": (0, 3650),
+    "max_slow_ack_rate": (0, 1),
+    "min_first_attempt_success": (0, 1),
+    "max_emission_latency_s": (0, float("inf")),
+    "ttt_median_h": (0, float("inf")),
+    "ttt_p90_h": (0, float("inf")),
+    "max_client_wait_h": (0, float("inf")),
+    "max_silence_days": (0, float("inf")),
+}
+
+
+def test_catalogue_keeps_the_issue_controls_with_their_severities_and_parameters():
+    # A subset, not equality: a new control is added by its catalogue entry alone.
     cat = load_catalogue()
-    assert {cid: c.severity for cid, c in cat.items()} == ISSUE_TABLE
+    assert {cid: cat[cid].severity for cid in ISSUE_TABLE if cid in cat} == ISSUE_TABLE
     params = {k: v for c in cat.values() for k, v in c.parameters.items()}
-    assert params == ISSUE_DEFAULTS
-    assert set(CONTROLS) == set(cat)
-    assert set(PARAMETER_RANGES) == set(params)
+    assert {k: params.get(k) for k in ISSUE_DEFAULTS} == ISSUE_DEFAULTS
+    ranges = parameter_ranges(cat)
+    assert {k: ranges.get(k) for k in ISSUE_RANGES} == ISSUE_RANGES
+    assert set(ranges) == set(params)
     for c in cat.values():
         assert c.title and c.rationale and c.remediation
 
 
-def test_docs_list_every_control_and_parameter():
+def test_every_catalogue_id_has_a_function_and_every_function_an_entry():
+    cat = load_catalogue()
+    assert sorted(set(cat) - set(CONTROLS)) == [], "catalogue ids without a function"
+    assert sorted(set(CONTROLS) - set(cat)) == [], "control functions without a catalogue entry"
+
+
+def test_controls_are_found_by_name_in_their_family_module():
+    assert FAMILIES == ("dlv", "sig", "sub", "tkd")
+    assert CONTROLS["SIG-03"] is sig_03
+    assert control_id("tkd_04") == "TKD-04"
+    assert control_id("delivery_examples") is None and control_id("sig_") is None
+    # helpers of base (quantiles, counts...) and imported names are not controls
+    assert all(f.__module__.rsplit(".", 1)[1] == cid[:3].lower() for cid, f in CONTROLS.items())
+
+
+def test_a_catalogue_id_without_a_function_is_an_error_row(monkeypatch):
+    monkeypatch.delitem(CONTROLS, "SIG-03")
+    err = one(run(analysis([row(0)]), only="SIG-03"), "SIG-03")
+    assert err["status"] == "error" and "no implementation" in err["reason"]
+
+
+def test_docs_list_every_control_and_parameter_as_the_catalogue_states_them():
     text = (Path(__file__).parents[1] / "docs" / "controls.md").read_text()
-    for cid in ISSUE_TABLE:
-        assert f"| {cid} |" in text, cid
-    for name in ISSUE_DEFAULTS:
-        assert f"`{name}`" in text, name
+    for cid, c in load_catalogue().items():
+        assert f"| {cid} | {c.severity} | {c.title} |" in text, cid
+        for name, default in c.parameters.items():
+            low, high = c.ranges[name]
+            shown = f"{low:g}–{high:g}" if high != float("inf") else f"≥ {low:g}"
+            assert f"`{name}` ({default:g}, {shown})" in text, name
 
 
 @pytest.mark.parametrize(
@@ -247,14 +288,14 @@ def test_malformed_catalogue_is_one_line_input_error(tmp_path, content, message)
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
-def _entry(cid: str, severity: str = "high", **params: float) -> dict:
+def _entry(cid: str, severity: str = "high", **params: object) -> dict:
     return {
         "id": cid,
         "title": "t",
         "severity": severity,
         "rationale": "r",
         "remediation": "m",
-        "parameters": params,
+        "parameters": {k: v if isinstance(v, dict) else {"default": v} for k, v in params.items()},
     }
 
 
@@ -265,6 +306,10 @@ def _entry(cid: str, severity: str = "high", **params: float) -> dict:
         ([_entry("A-01", "severe")], "severity 'severe' is not one of"),
         ([_entry("A-01", x=1), _entry("A-02", x=2)], "parameter 'x' is also used by A-01"),
         ([_entry("A-01", x=True)], "parameter 'x' must have a number as default"),
+        ([_entry("A-01", x={"min": 0})], "parameter 'x' must be an object with 'default'"),
+        ([_entry("A-01", x={"default": 1, "step": 1})], "must be an object with 'default'"),
+        ([_entry("A-01", x={"default": 5, "max": 1})], "needs numbers min <= default <= max"),
+        ([_entry("A-01", x={"default": 1, "min": "0"})], "needs numbers min <= default <= max"),
     ],
 )
 def test_catalogue_validation(tmp_path, entries, message):
@@ -700,7 +745,7 @@ def test_findings_frame_shape_order_and_json_evidence(tmp_path):
     snaps = snapshots(tmp_path, (0, [sub("wh_b"), sub("wh_a", url="http://x.example/")]))
     f = run(analysis([row(0)], snapshots=snaps), secrets_age={"wh_a": None})
     assert tuple(f.columns) == FINDING_COLUMNS
-    assert set(f["check_id"]) == set(ISSUE_TABLE)
+    assert set(f["check_id"]) == set(load_catalogue())
     rank = f["severity"].map(SEVERITIES.index)
     keys = list(zip(rank, f["check_id"], f["resource"], strict=True))
     assert keys == sorted(keys)
@@ -730,7 +775,7 @@ def test_a_raising_control_becomes_an_error_row_and_the_others_run(monkeypatch):
     err = one(f, "SIG-03")
     assert err["status"] == "error" and "RuntimeError: kaput" in err["reason"]
     assert err["evidence"]["exception"] == "RuntimeError"
-    assert set(f["check_id"]) == set(ISSUE_TABLE)
+    assert set(f["check_id"]) == set(load_catalogue())
     assert one(f, "SIG-02")["status"] == "pass"
 
 

@@ -10,6 +10,7 @@ Unix 1790812800 (``date -u -d 2026-10-01 +%s``).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 import stat
@@ -22,10 +23,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from audit.demo import plan_faults, simulate
 from audit.errors import InputError, ParameterError
 from audit.secrets import read_secrets
 from audit.signatures import verify
-from audit.simulate import plan_faults, simulate
 from audit.spec import (
     EVENTS,
     INCIDENT_CLASSES,
@@ -119,6 +120,19 @@ def test_same_seed_same_bytes_and_another_seed_differs(tmp_path: Path) -> None:
     assert fa == fb
     assert len(fa) == len(a.captures) + len(a.snapshots) + 2
     assert any(fa[k] != fc.get(k) for k in fa if k.startswith("captures/"))
+
+
+def test_output_bytes_are_pinned(tmp_path: Path) -> None:
+    # Known answer: the sha256 over (path, bytes) of every file, computed with the single-module
+    # simulator (audit/simulate.py, before it was split by job). A refactoring that changes one
+    # byte of the demo data fails here; a deliberate change updates the digest.
+    simulate(tmp_path / "o", seed=11, start=date(2026, 3, 1), days=8, incidents=30)
+    h = hashlib.sha256()
+    for p in sorted((tmp_path / "o").rglob("*")):
+        if p.is_file():
+            name = p.relative_to(tmp_path / "o").as_posix().encode()
+            h.update(name + b"\0" + p.read_bytes() + b"\0")
+    assert h.hexdigest() == "2009803de67467f7c6447ae500132c6fd891c94929173294b9804d63de5addda"
 
 
 def test_result_paths_and_counts(demo: dict) -> None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from audit.fake_service import TOO_LARGE_MESSAGE, FakeService, main
+from audit.service.fake import TOO_LARGE_MESSAGE, FakeService, main
 
 KEY = "fake-key-1"
 OTHER_KEY = "fake-key-2"
@@ -330,3 +330,20 @@ def test_module_entry_point_needs_the_key_variable(monkeypatch, capsys):
     monkeypatch.delenv("FAKE_TEST_KEY_VAR", raising=False)
     assert main(["--api-key-env", "FAKE_TEST_KEY_VAR", "--port", "0"]) == 3
     assert "set FAKE_TEST_KEY_VAR" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_python_dash_m_runs_the_fake_command_line():
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "audit.service.fake", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: python -m audit.service.fake")
+    assert "--listing-shape {data,list,nested}" in out.stdout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from audit.controls.base import (
+from audit.findings.controls.base import (
     Outcome,
     Scope,
     counts,
@@ -17,8 +17,6 @@ from audit.controls.base import (
     verdict,
 )
 from audit.spec import DELIVERY_TIMEOUT_MS, MAX_ATTEMPTS
-
-__all__ = ["dlv_01", "dlv_02", "dlv_03", "dlv_04", "dlv_05", "dlv_06"]
 
 _TIMEOUT_S = DELIVERY_TIMEOUT_MS / 1000
 _NO_EVENT = "No event was first received in the period."

@@ -1,12 +1,13 @@
-"""Compliance controls -> findings: the catalogue, the runner, mutes and a summary.
+"""Compliance controls -> findings: the runner and a summary.
 
-The catalogue (``audit/controls.json``: id, title, severity, rationale, remediation,
-parameters with defaults) is documented in ``docs/controls.md``. Each control is a small
-function of a :class:`~audit.controls.base.Scope` (the analysis frames cut to the period),
-registered by id in :data:`CONTROLS`; it returns :class:`~audit.controls.base.Outcome` s that
-:func:`run_controls` turns into finding rows (:data:`FINDING_COLUMNS`). A control that raises
-becomes an ``error`` row and the others still run. Mutes (:func:`read_mutes`) turn matching rows
-into ``muted`` until they expire.
+The catalogue (``audit/findings/controls.json``: id, title, severity, rationale, remediation,
+parameters with defaults and ranges) is documented in ``docs/controls.md``. Each control is a
+small function of a :class:`~audit.findings.controls.base.Scope` (the analysis frames cut to
+the period), found by its name in its family module
+(:data:`audit.findings.controls.CONTROLS`); it returns
+:class:`~audit.findings.controls.base.Outcome` s that :func:`run_controls` turns into finding
+rows (:data:`FINDING_COLUMNS`). A control that raises becomes an ``error`` row and the others
+still run. Mutes (:func:`read_mutes`) turn matching rows into ``muted`` until they expire.
 
 Pure: no wall clock (mute expiry is compared with ``analysis.as_of``); only
 :func:`load_catalogue` and :func:`read_mutes` read files.
@@ -16,45 +17,20 @@ from __future__ import annotations
 
 import hashlib
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import PurePath
 from typing import Any
 
 import pandas as pd
 
 from audit.analysis import Analysis
-from audit.controls.base import Outcome, Scope, evidence_json
-from audit.controls.catalogue import (
-    PARAMETER_RANGES,
-    SEVERITIES,
-    Control,
-    load_catalogue,
-    resolve_params,
-)
-from audit.controls.dlv import dlv_01, dlv_02, dlv_03, dlv_04, dlv_05, dlv_06
-from audit.controls.mutes import MUTE_COLUMNS, apply_mutes, read_mutes
-from audit.controls.sig import sig_01, sig_02, sig_03, sig_04, sig_05
-from audit.controls.sub import sub_01, sub_02, sub_03, sub_04, sub_05
-from audit.controls.tkd import tkd_01, tkd_02, tkd_03, tkd_04
 from audit.errors import ParameterError
+from audit.findings.catalogue import SEVERITIES, Control, load_catalogue, resolve_params
+from audit.findings.controls import CONTROLS, ControlFunction
+from audit.findings.controls.base import Outcome, Scope, evidence_json
+from audit.findings.mutes import apply_mutes
 
-__all__ = [
-    "CONTROLS",
-    "FINDING_COLUMNS",
-    "MUTE_COLUMNS",
-    "PARAMETER_RANGES",
-    "SEVERITIES",
-    "STATUSES",
-    "Control",
-    "Outcome",
-    "Scope",
-    "apply_mutes",
-    "finding_uid",
-    "load_catalogue",
-    "read_mutes",
-    "run_controls",
-    "summarise",
-]
+__all__ = ["FINDING_COLUMNS", "STATUSES", "finding_uid", "run_controls", "summarise"]
 
 #: Every status of a finding.
 STATUSES = ("pass", "fail", "info", "skip", "error", "muted")
@@ -72,32 +48,6 @@ FINDING_COLUMNS = (
     "period_start",
     "period_end",
 )
-
-ControlFunction = Callable[[Scope], Outcome | list[Outcome]]
-
-#: The implementation of each catalogue id.
-CONTROLS: dict[str, ControlFunction] = {
-    "SIG-01": sig_01,
-    "SIG-02": sig_02,
-    "SIG-03": sig_03,
-    "SIG-04": sig_04,
-    "SIG-05": sig_05,
-    "DLV-01": dlv_01,
-    "DLV-02": dlv_02,
-    "DLV-03": dlv_03,
-    "DLV-04": dlv_04,
-    "DLV-05": dlv_05,
-    "DLV-06": dlv_06,
-    "SUB-01": sub_01,
-    "SUB-02": sub_02,
-    "SUB-03": sub_03,
-    "SUB-04": sub_04,
-    "SUB-05": sub_05,
-    "TKD-01": tkd_01,
-    "TKD-02": tkd_02,
-    "TKD-03": tkd_03,
-    "TKD-04": tkd_04,
-}
 
 _OUTCOME_STATUSES = ("pass", "fail", "info", "skip")
 _ERROR_RESOURCE = "(control)"

@@ -1,0 +1,130 @@
+"""The service's delivery loop against the receiver, with every fault of the plan (spec 6)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass, field
+
+from audit.demo.envelope import dump, envelope, iso, new_uuid, signed_headers
+from audit.demo.lifecycle import Event
+from audit.demo.plan import CLIENT, DAY, FaultPlan, H
+from audit.signatures import sign
+from audit.spec import DELIVERY_TIMEOUT_MS, INCIDENT_EVENTS, MAX_ATTEMPTS, RETRY_DELAYS_S
+
+__all__ = ["DeliveryRun", "Record"]
+
+CHANGED = INCIDENT_EVENTS[1]
+
+
+@dataclass
+class Record:
+    """One request to the receiver; ``kind`` is "service" or the attack kind."""
+
+    recv: float  # receiver clock, Unix seconds
+    sub: str
+    headers: list[tuple[str, str]]
+    text: str
+    status: int = 0
+    ms: int = 0
+    kind: str = "service"
+    did: str = ""
+    event_id: str = ""
+    attempt: int = 0
+    key_index: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class DeliveryRun:
+    """The service's delivery loop against the receiver, with every fault of the plan."""
+
+    rng: random.Random
+    plan: FaultPlan
+    keys: dict[str, list[str]]
+    daily_offset: list[float]  # receiver clock minus true time, per day (outside the drift)
+    recs: list[Record] = field(default_factory=list)
+    lost: list[Record] = field(default_factory=list)
+    outcomes: list[tuple[str, str, float, float, bool]] = field(default_factory=list)
+
+    def receipt(self, t: float) -> float:
+        """The receiver's clock when a request sent at ``t`` arrives."""
+        d0, d1 = self.plan.drift
+        day = min(max(int((t - self.plan.start) // DAY), 0), len(self.daily_offset) - 1)
+        offset = self.daily_offset[day]
+        if d0 <= t < d1:
+            offset = 2 + (t - d0) / (d1 - d0) * (self.plan.drift_max_s - 2)
+        return t + self.rng.uniform(0.05, 1) + offset
+
+    def answer(self, sub: str, t: float, slow: bool) -> tuple[int, int]:
+        """The receiver's (status, response_ms) to a service delivery sent at ``t``."""
+        p, rng = self.plan, self.rng
+        if p.outage[0] <= t < p.outage[1]:
+            return 503, rng.randint(1, 15)
+        if sub == "wh_main" and p.rotation <= t < p.stale_until:  # it verifies with the old key
+            return 401, rng.randint(2, 20)
+        ok = 204 if sub == "wh_main" else 200
+        if slow or rng.random() < 0.006:
+            return ok, rng.randint(5500, 9000)
+        return ok, min(round(rng.lognormvariate(math.log(45), 0.6)), 2500)
+
+    def deliver(self, ev: Event, sub: str) -> None:
+        """Up to five attempts of one event to one subscription (spec 6), each freshly signed."""
+        t, wait_s = ev.emit, 0.0
+        for n in range(MAX_ATTEMPTS):
+            t += RETRY_DELAYS_S[n] + (self.rng.uniform(0.2, 3) if n else 0)
+            ts, did = int(t), new_uuid(self.rng)
+            key_index = int(sub == "wh_main" and t >= self.plan.rotation)
+            sig = sign(self.keys[sub][key_index], ts, ev.text.encode())
+            rec = Record(0.0, sub, signed_headers(ev.event, did, ts, sig), ev.text, did=did)
+            rec.event_id, rec.attempt, rec.key_index = ev.eid, n + 1, key_index
+            if self.plan.network[0] <= t < self.plan.network[1]:
+                self.lost.append(rec)
+                wait_s = DELIVERY_TIMEOUT_MS / 1000
+                continue
+            slow = ev.plant == "inflight" and sub == "wh_main" and n == 0
+            rec.status, rec.ms = self.answer(sub, t, slow)
+            rec.recv = self.receipt(t)
+            self.recs.append(rec)
+            wait_s = min(rec.ms, DELIVERY_TIMEOUT_MS) / 1000
+            if 200 <= rec.status < 300 and rec.ms <= DELIVERY_TIMEOUT_MS:
+                self.outcomes.append((sub, ev.eid, t, t + wait_s, True))
+                return
+        self.outcomes.append((sub, ev.eid, t, t + wait_s, False))
+
+    def attacks(self, incident_ids: list[str]) -> list[Record]:
+        """Requests from an attacker to wh_main, answered 401 but for one tampered request."""
+        real = [r for r in self.recs if r.sub == "wh_main" and r.status == 204 and r.ms < 5000]
+        real.sort(key=lambda r: r.recv)
+        out: list[Record] = []
+        for kind, t, verdict in self.plan.attacks:
+            if kind in ("tampered", "replayed"):
+                rec = self.copy(kind, next((r for r in real if r.recv >= t), real[-1]))
+            else:
+                rec = self.forge(kind, t, self.rng.choice(incident_ids))
+            accepted = kind == "tampered" and any(a.kind == "tampered" for a in out)
+            rec.kind, rec.status, rec.ms = kind, 204 if accepted else 401, self.rng.randint(1, 9)
+            rec.extra["expected_verdict"] = verdict
+            out.append(rec)
+        return out
+
+    def copy(self, kind: str, orig: Record) -> Record:
+        """A replay hours later, or a tampered copy (url changed) seconds later."""
+        rec = Record(orig.recv + self.rng.uniform(4 * H, 5 * H), "wh_main", orig.headers, orig.text)
+        if kind == "tampered":
+            env = json.loads(orig.text)
+            env["data"]["url"] = "https://demobank-refund.example/claim"
+            rec.recv, rec.text = orig.recv + self.rng.uniform(3, 40), dump(env)
+        rec.did, rec.extra = orig.did, {"original_received_at": iso(orig.recv, "microseconds")}
+        return rec
+
+    def forge(self, kind: str, t: float, incident_id: str) -> Record:
+        """A request that claims an incident was closed, with a bad or missing signature."""
+        rng, did = self.rng, new_uuid(self.rng)
+        data = {"incidentId": incident_id, "clientId": CLIENT, "status": "closed"}
+        body = envelope("evt_" + new_uuid(rng), CHANGED, t - 60, data)
+        sig = f"sha256={rng.getrandbits(256):064x}" if kind == "forged" else None
+        sig = f"sha1={rng.getrandbits(160):040x}" if kind == "malformed_signature" else sig
+        hdrs = signed_headers(CHANGED, did, int(t), sig, "python-requests/2.32.3")
+        return Record(self.receipt(t), "wh_main", hdrs, body, did=did)

@@ -1,0 +1,126 @@
+"""Deterministic demo data that follows the service's published webhook rules (spec 3, 5, 6).
+
+:func:`simulate` writes receiver captures, a secrets file, three GET /webhooks snapshots and a
+``truth.json`` listing everything planted. Everything derives from ``seed`` and ``start``; the wall
+clock is never read, and the same arguments give the same bytes. The work is split by job:
+:mod:`~audit.demo.plan` places the faults (and lists them), :mod:`~audit.demo.lifecycle` makes
+the incidents' events, :mod:`~audit.demo.delivery` runs the service's delivery loop and the
+attacker, :mod:`~audit.demo.write` writes the files.
+
+Also: incidents still open at the end, four waiting on the client for more than 24 h at the end,
+and ``webhook.test`` deliveries (one early, one after each repair).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+from audit.demo.delivery import DeliveryRun
+from audit.demo.envelope import iso
+from audit.demo.lifecycle import incident_events, webhook_tests
+from audit.demo.plan import SUBS, FaultPlan, H, plan_faults
+from audit.demo.write import (
+    subscription_created_at,
+    truth_document,
+    write_captures,
+    write_json,
+    write_snapshot,
+)
+from audit.errors import InputError, ParameterError
+
+__all__ = ["FaultPlan", "SimulationResult", "plan_faults", "simulate"]
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """Paths written by :func:`simulate` and a few counts (``records``: lines in the captures)."""
+
+    captures: list[Path]
+    secrets: Path
+    snapshots: list[Path]
+    truth: Path
+    records: int
+    attempts: int
+    events: int
+    incidents: int
+
+
+def simulate(
+    out_dir: str | os.PathLike,
+    *,
+    seed: int = 7,
+    start: date = date(2026, 10, 1),
+    days: int = 31,
+    incidents: int = 300,
+) -> SimulationResult:
+    """Write a deterministic period of demo data that follows the service's published rules.
+
+    Parameters
+    ----------
+    out_dir
+        An empty or missing folder; receives ``captures/``, ``snapshots/``, ``secrets.json``
+        (mode 0600) and ``truth.json`` (everything planted, never a secret value).
+    seed
+        Seed of the one ``random.Random`` everything derives from.
+    start, days
+        The period: ``days`` days (at least 7) from ``start`` 00:00 UTC.
+    incidents
+        Number of incidents (at least 20; 14 of them are planted around the faults).
+
+    Returns
+    -------
+    SimulationResult
+
+    Examples
+    --------
+    >>> r = simulate("demo", days=10, incidents=40)  # doctest: +SKIP
+    >>> r.captures[0].name, r.secrets.name  # doctest: +SKIP
+    ('receiver-2026-10-01.jsonl', 'secrets.json')
+    """
+    out = Path(out_dir)
+    if incidents < 20:
+        raise ParameterError(f"incidents must be at least 20 (got {incidents})")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InputError(f"{out}: the output folder must be empty or missing")
+    plan = plan_faults(start, days)
+    rng = random.Random(seed)
+    keys = {
+        s: [f"whsec_{rng.getrandbits(128):032x}" for _ in range(n)]
+        for s, n in (("wh_main", 2), ("wh_siem", 1))
+    }
+    run = DeliveryRun(rng, plan, keys, [rng.uniform(-1.0, 2.5) for _ in range(days + 2)])
+    events, facts = incident_events(rng, plan, incidents)
+    events = sorted(events + webhook_tests(rng, plan), key=lambda e: (e.emit, e.eid))
+    for ev in events:
+        for sub in ev.subs or [s for s in ("wh_main", "wh_siem") if ev.event in SUBS[s][1]]:
+            run.deliver(ev, sub)
+    run.recs += run.attacks([f["incident_id"] for f in facts])
+    captures, unreadable = write_captures(rng, out / "captures", run.recs)
+    main = [
+        {
+            "secret": keys["wh_main"][0],
+            "valid_from": iso(subscription_created_at(plan, "wh_main"), "seconds"),
+        },
+        {"secret": keys["wh_main"][1], "valid_from": iso(plan.rotation, "seconds")},
+    ]
+    secrets = {"wh_main": main, "wh_siem": [{"secret": keys["wh_siem"][0]}]}
+    secrets_path = write_json(out / "secrets.json", secrets, mode=0o600)
+    moments = (plan.start, plan.outage[1], plan.end + 3 * H)
+    snapshots = [write_snapshot(out / "snapshots", plan, run.outcomes, at) for at in moments]
+    truth = truth_document(plan, run, events, facts) | {"unreadable_lines": unreadable}
+    truth_path = write_json(out / "truth.json", truth)
+    attempts = sum(r.kind == "service" for r in run.recs)
+    return SimulationResult(
+        captures,
+        secrets_path,
+        snapshots,
+        truth_path,
+        len(run.recs) + 1,
+        attempts,
+        len(events),
+        len(facts),
+    )

@@ -1,0 +1,250 @@
+"""Derived frames that the figures and the report's tables show: pure, frames in, frames out.
+
+The figures (:mod:`audit.plotting`) only draw what these return, so that tests check numbers
+rather than pixels: the daily delivery failure rate, the retries against the schedule, and
+Kaplan–Meier curves as steps from time 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+
+from audit.errors import ParameterError, SchemaError
+from audit.survival import MISSING_GROUP
+
+__all__ = [
+    "RETRY_KINDS",
+    "TIME_UNITS",
+    "daily_failure_rate",
+    "km_steps",
+    "plain_label",
+    "require_columns",
+    "retry_delays",
+    "utc_times",
+]
+
+TIME_UNITS: dict[str, float] = {"s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+"""Seconds per unit accepted by ``unit=`` arguments."""
+
+#: Kinds of retry in :func:`retry_delays`, in drawing order.
+RETRY_KINDS = ("on_schedule", "after_missing", "off_schedule")
+
+
+def require_columns(df: object, columns: Iterable[str], name: str, hint: str) -> pd.DataFrame:
+    """``df`` if it is a DataFrame with ``columns`` (an empty one may lack them), else a
+    one-line :class:`SchemaError` naming what is missing and ``hint`` (where to get it)."""
+    if not isinstance(df, pd.DataFrame):
+        raise SchemaError(f"{name} must be a DataFrame, got {type(df).__name__}")
+    missing = [c for c in columns if c not in df.columns]
+    if missing and len(df):
+        raise SchemaError(f"{name} lacks column(s) {', '.join(missing)}; use {hint}")
+    return df
+
+
+def utc_times(times: pd.Series) -> pd.Series:
+    """Timezone-aware times converted to UTC; naive times are a :class:`SchemaError`."""
+    if not isinstance(times.dtype, pd.DatetimeTZDtype):
+        raise SchemaError(f"{times.name} must be timezone-aware UTC times, got {times.dtype}")
+    return times.dt.tz_convert("UTC")
+
+
+def plain_label(value: object) -> str:
+    """A group or id as a string; a missing value becomes ``"(missing)"``."""
+    return MISSING_GROUP if value is None or value is pd.NA or value != value else str(value)
+
+
+def _unit_scale(unit: str) -> float:
+    if unit not in TIME_UNITS:
+        raise ParameterError(f"unit must be one of {', '.join(TIME_UNITS)}, got {unit!r}")
+    return TIME_UNITS[unit]
+
+
+# --------------------------------------------------------------------------------------------
+# Takedown curves
+# --------------------------------------------------------------------------------------------
+
+
+def km_steps(km: pd.DataFrame, *, unit: str = "h") -> pd.DataFrame:
+    """Kaplan–Meier rows ready to draw as step curves: a time-0 row per group, times in ``unit``.
+
+    Parameters
+    ----------
+    km : pandas.DataFrame
+        From :func:`audit.survival.kaplan_meier_by` (``group``, ``time`` in seconds,
+        ``at_risk``, ``censored``, ``survival``, ``ci_lower``, ``ci_upper``); without a
+        ``group`` column every row belongs to group ``"all"`` (e.g. from ``kaplan_meier``).
+    unit : {"s", "min", "h", "d"}, default "h"
+        Unit of the returned ``time``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``group, n, time, survival, ci_lower, ci_upper, censored``; per group, in order
+        of first appearance, a row ``(0, 1, 1, 1, 0)`` and then the KM rows sorted by time.
+        ``n`` is the group's size (``at_risk`` of its first row).
+
+    Examples
+    --------
+    >>> km = pd.DataFrame({"group": ["a", "a"], "time": [3600.0, 7200.0], "at_risk": [2, 1],
+    ...                    "events": [1, 0], "censored": [0, 1], "survival": [0.5, 0.5],
+    ...                    "ci_lower": [0.1, 0.1], "ci_upper": [0.9, 0.9]})
+    >>> km_steps(km)[["group", "time", "survival"]].to_string(index=False)
+    'group  time  survival\\n    a   0.0       1.0\\n    a   1.0       0.5\\n    a   2.0       0.5'
+    """
+    cols = ["time", "at_risk", "censored", "survival", "ci_lower", "ci_upper"]
+    require_columns(km, cols, "km", "audit.survival.kaplan_meier_by()")
+    scale = _unit_scale(unit)
+    out_cols = ["group", "n", "time", "survival", "ci_lower", "ci_upper", "censored"]
+    if km.empty:
+        dtypes = {"group": "str", "n": "int64", "censored": "int64"}
+        return pd.DataFrame({c: pd.Series(dtype=dtypes.get(c, "float64")) for c in out_cols})
+    groups = (
+        km["group"].map(plain_label) if "group" in km.columns else pd.Series("all", index=km.index)
+    )
+    frames = []
+    for name in dict.fromkeys(groups):
+        g = km[groups == name].sort_values("time", kind="stable")
+        n = int(g["at_risk"].iloc[0])
+        frames.append(
+            pd.DataFrame(
+                {
+                    "group": name,
+                    "n": n,
+                    "time": np.concatenate(([0.0], g["time"].to_numpy(float) / scale)),
+                    "survival": np.concatenate(([1.0], g["survival"].to_numpy(float))),
+                    "ci_lower": np.concatenate(([1.0], g["ci_lower"].to_numpy(float))),
+                    "ci_upper": np.concatenate(([1.0], g["ci_upper"].to_numpy(float))),
+                    "censored": np.concatenate(([0], g["censored"].to_numpy("int64"))),
+                }
+            )
+        )
+    out = pd.concat(frames, ignore_index=True)[out_cols]
+    return out.astype({"group": "str", "n": "int64", "censored": "int64"})
+
+
+# --------------------------------------------------------------------------------------------
+# Delivery failures and retries
+# --------------------------------------------------------------------------------------------
+
+_ATTEMPT_COLS = ("attempt_no", "success", "received_at", "subscription_id")
+
+
+def daily_failure_rate(attempts: pd.DataFrame, *, fill_days: bool = True) -> pd.DataFrame:
+    """Share of valid delivery attempts that did not succeed, per UTC day and subscription.
+
+    An attempt is a row with an ``attempt_no`` (a ``valid`` delivery, see
+    :func:`audit.deliveries.infer_attempts`); it failed when ``success`` is false (not 2xx, or
+    answered after the 5 s timeout). Attempts whose answer was not captured (``success`` NA)
+    are counted in ``attempts`` but left out of the rate. ``webhook.test`` deliveries count:
+    they are deliveries too.
+
+    Parameters
+    ----------
+    attempts : pandas.DataFrame
+        From :func:`audit.deliveries.infer_attempts`.
+    fill_days : bool, default True
+        Add a row, with zero counts and a NaN rate, for every day between the first and the
+        last and every subscription seen, so that a line plot shows gaps instead of bridging.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``day`` (midnight UTC), ``subscription_id`` (``"(missing)"`` when unknown),
+        ``attempts``, ``answered``, ``failed`` (int64) and ``failure_rate`` (float:
+        ``failed / answered``, NaN when nothing was answered), sorted by day then subscription.
+
+    Examples
+    --------
+    >>> rates = daily_failure_rate(infer_attempts(verified, as_of=end))  # doctest: +SKIP
+    >>> rates.pivot(index="day", columns="subscription_id", values="failure_rate")
+    ... # doctest: +SKIP
+    """
+    require_columns(attempts, _ATTEMPT_COLS, "attempts", "audit.deliveries.infer_attempts()")
+    out_cols = ["day", "subscription_id", "attempts", "answered", "failed", "failure_rate"]
+    a = attempts[attempts["attempt_no"].notna()] if len(attempts) else attempts
+    if a.empty:
+        return pd.DataFrame(
+            {
+                "day": pd.Series(dtype="datetime64[ns, UTC]"),
+                "subscription_id": pd.Series(dtype="str"),
+                **{c: pd.Series(dtype="int64") for c in ("attempts", "answered", "failed")},
+                "failure_rate": pd.Series(dtype="float64"),
+            }
+        )[out_cols]
+    success = a["success"].astype("boolean")
+    parts = pd.DataFrame(
+        {
+            "day": utc_times(a["received_at"]).dt.floor("D"),
+            "subscription_id": a["subscription_id"].map(plain_label),
+            "attempts": 1,
+            "answered": success.notna().astype("int64"),
+            "failed": (~success).fillna(False).astype("int64"),
+        }
+    )
+    g = parts.groupby(["day", "subscription_id"], sort=True)[["attempts", "answered", "failed"]]
+    counts = g.sum()
+    if fill_days:
+        days = counts.index.get_level_values("day")
+        unit = parts["day"].dt.unit
+        full_days = pd.date_range(days.min(), days.max(), freq="D", unit=unit)
+        subs = sorted(set(counts.index.get_level_values("subscription_id")))
+        full = pd.MultiIndex.from_product([full_days, subs], names=["day", "subscription_id"])
+        counts = counts.reindex(full, fill_value=0)
+    out = counts.reset_index()
+    answered = out["answered"].to_numpy(dtype="float64")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = np.where(answered > 0, out["failed"].to_numpy(dtype="float64") / answered, np.nan)
+    out["failure_rate"] = rate
+    out = out.astype({"subscription_id": "str", "attempts": "int64", "answered": "int64"})
+    return out.astype({"failed": "int64"})[out_cols]
+
+
+def retry_delays(attempts: pd.DataFrame) -> pd.DataFrame:
+    """Retries (attempt 2 or later) with their observed and scheduled delays, and a kind.
+
+    Parameters
+    ----------
+    attempts : pandas.DataFrame
+        From :func:`audit.deliveries.infer_attempts`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``subscription_id, event_id, attempt_no, delay_s, expected_delay_s,
+        missing_before, kind``, one row per observed retry. ``kind`` is ``off_schedule`` (the
+        delay matched no scheduled attempt), ``after_missing`` (on schedule, but attempts in
+        between never reached the receiver, so the expected delay is a sum) or
+        ``on_schedule``.
+
+    Examples
+    --------
+    >>> retry_delays(infer_attempts(verified, as_of=end))["kind"].value_counts()
+    ... # doctest: +SKIP
+    """
+    cols = ["attempt_no", "delay_s", "expected_delay_s", "on_schedule", "missing_before"]
+    require_columns(attempts, cols, "attempts", "audit.deliveries.infer_attempts()")
+    out_cols = ["subscription_id", "event_id", "attempt_no", "delay_s", "expected_delay_s"]
+    out_cols += ["missing_before", "kind"]
+    if attempts.empty:
+        r = pd.DataFrame({c: pd.Series(dtype="float64") for c in out_cols})
+        return r.astype({"subscription_id": "str", "event_id": "str", "kind": "str"})
+    keep = (attempts["attempt_no"] >= 2).fillna(False) & attempts["delay_s"].notna()
+    r = attempts[keep]
+    on = r["on_schedule"].fillna(False).astype(bool).to_numpy()
+    missed = (r["missing_before"].fillna(0) > 0).to_numpy(dtype=bool)
+    kind = np.select([~on, missed], ["off_schedule", "after_missing"], default="on_schedule")
+    out = pd.DataFrame(
+        {
+            "subscription_id": r["subscription_id"].map(plain_label) if len(r) else [],
+            "event_id": r["event_id"],
+            "attempt_no": r["attempt_no"].astype("int64"),
+            "delay_s": r["delay_s"].astype("float64"),
+            "expected_delay_s": r["expected_delay_s"].astype("float64"),
+            "missing_before": r["missing_before"].fillna(0).astype("int64"),
+            "kind": pd.Series(kind, index=r.index, dtype="str"),
+        }
+    )
+    return out.astype({"subscription_id": "str", "event_id": "str"}).reset_index(drop=True)

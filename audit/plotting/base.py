@@ -1,0 +1,80 @@
+"""What every figure shares: a pyplot-free figure, the "no data" axes, safe labels, date axes."""
+
+from __future__ import annotations
+
+import matplotlib.dates as mdates
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from audit.metrics import utc_times
+from audit.survival import MISSING_GROUP
+
+__all__ = [
+    "FIGSIZE",
+    "LABEL_MAX",
+    "NO_DATA",
+    "date_axis",
+    "duration_text",
+    "naive_utc",
+    "new_figure",
+    "no_data",
+    "percent_text",
+    "safe_label",
+]
+
+NO_DATA = "no data"
+"""Text shown on an axes that has nothing to draw."""
+
+FIGSIZE = (8.0, 4.5)
+LABEL_MAX = 40
+
+
+def new_figure(size: tuple[float, float] = FIGSIZE, ncols: int = 1) -> tuple[Figure, list[Axes]]:
+    """A figure (never through pyplot: no global state) with ``ncols`` axes in one row."""
+    fig = Figure(figsize=size, layout="constrained")
+    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def no_data(ax: Axes, title: str) -> None:
+    """Title ``ax`` and say :data:`NO_DATA` in its middle, without ticks."""
+    ax.set_title(title)
+    ax.text(0.5, 0.5, NO_DATA, ha="center", va="center", transform=ax.transAxes, color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def safe_label(value: object) -> str:
+    """Data-derived text made safe to draw: one line, at most 40 characters, ``$`` escaped."""
+    text = MISSING_GROUP if value is None or value is pd.NA or value != value else str(value)
+    text = " ".join(text.split())
+    if len(text) > LABEL_MAX:
+        text = text[: LABEL_MAX - 1] + "…"
+    return text.replace("$", r"\$")
+
+
+def naive_utc(times: pd.Series) -> np.ndarray:
+    """Timezone-aware times as naive UTC ``datetime64`` (what matplotlib's date axis takes)."""
+    return utc_times(times).dt.tz_localize(None).to_numpy(dtype="datetime64[ns]")
+
+
+def date_axis(ax: Axes) -> None:
+    """Concise automatic date ticks on the x axis."""
+    locator = mdates.AutoDateLocator()
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+
+
+def percent_text(share: float) -> str:
+    """``0.998 -> "99.8%"``, ``0.000386 -> "0.039%"``: small shares keep two significant digits."""
+    return f"{share:.1%}" if share >= 0.01 or share == 0 else f"{share * 100:.2g}%"
+
+
+def duration_text(seconds: float) -> str:
+    """``30 -> "30 s"``, ``120 -> "2 min"``, ``3600 -> "1 h"``."""
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"

@@ -1,0 +1,89 @@
+"""The CLI's commands and options: a restructuring of the CLI must not silently drop one.
+
+``CLI_SURFACE`` was generated once from the CLI as it stood (issue 12) by walking the click
+group; arguments are upper case, an option is its flags joined by ``/``. New commands and
+options may be added freely (the check is "at least these"); removing or renaming one is a
+breaking change and must be made here on purpose.
+"""
+
+from __future__ import annotations
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from audit.cli import cli
+
+_API = ["--base-url", "--api-key-env", "--timeout", "--max-attempts"]
+
+# fmt: off
+CLI_SURFACE: dict[str, list[str]] = {
+    "audit": ["--version"],
+    "audit analyze": ["LOGS", "--secrets", "--subscriptions", "--as-of", "--clock-start",
+                      "--header-prefix", "--out"],
+    "audit demo": ["--out", "--seed"],
+    "audit probe": ["URL", "--secrets", "--subscription", "--out", "--only", "--dry-run",
+                    "--header-prefix"],
+    "audit receive": ["--port", "--host", "--secrets", "--subscription", "--out",
+                      "--header-prefix"],
+    "audit report": ["LOGS", "--secrets", "--subscriptions", "--period", "--params", "--mutes",
+                     "--out", "--fail-on", "--skip-if-exists", "--timeout"],
+    "audit simulate": ["--out", "--seed", "--start", "--days", "--incidents"],
+    "audit snapshot": [*_API, "--out"],
+    "audit verify": ["LOGS", "--secrets", "--out", "--header-prefix"],
+    "audit webhooks": [],
+    "audit webhooks create": [*_API, "--url", "--event", "--description", "--secrets"],
+    "audit webhooks delete": [*_API, "SUBSCRIPTION_ID", "--yes"],
+    "audit webhooks list": [*_API, "--json"],
+    "audit webhooks rotate-secret": [*_API, "SUBSCRIPTION_ID", "--secrets"],
+    "audit webhooks test": [*_API, "SUBSCRIPTION_ID"],
+    "audit webhooks update": [*_API, "SUBSCRIPTION_ID", "--url", "--event", "--active/--inactive",
+                              "--description"],
+}
+# fmt: on
+
+
+def _param(p: click.Parameter) -> str:
+    if isinstance(p, click.Option):
+        return "/".join(sorted(p.opts + p.secondary_opts))
+    return str(p.name).upper()
+
+
+def surface(cmd: click.Command = cli, path: tuple[str, ...] = ("audit",)) -> dict[str, list[str]]:
+    """Every command path of the CLI and its parameters, as in :data:`CLI_SURFACE`."""
+    out = {" ".join(path): [_param(p) for p in cmd.params]}
+    if isinstance(cmd, click.Group):
+        for name, sub in sorted(cmd.commands.items()):
+            out |= surface(sub, (*path, name))
+    return out
+
+
+def test_every_command_and_option_is_still_there():
+    now = surface()
+    missing_commands = sorted(set(CLI_SURFACE) - set(now))
+    assert missing_commands == [], "commands dropped from the CLI"
+    for command, params in CLI_SURFACE.items():
+        dropped = [p for p in params if p not in now[command]]
+        assert dropped == [], f"{command}: parameters dropped or renamed"
+
+
+def test_the_walk_sees_a_dropped_option():
+    # the check above can fail: a command without one of its options is reported
+    @click.command()
+    @click.option("--out")
+    def cmd(out: str) -> None: ...
+
+    assert surface(cmd, ("x",)) == {"x": ["--out"]}
+    cmd.params.clear()
+    assert "--out" not in surface(cmd, ("x",))["x"]
+
+
+@pytest.mark.parametrize("command", sorted(CLI_SURFACE))
+def test_every_command_has_help(command: str):
+    args = [*command.split()[1:], "--help"]
+    result = CliRunner().invoke(cli, args, prog_name="audit")
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"Usage: {command}")
+    for param in CLI_SURFACE[command]:
+        if param.startswith("--") and param != "--version":
+            assert param.split("/")[0] in result.output, (command, param)
