@@ -24,9 +24,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from audit import cli_client, cli_data
+    from audit import cli_client, cli_data, cli_store
 
-    for cmd in (*cli_data.COMMANDS, *cli_client.COMMANDS):
+    for cmd in (*cli_data.COMMANDS, *cli_client.COMMANDS, *cli_store.COMMANDS):
         cli.add_command(cmd)
 
 

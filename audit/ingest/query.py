@@ -108,18 +108,19 @@ def load_deliveries(
     end: pd.Timestamp | None = None,
     columns: tuple[str, ...] | list[str] = ANALYSIS_COLUMNS,
     files: list[str] | None = None,
+    paths: list[str] | None = None,
 ) -> pd.DataFrame:
     """Stored deliveries received in ``[start, end]`` (either end open when None), plus every
     unreadable record that has no receipt time, in input order.
 
-    ``files`` keeps only the records of these file sha256s. Only the months touched and the
-    named columns are read.
+    ``files`` keeps only the records of these file sha256s, ``paths`` only those of these
+    ingested files (resolved paths). Only the months touched and the named columns are read.
     """
     s = _store(store)
     months = None
     if start is not None and end is not None:
         months = [*_months(start, end), "none"]
-    parts = s.parts(months)
+    parts = s.parts(months, paths)
     columns = list(columns)
     for c in ("source", "line"):
         if c not in columns:

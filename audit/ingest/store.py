@@ -89,6 +89,8 @@ class IngestResult:
     reverified: int = 0
     naive_times: int = 0
     messages: list[str] = field(default_factory=list)
+    #: The manifest entries (resolved paths) that hold the files given, in order.
+    paths: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -113,11 +115,17 @@ class Store:
             raise InputError(f"{self.manifest_path}: not a version {STORE_VERSION} store manifest")
         return data
 
-    def parts(self, months: Iterable[str] | None = None) -> list[Path]:
-        """Part files listed in the manifest, optionally only those of some months."""
+    def parts(
+        self, months: Iterable[str] | None = None, paths: Iterable[str] | None = None
+    ) -> list[Path]:
+        """Part files listed in the manifest, optionally only those of some months and of
+        some ingested files (resolved paths, as :attr:`IngestResult.paths` gives them)."""
         wanted = None if months is None else {f"month={m}" for m in months}
+        files = None if paths is None else set(paths)
         out = []
         for entry in self.manifest()["files"]:
+            if files is not None and entry["path"] not in files:
+                continue
             for part in entry["parts"]:
                 if wanted is None or part.split("/")[0] in wanted:
                     out.append(self.root / DATASET / part)
@@ -332,7 +340,10 @@ def _ingest_file(path, store, manifest, result, staging, obsolete, **kw) -> None
     sha, size, prefix_sha, at_newline = _hash_file(path, prefix_len)
     if sha in known:
         result.files_unchanged += 1
+        same = next(e for e in manifest["files"] if e["sha256"] == sha)
+        result.paths.append(same["path"])
         return
+    result.paths.append(resolved)
     skip, first_line, entry = 0, 1, None
     if old is not None and prefix_sha == old["sha256"] and at_newline:
         skip, first_line, entry = old["size"], old["lines"] + 1, old
