@@ -29,7 +29,7 @@ def demo(tmp_path_factory):
     truth = json.loads(sim.truth.read_text())
     args = ["analyze", str(root / "data" / "captures"), "--secrets", str(sim.secrets)]
     args += ["--subscriptions", str(root / "data" / "snapshots"), "--out", str(out)]
-    args += ["--as-of", truth["period"]["end"]]
+    args += ["--as-of", truth["period"]["end"], "--format", "csv"]
     return args, out, truth
 
 
