@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from audit.capture import NAT, parse_har, parse_jsonl
 from audit.errors import LoadError
+from audit.ingest.fast import verify_jsonl
 from audit.secrets import SecretStore
 from audit.signatures import verify_columns
 from audit.tables import DATA_FIELDS, STORED_DELIVERIES
@@ -153,8 +154,18 @@ def verify_chunk(
     secrets: SecretStore,
     tolerance_s: float,
     file_sha256: str,
+    exact: bool = False,
 ) -> tuple[pa.Table, int]:
-    """Parse and verify one piece with the exact validator: (store table, naive times)."""
+    """Parse and verify one piece: (store table, naive times).
+
+    JSONL goes through the fast path (:mod:`audit.ingest.fast`, which hands every record
+    outside its shape to the exact validator) unless ``exact``; HAR through the exact path.
+    """
+    if kind == "jsonl" and not exact:
+        columns, naive, _, _ = verify_jsonl(
+            data, source, wanted, first_line, secrets, tolerance_s=tolerance_s
+        )
+        return stored_table(columns, file_sha256), naive
     if kind == "har":
         try:
             buf = parse_har(data, source, wanted)
