@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from audit.spec import DEFAULT_HEADER_PREFIX
-from audit.verification import VERDICT_COLUMNS, audit_signatures, verdict_counts
+from audit.verification import VERDICT_COLUMNS, verdict_counts
 
 COMMANDS: list[click.Command] = []
 
@@ -88,7 +88,9 @@ def verify(
             paths = ingest(logs, secrets_path, store_dir, header_prefix=header_prefix).paths
         deliveries = load_deliveries(store_dir, columns=VERDICT_COLUMNS, paths=paths or None)
     else:
-        deliveries = audit_signatures(logs, secrets_path, header_prefix=header_prefix).deliveries
+        from audit.ingest.verdicts import verify_logs
+
+        deliveries = verify_logs(logs, secrets_path, header_prefix=header_prefix)
     write_table(deliveries[VERDICT_COLUMNS], out)
     _print_counts(deliveries)
     click.echo(f"wrote {out}")

@@ -11,7 +11,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 import pyarrow as pa
 
@@ -22,6 +21,7 @@ from audit.tables import STORED_DELIVERIES
 __all__ = [
     "ANALYSIS_COLUMNS",
     "StoreInputs",
+    "frame_from_arrow",
     "latest_receipt",
     "load_analysis_inputs",
     "load_deliveries",
@@ -72,6 +72,8 @@ def _arrow(result) -> pa.Table:
 
 
 def _query(files, columns, where: str, params: list) -> pa.Table:
+    import duckdb  # imported on use: `audit verify` without a store never needs it
+
     con = duckdb.connect()
     try:
         cols = ", ".join(f'"{c}"' for c in columns)
@@ -84,7 +86,8 @@ def _query(files, columns, where: str, params: list) -> pa.Table:
         con.close()
 
 
-def _frame(table: pa.Table) -> pd.DataFrame:
+def frame_from_arrow(table: pa.Table) -> pd.DataFrame:
+    """Store columns as pandas, each in its declared dtype (``audit.tables``)."""
     declared = STORED_DELIVERIES.dtypes()
     mapper = {
         pa.string(): declared["source"],
@@ -139,7 +142,7 @@ def load_deliveries(
     if files is not None:
         keep = f"list_contains({_sql_list(files)}, file_sha256)" if files else "FALSE"
         sql_where += (" AND " if sql_where else "WHERE ") + keep
-    return _frame(_query(parts, columns, sql_where, params))
+    return frame_from_arrow(_query(parts, columns, sql_where, params))
 
 
 def latest_receipt(store: Store | str | os.PathLike) -> pd.Timestamp | None:
@@ -148,6 +151,8 @@ def latest_receipt(store: Store | str | os.PathLike) -> pd.Timestamp | None:
     parts = [p for p in s.parts() if p.parent.name != "month=none"]
     if not parts:
         return None
+    import duckdb  # imported on use: `audit verify` without a store never needs it
+
     con = duckdb.connect()
     try:
         sql = f"SELECT max(received_at) FROM read_parquet({_sql_list(parts)})"

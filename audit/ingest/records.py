@@ -127,21 +127,27 @@ def body_columns(bodies: list) -> dict[str, list]:
     return {"body_sha256": sha, "fingerprint": fps, **fields, "data_invalid": bad_counts}
 
 
-def stored_table(columns: dict[str, list], file_sha256: str) -> pa.Table:
-    """Parsed and verified columns (plus ``subscription_logged``) as a store table."""
-    n = len(columns["line"])
-    cols = dict(columns)
-    cols.update(body_columns(columns["body"]))
-    cols["file_sha256"] = [file_sha256] * n
-    arrays = []
-    for field in SCHEMA:
-        values = cols[field.name]
+def stored_columns(columns: dict[str, list], names: list[str] | tuple[str, ...]) -> pa.Table:
+    """Some columns of the store schema, from lists (times as int64 ns, NAT for missing)."""
+    arrays, fields = [], []
+    for name in names:
+        field = SCHEMA.field(name)
+        values = columns[name]
         if pa.types.is_timestamp(field.type):
             ints = pa.array(values, pa.int64())
             arrays.append(pc.if_else(pc.equal(ints, NAT), None, ints).cast(field.type))
         else:
             arrays.append(pa.array(values, field.type, from_pandas=True))
-    return pa.Table.from_arrays(arrays, schema=SCHEMA)
+        fields.append(field)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def stored_table(columns: dict[str, list], file_sha256: str) -> pa.Table:
+    """Parsed and verified columns (plus ``subscription_logged``) as a store table."""
+    cols = dict(columns)
+    cols.update(body_columns(columns["body"]))
+    cols["file_sha256"] = [file_sha256] * len(columns["line"])
+    return stored_columns(cols, SCHEMA.names)
 
 
 def verify_chunk(

@@ -43,7 +43,8 @@ import pyarrow.parquet as pq
 
 from audit.atomic import write_json_atomic
 from audit.errors import InputError
-from audit.ingest import records
+from audit.ingest import parallel, records
+from audit.ingest.fast import verify_jsonl
 from audit.load import expand_paths
 from audit.secrets import SecretStore, read_secrets
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
@@ -242,6 +243,7 @@ def ingest(
     header_prefix: str = DEFAULT_HEADER_PREFIX,
     tolerance_s: float = CLOCK_TOLERANCE_S,
     chunk_bytes: int = 32 * 2**20,
+    workers: int | None = None,
 ) -> IngestResult:
     """Load and verify capture logs once, into the evidence store at ``store_dir``.
 
@@ -289,6 +291,7 @@ def ingest(
                 secrets=secrets,
                 tolerance_s=tolerance_s,
                 chunk_bytes=chunk_bytes,
+                workers=workers,
             )
         write_json_atomic(store.manifest_path, manifest)
         for part in obsolete:
@@ -358,31 +361,47 @@ def _ingest_file(path, store, manifest, result, staging, obsolete, **kw) -> None
         manifest["files"].remove(old)
     else:
         result.files_added += 1
-    writer = _PartWriter(staging, sha[:16])
-    counts = [0, 0, 0]  # records, unreadable, lines
-    common = dict(
-        source=str(path),
-        wanted=kw["wanted"],
-        secrets=kw["secrets"],
-        tolerance_s=kw["tolerance_s"],
-        file_sha256=sha,
-    )
+    counts = [0, 0, 0]  # records, unreadable, newlines
+    written: list[tuple[Path, str]] = []
     if is_har:
-        pieces = [(records.read_har(path), 1)]
-    else:
-        pieces = records.read_chunks(
-            path, skip_bytes=skip, first_line=first_line, chunk_bytes=kw["chunk_bytes"]
-        )
-    for data, line in pieces:
+        writer = _PartWriter(staging, sha[:16])
         table, naive = records.verify_chunk(
-            data, kind="har" if is_har else "jsonl", first_line=line, **common
+            records.read_har(path),
+            kind="har",
+            source=str(path),
+            first_line=1,
+            wanted=kw["wanted"],
+            secrets=kw["secrets"],
+            tolerance_s=kw["tolerance_s"],
+            file_sha256=sha,
         )
         writer.write(table)
-        counts[0] += table.num_rows
-        counts[1] += pc.sum(pc.equal(table.column("verdict"), "unreadable")).as_py() or 0
-        counts[2] += data.count(b"\n")
+        written = writer.finish()
+        n_unreadable = pc.sum(pc.equal(table.column("verdict"), "unreadable")).as_py() or 0
+        outcomes = [(table.num_rows, n_unreadable, naive, 0)]
+    else:
+        pieces = parallel.plan_pieces(
+            path, piece_bytes=kw["chunk_bytes"], skip_bytes=skip, first_line=first_line
+        )
+        outcomes = []
+        for done, *numbers in parallel.map_pieces(
+            _ingest_piece,
+            pieces,
+            sources={str(path): str(path)},
+            wanted=kw["wanted"],
+            secrets=kw["secrets"],
+            tolerance_s=kw["tolerance_s"],
+            workers=kw["workers"],
+            extra={"staging": staging, "file_sha256": sha},
+        ):
+            written.extend(done)
+            outcomes.append(numbers)
+    for rows, unreadable, naive, newlines in outcomes:
+        counts[0] += rows
+        counts[1] += unreadable
+        counts[2] += newlines
         result.naive_times += naive
-    names = _publish(store, writer.finish())
+    names = _publish(store, written)
     result.records += counts[0]
     result.unreadable += counts[1]
     if entry is None:
@@ -393,6 +412,25 @@ def _ingest_file(path, store, manifest, result, staging, obsolete, **kw) -> None
     entry["unreadable"] += counts[1]
     entry["lines"] += counts[2]
     entry["parts"] = [*entry["parts"], *names]
+
+
+def _ingest_piece(piece: parallel.Piece) -> tuple[list, int, int, int, int]:
+    """Worker: verify one piece and write its rows as staged parts (bodies stay here)."""
+    c = parallel._CONTEXT
+    data = piece.read()
+    cols, naive, unreadable, _ = verify_jsonl(
+        data,
+        c["source"][piece.path],
+        c["wanted"],
+        piece.first_line,
+        c["secrets"],
+        tolerance_s=c["tolerance_s"],
+        keyed=c["keyed"],
+    )
+    table = records.stored_table(cols, c["file_sha256"])
+    writer = _PartWriter(c["staging"], c["file_sha256"][:16])
+    writer.write(table)
+    return writer.finish(), table.num_rows, unreadable, naive, data.count(b"\n")
 
 
 def _reverify(store, manifest, subs, secrets, tolerance_s, staging, obsolete) -> int:
