@@ -26,10 +26,13 @@ from dataclasses import dataclass
 
 import orjson
 
-from audit.capture import COLUMNS, _Envelopes, _time_ns, parse_jsonl
+from audit.capture import _NO_ENVELOPE, COLUMNS, NAT, _in_range, _time_ns, parse_jsonl
+from audit.ingest.extract import EXTRACTED
+from audit.ingest.extract import extract as _extract
 from audit.secrets import SecretStore
 from audit.signatures import verify_columns
 from audit.spec import SIGNATURE_HEX_LEN, SIGNATURE_PREFIX
+from audit.timeutil import parse_iso_ns
 
 __all__ = ["verify_jsonl"]
 
@@ -81,6 +84,50 @@ def _keyed(secrets: SecretStore) -> _Keys:
     return _Keys(by_sub, tuple(ordered), len(set(values)) == len(values))
 
 
+class _Envelope:
+    """The envelope columns of a body (the rules of ``audit.capture._Envelopes``), and, when
+    ``extract`` is set, the columns of :func:`audit.ingest.records.extract` from the same parse.
+    """
+
+    def __init__(self, extract: bool) -> None:
+        self._times: dict[str, int] = {}
+        self._extract = extract
+
+    def __call__(self, body: bytes) -> tuple:
+        try:
+            env = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            env = None
+        more = _extract(body, env) if self._extract else ()
+        if type(env) is not dict:
+            return (*_NO_ENVELOPE, *more)
+        eid, event, ts, data = (
+            env.get("id"),
+            env.get("event"),
+            env.get("timestamp"),
+            env.get("data"),
+        )
+        ts_ns = NAT
+        if type(ts) is str:
+            ts_ns = self._times.get(ts)
+            if ts_ns is None:
+                try:
+                    ts_ns = parse_iso_ns(ts)[0]
+                except ValueError:
+                    ts_ns = NAT
+                if not _in_range(ts_ns):
+                    ts_ns = NAT
+                self._times[ts] = ts_ns
+        inc = data.get("incidentId") if type(data) is dict else None
+        return (
+            eid if type(eid) is str else None,
+            event if type(event) is str else None,
+            ts_ns,
+            inc if type(inc) is str else None,
+            *more,
+        )
+
+
 def _current(keyed: tuple[_Keyed, ...], t_ns: int) -> _Keyed | None:
     for k in keyed:
         if (k.valid_from_ns is None or t_ns >= k.valid_from_ns) and (
@@ -99,16 +146,18 @@ def verify_jsonl(
     *,
     tolerance_s: float,
     keyed: _Keys | None = None,
+    extract: bool = False,
 ) -> tuple[dict[str, list], int, int, int]:
     """Parse and verify JSONL bytes; return (columns, naive times, unreadable, exact).
 
     ``exact`` counts the records that went through the exact path.
     The columns are those of :data:`audit.capture.COLUMNS` plus the verification columns and
-    ``subscription_logged``, in input order, exactly as the exact path gives them.
+    ``subscription_logged``, in input order, exactly as the exact path gives them; with
+    ``extract``, also :data:`audit.ingest.records.EXTRACTED` (each body parsed once).
     """
     keyed = _keyed(secrets) if keyed is None else keyed
     tol_ns = round(tolerance_s * 1e9)
-    envelope = _Envelopes()
+    envelope = _Envelope(extract)
     loads, decode_error = orjson.loads, orjson.JSONDecodeError
     compare = hmac.compare_digest
     rows: list = []  # a row tuple, or (line, raw) for the exact path
@@ -132,9 +181,11 @@ def verify_jsonl(
             rows.append(row[:-1])
     unreadable = 0
     if slow:
-        naive_slow, unreadable = _exact(rows, slow, source, wanted, secrets, tolerance_s)
+        naive_slow, unreadable = _exact(rows, slow, source, wanted, secrets, tolerance_s, extract)
         naive += naive_slow
     names = (*COLUMNS, "hmac_ok", "skew_s", "matched_secret", "subscription_logged")
+    if extract:
+        names = (*names, *EXTRACTED)
     if not rows:
         return {n: [] for n in names}, naive, unreadable, len(slow)
     columns = {n: list(v) for n, v in zip(names, zip(*rows, strict=True), strict=True)}
@@ -215,7 +266,7 @@ def _fast(rec: dict, source, line, wanted, keyed, tol_ns, envelope, compare) -> 
                 break
         if current is None:
             return None
-    eid, event, event_ns, incident = envelope(body)
+    eid, event, event_ns, incident, *more = envelope(body)
     get = hdr.get
     return (
         source,
@@ -240,6 +291,7 @@ def _fast(rec: dict, source, line, wanted, keyed, tol_ns, envelope, compare) -> 
         diff_ns / 1e9,
         current.label,
         logged,
+        *more,
         not had_offset,
     )
 
@@ -252,7 +304,7 @@ def _matches(k: _Keyed, message: bytes, sig: bytes, compare) -> bool:
     return compare(o.digest(), sig)
 
 
-def _exact(rows: list, slow: list[int], source, wanted, secrets, tolerance_s) -> tuple[int, int]:
+def _exact(rows: list, slow: list[int], source, wanted, secrets, tolerance_s, extract) -> tuple:
     """Run the exact path on the records at ``slow`` positions; fill their rows in place."""
     naive = unreadable = 0
     buffers = []
@@ -281,5 +333,6 @@ def _exact(rows: list, slow: list[int], source, wanted, secrets, tolerance_s) ->
     cols.update(vars(v))
     names = (*COLUMNS, "hmac_ok", "skew_s", "matched_secret")
     for k, i in enumerate(slow):
-        rows[i] = (*(cols[n][k] for n in names), logged[k])
+        more = _extract(cols["body"][k]) if extract else ()
+        rows[i] = (*(cols[n][k] for n in names), logged[k], *more)
     return naive, unreadable

@@ -9,21 +9,20 @@ extracted here, once, so that no analysis parses a body again.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.capture import NAT, parse_har, parse_jsonl
 from audit.errors import LoadError
+from audit.ingest.extract import body_columns
 from audit.ingest.fast import verify_jsonl
 from audit.secrets import SecretStore
 from audit.signatures import verify_columns
-from audit.tables import DATA_FIELDS, STORED_DELIVERIES
+from audit.tables import STORED_DELIVERIES
 
 __all__ = ["body_columns", "read_chunks", "stored_table", "verify_chunk"]
 
@@ -84,49 +83,6 @@ def read_har(path: Path) -> bytes:
     return blob.removeprefix(_BOM)
 
 
-def body_columns(bodies: list) -> dict[str, list]:
-    """What analyses read from each body: its sha256, the envelope fingerprint (sha256 of the
-    canonical JSON of ``event`` and ``data``), the known ``data`` fields and how many of them
-    had the wrong JSON type (the rules of :mod:`audit.incidents`)."""
-    sha: list = []
-    fps: list = []
-    bad_counts: list = []
-    fields: dict[str, list] = {col: [] for _, col in DATA_FIELDS}
-    loads, dumps, sort = orjson.loads, orjson.dumps, orjson.OPT_SORT_KEYS
-    sha256 = hashlib.sha256
-    for body in bodies:
-        data: object = None
-        if body is None:
-            sha.append(None)
-            fps.append(None)
-        else:
-            sha.append(sha256(body).hexdigest())
-            try:
-                env = loads(body)
-            except orjson.JSONDecodeError:
-                env = None
-            if type(env) is dict:
-                data = env.get("data")
-                canon = dumps({"data": data, "event": env.get("event")}, option=sort)
-                fps.append(sha256(canon).hexdigest())
-            else:
-                fps.append(None)
-        if type(data) is not dict:
-            data = {}
-        bad = 0
-        for key, col in DATA_FIELDS:
-            v = data.get(key)
-            if type(v) is str:
-                fields[col].append(v)
-            elif type(v) is bool and key == "waitForClient":
-                fields[col].append("true" if v else "false")
-            else:
-                fields[col].append(None)
-                bad += v is not None
-        bad_counts.append(bad)
-    return {"body_sha256": sha, "fingerprint": fps, **fields, "data_invalid": bad_counts}
-
-
 def stored_columns(columns: dict[str, list], names: list[str] | tuple[str, ...]) -> pa.Table:
     """Some columns of the store schema, from lists (times as int64 ns, NAT for missing)."""
     arrays, fields = [], []
@@ -145,7 +101,8 @@ def stored_columns(columns: dict[str, list], names: list[str] | tuple[str, ...])
 def stored_table(columns: dict[str, list], file_sha256: str) -> pa.Table:
     """Parsed and verified columns (plus ``subscription_logged``) as a store table."""
     cols = dict(columns)
-    cols.update(body_columns(columns["body"]))
+    if "body_sha256" not in cols:
+        cols.update(body_columns(columns["body"]))
     cols["file_sha256"] = [file_sha256] * len(columns["line"])
     return stored_columns(cols, SCHEMA.names)
 
@@ -169,7 +126,7 @@ def verify_chunk(
     """
     if kind == "jsonl" and not exact:
         columns, naive, _, _ = verify_jsonl(
-            data, source, wanted, first_line, secrets, tolerance_s=tolerance_s
+            data, source, wanted, first_line, secrets, tolerance_s=tolerance_s, extract=True
         )
         return stored_table(columns, file_sha256), naive
     if kind == "har":

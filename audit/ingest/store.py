@@ -426,6 +426,7 @@ def _ingest_piece(piece: parallel.Piece) -> tuple[list, int, int, int, int]:
         c["secrets"],
         tolerance_s=c["tolerance_s"],
         keyed=c["keyed"],
+        extract=True,
     )
     table = records.stored_table(cols, c["file_sha256"])
     writer = _PartWriter(c["staging"], c["file_sha256"][:16])
