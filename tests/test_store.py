@@ -281,3 +281,21 @@ def test_cli_ingest_prints_what_it_did(setup, capsys):
     assert "1 added" in capsys.readouterr().out
     assert main(["ingest", str(log), "--secrets", str(secrets), "--store", str(store)]) == 0
     assert "1 already stored" in capsys.readouterr().out
+
+
+def test_the_layout_is_plain_hive_parquet_that_other_engines_read(setup):
+    """The step past one machine: any Hive-aware reader (DuckDB by glob, Arrow datasets; Spark
+    and Trino likewise) reads the store without audit's code or manifest."""
+    import duckdb
+    import pyarrow.dataset as ds
+
+    _, log, secrets, store = setup
+    ingest([log], secrets, store)
+    glob = str(store / "deliveries" / "*" / "*.parquet")
+    rows = duckdb.sql(
+        f"SELECT month, verdict, count(*) FROM read_parquet('{glob}', hive_partitioning = true) "
+        "GROUP BY ALL"
+    ).fetchall()
+    assert rows == [("2026-10", "valid", 5)]
+    dataset = ds.dataset(store / "deliveries", format="parquet", partitioning="hive")
+    assert dataset.to_table(columns=["month", "line"]).num_rows == 5

@@ -158,6 +158,7 @@ def verify_jsonl(
     keyed = _keyed(secrets) if keyed is None else keyed
     tol_ns = round(tolerance_s * 1e9)
     envelope = _Envelope(extract)
+    plans: dict = {}
     loads, decode_error = orjson.loads, orjson.JSONDecodeError
     compare = hmac.compare_digest
     rows: list = []  # a row tuple, or (line, raw) for the exact path
@@ -172,7 +173,7 @@ def verify_jsonl(
         except decode_error:
             rec = None
         if type(rec) is dict and rec.keys() <= _KEYS:
-            row = _fast(rec, source, line, wanted, keyed, tol_ns, envelope, compare)
+            row = _fast(rec, source, line, wanted, keyed, tol_ns, envelope, compare, plans)
         if row is None:
             slow.append(len(rows))
             rows.append((line, raw))
@@ -192,7 +193,19 @@ def verify_jsonl(
     return columns, naive, unreadable, len(slow)
 
 
-def _fast(rec: dict, source, line, wanted, keyed, tol_ns, envelope, compare) -> tuple | None:
+_MISS = object()
+
+
+def _plan(names: tuple[str, ...], wanted: dict[str, str]) -> tuple[tuple[str, str], ...] | None:
+    """Which header names are delivery headers (name, column key); None when one is named
+    twice in any case (the exact path decides what a repeated header means)."""
+    plan = [(name, wanted[name.lower()]) for name in names if name.lower() in wanted]
+    if len({key for _, key in plan}) != len(plan):
+        return None
+    return tuple(plan)
+
+
+def _fast(rec: dict, source, line, wanted, keyed, tol_ns, envelope, compare, plans) -> tuple | None:
     """The row of a plain, valid record; None sends it to the exact path."""
     received, headers, text, sub = (
         rec.get("received_at"),
@@ -221,12 +234,18 @@ def _fast(rec: dict, source, line, wanted, keyed, tol_ns, envelope, compare) -> 
         received_ns, had_offset = _time_ns(received)
     except (ValueError, TypeError, OverflowError):
         return None
+    names = tuple(headers)
+    plan = plans.get(names, _MISS)
+    if plan is _MISS:
+        plan = _plan(names, wanted)
+        if len(plans) < 4096:  # receivers repeat the same header names: remember a few
+            plans[names] = plan
+    if plan is None:
+        return None
     hdr: dict[str, str] = {}
-    for name, value in headers.items():
-        key = wanted.get(name.lower())
-        if key is None:
-            continue
-        if type(value) is not str or key in hdr:
+    for name, key in plan:
+        value = headers[name]
+        if type(value) is not str:
             return None
         hdr[key] = value
     signature, timestamp = hdr.get("signature"), hdr.get("timestamp")

@@ -28,9 +28,18 @@ __all__ = [
     "store_inputs",
 ]
 
-#: What the analyses read: every stored column except the raw body and the file hash.
+#: What the analyses read: every stored column except the raw body, the signature headers
+#: (verified already) and the store's own bookkeeping.
+_NOT_ANALYSED = (
+    "body",
+    "signature",
+    "timestamp_header",
+    "event_header",
+    "file_sha256",
+    "subscription_logged",
+)
 ANALYSIS_COLUMNS: tuple[str, ...] = tuple(
-    n for n in STORED_DELIVERIES.names if n not in ("body", "file_sha256")
+    n for n in STORED_DELIVERIES.names if n not in _NOT_ANALYSED
 )
 #: How far before the period analyses look by default (retries take 71 minutes; incidents
 #: live for weeks, and their fold needs their earlier events).
