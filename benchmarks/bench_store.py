@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -129,41 +130,46 @@ def hand_loop(paths: list[Path], secrets_path: Path) -> int:
                 key = k
         return key
 
+    check = _hand_checker(secrets, current)
     ok = 0
     for path in paths:
         with open(path, encoding="utf-8") as f:
             for line in f:
                 if not line.strip():
                     continue
-                rec = json.loads(line)
-                items = (
-                    rec["headers"].items() if isinstance(rec["headers"], dict) else rec["headers"]
-                )
-                h = {k.lower(): v for k, v in items}
-                if "body" in rec:
-                    body = rec["body"].encode("utf-8")
-                else:
-                    body = base64.b64decode(rec["body_b64"])
-                t = rec["received_at"]
-                t = t if isinstance(t, int | float) else datetime.fromisoformat(t).timestamp()
-                ts = h.get("x-phishfort-timestamp", "")
-                subs = [rec["subscription_id"]] if rec.get("subscription_id") else list(secrets)
-                good = False
-                for sub in subs:
-                    key = current(sub, t)
-                    if key is None:
-                        continue
-                    mac = hmac.new(key, ts.encode() + b"." + body, hashlib.sha256).hexdigest()
-                    if hmac.compare_digest("sha256=" + mac, h.get("x-phishfort-signature", "")):
-                        good = True
-                        break
-                fresh = ts.isdigit() and abs(t - int(ts)) <= 300
-                try:
-                    env = json.loads(body)
-                except ValueError:
-                    env = {}
-                ok += good and fresh and bool(env.get("id"))
+                with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+                    ok += check(json.loads(line))  # a broken record is simply not valid
     return ok
+
+
+def _hand_checker(secrets: dict, current):
+    """The per-record check of :func:`hand_loop`."""
+
+    def check(rec: dict) -> bool:
+        items = rec["headers"].items() if isinstance(rec["headers"], dict) else rec["headers"]
+        h = {k.lower(): v for k, v in items}
+        body = rec["body"].encode("utf-8") if "body" in rec else base64.b64decode(rec["body_b64"])
+        t = rec["received_at"]
+        t = t if isinstance(t, int | float) else datetime.fromisoformat(t).timestamp()
+        ts = h.get("x-phishfort-timestamp", "")
+        subs = [rec["subscription_id"]] if rec.get("subscription_id") else list(secrets)
+        good = False
+        for sub in subs:
+            key = current(sub, t)
+            if key is None:
+                continue
+            mac = hmac.new(key, ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+            if hmac.compare_digest("sha256=" + mac, h.get("x-phishfort-signature", "")):
+                good = True
+                break
+        fresh = ts.isdigit() and abs(t - int(ts)) <= 300
+        try:
+            env = json.loads(body)
+        except ValueError:
+            env = {}
+        return good and fresh and bool(env.get("id"))
+
+    return check
 
 
 def run(cmd: list[str]) -> dict:
