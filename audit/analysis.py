@@ -21,7 +21,7 @@ from audit.safe import write_csv
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
 from audit.subscriptions import load_snapshots
 from audit.takedown import kaplan_meier_by, takedown_durations, takedown_summary
-from audit.verification import VERDICT_COLUMNS, audit_signatures
+from audit.verification import VERDICT_COLUMNS
 
 __all__ = ["Analysis", "analyze", "parse_as_of", "run_analyses"]
 
@@ -169,11 +169,18 @@ def analyze(
                 raise ParameterError("no readable record: give --as-of")
         got = load_analysis_inputs(store, start=None, end=when)
         deliveries, inputs = got.deliveries, got.inputs
-    else:
-        audit = audit_signatures(
-            logs, secrets_path, header_prefix=header_prefix, tolerance_s=tolerance_s
+    else:  # verified on every core; bodies are read for what analyses need, never kept
+        from audit.ingest.query import ANALYSIS_COLUMNS
+        from audit.ingest.verdicts import read_logs
+
+        got = read_logs(
+            logs,
+            secrets_path,
+            columns=ANALYSIS_COLUMNS,
+            header_prefix=header_prefix,
+            tolerance_s=tolerance_s,
         )
-        deliveries, inputs = audit.deliveries, audit.inputs
+        deliveries, inputs = got.rows, got.inputs
     if when is None:
         latest = deliveries["received_at"].max()
         if pd.isna(latest):

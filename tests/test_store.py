@@ -299,3 +299,20 @@ def test_the_layout_is_plain_hive_parquet_that_other_engines_read(setup):
     assert rows == [("2026-10", "valid", 5)]
     dataset = ds.dataset(store / "deliveries", format="parquet", partitioning="hive")
     assert dataset.to_table(columns=["month", "line"]).num_rows == 5
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_raw_captures_read_without_bodies_give_the_same_analysis(sim):
+    from audit.ingest.query import ANALYSIS_COLUMNS
+    from audit.ingest.verdicts import read_logs
+
+    root, result, _ = sim
+    caps = root / "data" / "captures"
+    old = audit_signatures([caps], result.secrets)
+    new = read_logs([caps], result.secrets, columns=ANALYSIS_COLUMNS, workers=2, piece_bytes=10**5)
+    assert "body" not in new.rows.columns
+    pd.testing.assert_frame_equal(new.inputs, old.inputs)
+    end = pd.Timestamp("2026-10-09", tz="UTC")
+    a_old, a_new = run_analyses(old.deliveries, as_of=end), run_analyses(new.rows, as_of=end)
+    for name, table in a_old.tables().items():
+        pd.testing.assert_frame_equal(a_new.tables()[name], table, obj=name)

@@ -100,6 +100,7 @@ def verify_piece(piece: Piece, source: str | None = None) -> tuple[dict[str, lis
         c["secrets"],
         tolerance_s=c["tolerance_s"],
         keyed=c["keyed"],
+        extract=c.get("extract", False),
     )
     return cols, naive, unreadable
 
@@ -145,12 +146,12 @@ def map_pieces(
             _CONTEXT.clear()
 
 
-def verdict_batch(piece: Piece) -> tuple[pa.RecordBatch, int, int]:
-    """Worker: verify a piece, return only the columns ``names`` (no bodies)."""
+def verdict_batch(piece: Piece) -> tuple[Piece, tuple[pa.Table, int, int]]:
+    """Worker: verify a piece, return it (without its bytes) and only the columns ``names``
+    (no bodies), the naive-time count and the unreadable count."""
     cols, naive, unreadable = verify_piece(piece)
-    names = _CONTEXT["names"]
-    table = records.stored_columns({n: cols[n] for n in names if n in cols}, names)
-    return table, naive, unreadable
+    table = records.stored_columns(cols, _CONTEXT["names"])
+    return Piece(piece.path, piece.first_line, piece.start, piece.end), (table, naive, unreadable)
 
 
 def default_piece_bytes(total: int, workers: int) -> int:
