@@ -186,7 +186,13 @@ def events_table(
     """
     as_of = _check_as_of(as_of)
     tol = tolerance or Tolerance()
-    a = attempts[attempts["attempt_no"].notna()].sort_values(
+    # Only the columns used below: grouping every column of a wide frame costs memory and time.
+    used = [
+        *("subscription_id", "event_id", "received_at", "attempt_no", "success"),
+        *("response_status", "on_schedule", "missing_before", "event", "event_timestamp"),
+        *("incident_id", "body" if "body" in attempts.columns else "fingerprint"),
+    ]
+    a = attempts.loc[attempts["attempt_no"].notna(), used].sort_values(
         ["subscription_id", "event_id", "received_at"], kind="stable"
     )
     cols = [
