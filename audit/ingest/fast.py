@@ -89,9 +89,10 @@ class _Envelope:
     ``extract`` is set, the columns of :func:`audit.ingest.records.extract` from the same parse.
     """
 
-    def __init__(self, extract: bool) -> None:
+    def __init__(self, extract: bool, event_times: bool = True) -> None:
         self._times: dict[str, int] = {}
         self._extract = extract
+        self._event_times = event_times  # False: event_timestamp is not wanted (left NaT)
 
     def __call__(self, body: bytes) -> tuple:
         try:
@@ -108,7 +109,7 @@ class _Envelope:
             env.get("data"),
         )
         ts_ns = NAT
-        if type(ts) is str:
+        if type(ts) is str and self._event_times:
             ts_ns = self._times.get(ts)
             if ts_ns is None:
                 try:
@@ -147,17 +148,19 @@ def verify_jsonl(
     tolerance_s: float,
     keyed: _Keys | None = None,
     extract: bool = False,
+    event_times: bool = True,
 ) -> tuple[dict[str, list], int, int, int]:
     """Parse and verify JSONL bytes; return (columns, naive times, unreadable, exact).
 
     ``exact`` counts the records that went through the exact path.
     The columns are those of :data:`audit.capture.COLUMNS` plus the verification columns and
     ``subscription_logged``, in input order, exactly as the exact path gives them; with
-    ``extract``, also :data:`audit.ingest.records.EXTRACTED` (each body parsed once).
+    ``extract``, also :data:`audit.ingest.records.EXTRACTED` (each body parsed once). Without
+    ``event_times`` the fast rows' ``event_timestamp`` is left empty (for callers that drop it).
     """
     keyed = _keyed(secrets) if keyed is None else keyed
     tol_ns = round(tolerance_s * 1e9)
-    envelope = _Envelope(extract)
+    envelope = _Envelope(extract, event_times)
     plans: dict = {}
     loads, decode_error = orjson.loads, orjson.JSONDecodeError
     compare = hmac.compare_digest

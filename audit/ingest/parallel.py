@@ -101,6 +101,7 @@ def verify_piece(piece: Piece, source: str | None = None) -> tuple[dict[str, lis
         tolerance_s=c["tolerance_s"],
         keyed=c["keyed"],
         extract=c.get("extract", False),
+        event_times="event_timestamp" in c.get("names", ("event_timestamp",)),
     )
     return cols, naive, unreadable
 
