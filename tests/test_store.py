@@ -126,18 +126,29 @@ def test_secrets_change_reverifies_affected_records(setup):
     assert ingest([], secrets, store).reverified == 0
 
 
-def test_fingerprints_are_keyed_and_never_the_value_or_its_hash(setup):
-    _, log, secrets, store = setup
-    ingest([log], secrets, store)
+LONG_SECRET = "whsec_never_stored_7f3a9c"
+# printf 'audit evidence store: secret fingerprint v1' \
+#   | openssl dgst -sha256 -hmac 'whsec_never_stored_7f3a9c'
+LONG_SECRET_HMAC = "370f1273733dea8007049324911efa124e9b7c5cfbc927edc87f6eefa77cfd33"
+
+
+def test_fingerprints_are_keyed_and_never_the_value_or_its_hash(tmp_path):
+    log = write_jsonl(tmp_path / "a.jsonl", [_rec(i, secret=LONG_SECRET) for i in range(3)])
+    secrets = write_secrets(tmp_path / "s.json", {"wh_1": [{"secret": LONG_SECRET}]})
+    store = tmp_path / "store"
+    assert ingest([log], secrets, store).records == 3
     text = (store / "manifest.json").read_text()
-    assert "k1" not in text.replace("wh_1", "")
-    assert hashlib.sha256(b"k1").hexdigest() not in text
-    fp = secrets_fingerprints(read_secrets(secrets))
-    assert json.loads(text)["secrets"] == fp
+    # sha256 over (the keyed HMAC of the label, then "<valid_from>;") per secret
+    expected = hashlib.sha256(bytes.fromhex(LONG_SECRET_HMAC) + b"None;").hexdigest()
+    assert json.loads(text)["secrets"] == {"wh_1": expected}
+    assert LONG_SECRET not in text
+    assert hashlib.sha256(LONG_SECRET.encode()).hexdigest() not in text
+    assert LONG_SECRET_HMAC not in text
     other = secrets_fingerprints(SecretStore.from_values({"wh_1": [("k2", None)]}))
-    assert other["wh_1"] != fp["wh_1"]
+    assert other["wh_1"] != expected
     for part in (store / "deliveries").rglob("*.parquet"):
-        assert b"k1" not in part.read_bytes()
+        assert LONG_SECRET.encode() not in part.read_bytes()
+    assert list(_verdicts(store)["verdict"]) == ["valid"] * 3
 
 
 def test_concurrent_ingest_waits_for_the_lock(setup):
@@ -316,3 +327,29 @@ def test_raw_captures_read_without_bodies_give_the_same_analysis(sim):
     a_old, a_new = run_analyses(old.deliveries, as_of=end), run_analyses(new.rows, as_of=end)
     for name, table in a_old.tables().items():
         pd.testing.assert_frame_equal(a_new.tables()[name], table, obj=name)
+
+
+def test_cli_verify_with_logs_and_store_writes_only_those_logs(setup, tmp_path):
+    tmp, log, secrets, store = setup
+    other = write_jsonl(tmp / "other.jsonl", [_rec(8), _rec(9)])
+    ingest([other], secrets, store)
+    out = tmp_path / "v.csv"
+    assert (
+        main(
+            [
+                "verify",
+                str(log),
+                "--secrets",
+                str(secrets),
+                "--store",
+                str(store),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    got = pd.read_csv(out)
+    assert got["source"].tolist() == [str(log)] * 5 and got["line"].tolist() == [1, 2, 3, 4, 5]
+    assert main(["verify", "--store", str(store), "--out", str(out)]) == 0
+    assert len(pd.read_csv(out)) == 7
