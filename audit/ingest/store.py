@@ -31,7 +31,6 @@ import hashlib
 import hmac
 import json
 import os
-import secrets as _random
 import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from audit.atomic import write_json_atomic
 from audit.errors import InputError
 from audit.ingest import parallel, records
 from audit.ingest.fast import verify_jsonl
+from audit.ingest.parts import PartWriter, lock_file, unlock_file
 from audit.load import expand_paths
 from audit.secrets import SecretStore, read_secrets
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
@@ -53,10 +53,6 @@ __all__ = ["IngestResult", "Store", "ingest", "secrets_fingerprints"]
 
 STORE_VERSION = 1
 DATASET = "deliveries"
-#: Rows per Parquet part (a re-verification rewrites one part at a time).
-PART_ROWS = 250_000
-#: Rows per row group inside a part.
-ROW_GROUP_ROWS = 64_000
 _LABEL = b"audit evidence store: secret fingerprint v1"
 _HASH_BLOCK = 4 * 2**20
 
@@ -137,80 +133,11 @@ class Store:
         """Hold the store's writer lock (blocks while another writer holds it)."""
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / ".lock", "a+b") as f:
-            _lock_file(f)
+            lock_file(f)
             try:
                 yield
             finally:
-                _unlock_file(f)
-
-
-def _lock_file(f) -> None:
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        import msvcrt
-
-        f.seek(0)
-        while True:
-            try:
-                msvcrt.locking(f.fileno(), msvcrt.LK_LOCK, 1)
-                return
-            except OSError:
-                continue
-    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-
-
-def _unlock_file(f) -> None:
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        import msvcrt
-
-        f.seek(0)
-        msvcrt.locking(f.fileno(), msvcrt.LK_UNLCK, 1)
-        return
-    fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-
-
-class _PartWriter:
-    """Writes store tables into one staging part per month, rolling over at PART_ROWS."""
-
-    def __init__(self, staging: Path, stem: str) -> None:
-        self.staging, self.stem = staging, stem
-        self.open: dict[str, tuple[pq.ParquetWriter, Path, int]] = {}
-        self.done: list[tuple[Path, str]] = []  # (staging path, "month=…/part-….parquet")
-
-    def write(self, table: pa.Table) -> None:
-        if table.num_rows == 0:
-            return
-        months = pc.fill_null(pc.strftime(table.column("received_at"), "%Y-%m"), "none")
-        for month in pc.unique(months).to_pylist():
-            self._write_month(month, table.filter(pc.equal(months, month)))
-
-    def _write_month(self, month: str, table: pa.Table) -> None:
-        writer, path, rows = self.open.get(month) or self._new(month)
-        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
-        rows += table.num_rows
-        self.open[month] = (writer, path, rows)
-        if rows >= PART_ROWS:
-            self._close(month)
-
-    def _new(self, month: str) -> tuple[pq.ParquetWriter, Path, int]:
-        name = f"part-{self.stem}-{_random.token_hex(6)}.parquet"
-        path = self.staging / f"month={month}" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        writer = pq.ParquetWriter(path, records.SCHEMA, compression="zstd")
-        return writer, path, 0
-
-    def _close(self, month: str) -> None:
-        writer, path, _ = self.open.pop(month)
-        writer.close()
-        self.done.append((path, f"month={month}/{path.name}"))
-
-    def finish(self) -> list[tuple[Path, str]]:
-        for month in list(self.open):
-            self._close(month)
-        return self.done
+                unlock_file(f)
 
 
 def _hash_file(path: Path, prefix_len: int | None) -> tuple[str, int, str | None, bool]:
@@ -364,7 +291,7 @@ def _ingest_file(path, store, manifest, result, staging, obsolete, **kw) -> None
     counts = [0, 0, 0]  # records, unreadable, newlines
     written: list[tuple[Path, str]] = []
     if is_har:
-        writer = _PartWriter(staging, sha[:16])
+        writer = PartWriter(staging, sha[:16])
         table, naive = records.verify_chunk(
             records.read_har(path),
             kind="har",
@@ -429,7 +356,7 @@ def _ingest_piece(piece: parallel.Piece) -> tuple[list, int, int, int, int]:
         extract=True,
     )
     table = records.stored_table(cols, c["file_sha256"])
-    writer = _PartWriter(c["staging"], c["file_sha256"][:16])
+    writer = PartWriter(c["staging"], c["file_sha256"][:16])
     writer.write(table)
     return writer.finish(), table.num_rows, unreadable, naive, data.count(b"\n")
 
@@ -454,7 +381,7 @@ def _reverify(store, manifest, subs, secrets, tolerance_s, staging, obsolete) ->
                 pq.read_table(path, schema=records.SCHEMA), secrets, tolerance_s
             )
             done += pc.sum(hit).as_py()  # the others are verified again too, unchanged
-            writer = _PartWriter(staging, entry["sha256"][:16])
+            writer = PartWriter(staging, entry["sha256"][:16])
             writer.write(table)
             kept.extend(_publish(store, writer.finish()))
             obsolete.append(part)
