@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from audit.atomic import write_parquet_atomic
 from audit.deliveries import ATTEMPT_COLUMNS, events_table, infer_attempts
 from audit.errors import ParameterError
 from audit.incidents import incidents_table, status_intervals
@@ -22,7 +23,7 @@ from audit.subscriptions import load_snapshots
 from audit.survival import kaplan_meier_by
 from audit.takedown import takedown_durations, takedown_summary
 from audit.timeutil import as_utc
-from audit.verification import VERDICT_COLUMNS, audit_signatures
+from audit.verification import VERDICT_COLUMNS
 
 __all__ = ["Analysis", "analyze", "parse_as_of", "run_analyses"]
 
@@ -56,14 +57,20 @@ class Analysis:
             "subscriptions": self.subscriptions,
         }
 
-    def write(self, out_dir: str | os.PathLike) -> list[Path]:
-        """Write every table as CSV (text cells neutralised); return the paths."""
+    def write(self, out_dir: str | os.PathLike, *, fmt: str = "csv") -> list[Path]:
+        """Write every table as ``fmt`` (``csv``: text cells neutralised; ``parquet``: typed,
+        compressed, each file written whole); return the paths."""
+        if fmt not in ("csv", "parquet"):
+            raise ParameterError(f"table format {fmt!r}: use csv or parquet")
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths = []
         for name, table in self.tables().items():
-            path = out / f"{name}.csv"
-            write_csv(table, path)
+            path = out / f"{name}.{fmt}"
+            if fmt == "csv":
+                write_csv(table, path)
+            else:
+                write_parquet_atomic(table, path)
             paths.append(path)
         return paths
 
@@ -120,35 +127,64 @@ def run_analyses(
 
 def analyze(
     logs: Iterable[str | os.PathLike],
-    secrets_path: str | os.PathLike,
+    secrets_path: str | os.PathLike | None,
     *,
     snapshots: Sequence[str | os.PathLike] = (),
     as_of: pd.Timestamp | str | None = None,
     header_prefix: str = DEFAULT_HEADER_PREFIX,
     tolerance_s: float = CLOCK_TOLERANCE_S,
     clock_start: str = "created",
+    store: str | os.PathLike | None = None,
 ) -> Analysis:
     """Load, verify and analyse. ``as_of`` defaults to the latest ``received_at``.
+
+    With ``store``, the logs (if any) are first ingested into that evidence store (verified
+    once; files already there are skipped) and the deliveries are read back from it, without
+    bodies. ``secrets_path`` may then be None when no log is given.
 
     Examples
     --------
     >>> result = analyze(["captures/"], "secrets.json")  # doctest: +SKIP
     >>> result.events["outcome"].value_counts()  # doctest: +SKIP
     """
-    audit = audit_signatures(
-        logs, secrets_path, header_prefix=header_prefix, tolerance_s=tolerance_s
-    )
     when = parse_as_of(as_of)
+    if store is not None:
+        from audit.ingest.query import latest_receipt, load_analysis_inputs
+        from audit.ingest.store import ingest
+
+        logs = list(logs)
+        if logs or secrets_path is not None:
+            if secrets_path is None:
+                raise ParameterError("give --secrets to ingest logs into the store")
+            ingest(logs, secrets_path, store, header_prefix=header_prefix, tolerance_s=tolerance_s)
+        if when is None:
+            when = latest_receipt(store)
+            if when is None:
+                raise ParameterError("no readable record: give --as-of")
+        got = load_analysis_inputs(store, start=None, end=when)
+        deliveries, inputs = got.deliveries, got.inputs
+    else:  # verified on every core; bodies are read for what analyses need, never kept
+        from audit.ingest.query import ANALYSIS_COLUMNS
+        from audit.ingest.verdicts import read_logs
+
+        got = read_logs(
+            logs,
+            secrets_path,
+            columns=ANALYSIS_COLUMNS,
+            header_prefix=header_prefix,
+            tolerance_s=tolerance_s,
+        )
+        deliveries, inputs = got.rows, got.inputs
     if when is None:
-        latest = audit.deliveries["received_at"].max()
+        latest = deliveries["received_at"].max()
         if pd.isna(latest):
             raise ParameterError("no readable record: give --as-of")
         when = latest
     subs = load_snapshots(snapshots) if snapshots else None
     return run_analyses(
-        audit.deliveries,
+        deliveries,
         as_of=when,
         subscriptions=subs,
-        inputs=audit.inputs,
+        inputs=inputs,
         clock_start=clock_start,
     )

@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_json_atomic", "write_text_atomic"]
+__all__ = ["write_json_atomic", "write_parquet_atomic", "write_text_atomic"]
 
 
 def write_json_atomic(path: str | os.PathLike, data: object, *, mode: int = 0o644) -> Path:
@@ -41,6 +41,24 @@ def write_text_atomic(path: str | os.PathLike, text: str, *, mode: int = 0o644) 
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def write_parquet_atomic(df, path: str | os.PathLike) -> Path:
+    """Write a frame as one zstd-compressed Parquet file beside ``path``, then rename over it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        pq.write_table(table, tmp, compression="zstd")
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

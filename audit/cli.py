@@ -24,12 +24,11 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from audit import cli_client, cli_data, cli_receiver
+    from audit import cli_client, cli_data, cli_receiver, cli_store
 
-    for cmd in (*cli_data.COMMANDS, *cli_client.COMMANDS):
-        cli.add_command(cmd)
-    for cmd in cli_receiver.COMMANDS:
-        cli.add_command(cmd)
+    for module in (cli_data, cli_store, cli_client, cli_receiver):
+        for cmd in module.COMMANDS:
+            cli.add_command(cmd)
 
 
 _register()

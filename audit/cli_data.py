@@ -7,9 +7,8 @@ from pathlib import Path
 import click
 
 from audit.findings.catalogue import SEVERITIES
-from audit.safe import write_csv
 from audit.spec import DEFAULT_HEADER_PREFIX
-from audit.verification import VERDICT_COLUMNS, audit_signatures, verdict_counts
+from audit.verification import VERDICT_COLUMNS, verdict_counts
 
 COMMANDS: list[click.Command] = []
 
@@ -28,13 +27,25 @@ def _print_counts(deliveries) -> None:
     click.echo(f"{'total':<{width}}  {int(table['count'].sum()):>8}")
 
 
+_STORE = click.option(
+    "--store",
+    "store_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Evidence store: LOGS are ingested into it first (verified once), then read from it.",
+)
+
+
+def _need_logs(logs: tuple[str, ...], store_dir: Path | None) -> None:
+    if not logs and store_dir is None:
+        raise click.UsageError("give LOGS, or --store DIR")
+
+
 @_command
 @click.command()
-@click.argument("logs", nargs=-1, required=True)
+@click.argument("logs", nargs=-1)
 @click.option(
     "--secrets",
     "secrets_path",
-    required=True,
     help="Secrets file (JSON): subscription id -> secrets in issue order.",
 )
 @click.option(
@@ -42,7 +53,7 @@ def _print_counts(deliveries) -> None:
     default="verdicts.csv",
     show_default=True,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Where to write one row per input record.",
+    help="Where to write one row per input record: .csv or .parquet.",
 )
 @click.option(
     "--header-prefix",
@@ -50,15 +61,39 @@ def _print_counts(deliveries) -> None:
     show_default=True,
     help="Brand part of the delivery header names.",
 )
-def verify(logs: tuple[str, ...], secrets_path: str, out: Path, header_prefix: str) -> None:
+@_STORE
+def verify(
+    logs: tuple[str, ...],
+    secrets_path: str | None,
+    out: Path,
+    header_prefix: str,
+    store_dir: Path | None,
+) -> None:
     """Re-verify the signature of every stored delivery as of its receipt time.
 
-    LOGS are capture files (JSONL, .gz, HAR), folders or globs.
+    LOGS are capture files (JSONL, .gz, HAR), folders or globs. With --store and no LOGS,
+    every record of the store is written.
     """
-    result = audit_signatures(logs, secrets_path, header_prefix=header_prefix)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_csv(result.deliveries[VERDICT_COLUMNS], out)
-    _print_counts(result.deliveries)
+    from audit.cli_store import check_table_path, write_table
+
+    _need_logs(logs, store_dir)
+    if secrets_path is None and (logs or store_dir is None):
+        raise click.UsageError("Missing option '--secrets'.")
+    check_table_path(out)  # before the work, not after
+    if store_dir is not None:
+        from audit.ingest.query import load_deliveries
+        from audit.ingest.store import ingest
+
+        paths = None
+        if secrets_path is not None:
+            paths = ingest(logs, secrets_path, store_dir, header_prefix=header_prefix).paths
+        deliveries = load_deliveries(store_dir, columns=VERDICT_COLUMNS, paths=paths or None)
+    else:
+        from audit.ingest.verdicts import verify_logs
+
+        deliveries = verify_logs(logs, secrets_path, header_prefix=header_prefix)
+    write_table(deliveries[VERDICT_COLUMNS], out)
+    _print_counts(deliveries)
     click.echo(f"wrote {out}")
 
 
@@ -237,8 +272,8 @@ def report(
 
 @_command
 @click.command()
-@click.argument("logs", nargs=-1, required=True)
-@click.option("--secrets", "secrets_path", required=True, help="Secrets file (JSON).")
+@click.argument("logs", nargs=-1)
+@click.option("--secrets", "secrets_path", help="Secrets file (JSON).")
 @click.option(
     "--subscriptions",
     "snapshots",
@@ -257,19 +292,33 @@ def report(
 )
 @click.option("--header-prefix", default=DEFAULT_HEADER_PREFIX, show_default=True)
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["parquet", "csv"]),
+    default="parquet",
+    show_default=True,
+    help="Table files: Parquet (typed, compact) or CSV (spreadsheet-safe).",
+)
+@_STORE
 def analyze(
     logs: tuple[str, ...],
-    secrets_path: str,
+    secrets_path: str | None,
     snapshots: tuple[str, ...],
     as_of: str | None,
     clock_start: str,
     header_prefix: str,
     out: Path,
+    fmt: str,
+    store_dir: Path | None,
 ) -> None:
     """Verify, then write deliveries, events, incidents, status intervals, takedown and
-    subscription tables as CSV, and print a short summary."""
+    subscription tables (Parquet, or CSV with --format csv), and print a short summary."""
     from audit.analysis import analyze as run
 
+    _need_logs(logs, store_dir)
+    if secrets_path is None and store_dir is None:
+        raise click.UsageError("Missing option '--secrets'.")
     result = run(
         logs,
         secrets_path,
@@ -277,8 +326,9 @@ def analyze(
         as_of=as_of,
         header_prefix=header_prefix,
         clock_start=clock_start,
+        store=store_dir,
     )
-    paths = result.write(out)
+    paths = result.write(out, fmt=fmt)
     click.echo(summary_text(result))
     for path in paths:
         click.echo(f"wrote {path}")

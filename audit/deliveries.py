@@ -180,7 +180,13 @@ def events_table(
     """
     as_of = as_utc(as_of)
     tol = tolerance or Tolerance()
-    a = attempts[attempts["attempt_no"].notna()].sort_values(
+    # Only the columns used below: grouping every column of a wide frame costs memory and time.
+    used = [
+        *("subscription_id", "event_id", "received_at", "attempt_no", "success"),
+        *("response_status", "on_schedule", "missing_before", "event", "event_timestamp"),
+        *("incident_id", "body" if "body" in attempts.columns else "fingerprint"),
+    ]
+    a = attempts.loc[attempts["attempt_no"].notna(), used].sort_values(
         ["subscription_id", "event_id", "received_at"], kind="stable"
     )
     cols = [
@@ -237,13 +243,16 @@ def events_table(
             "last_attempt_no": g["attempt_no"].max(),
             "_any_ok": g["_ok"].any(),
             "_last_unknown": g["_unknown"].last(),
-            "_body": first["body"],
+            "_body": first["body" if "body" in a.columns else "fingerprint"],
         }
     ).reset_index()
     ev["is_test"] = (ev["event"] == TEST_EVENT) | ev["incident_id"].str.startswith("test_").fillna(
         False
     )
-    ev["fingerprint"] = pd.Series([_fingerprint(b) for b in ev["_body"]], dtype="str")
+    if "body" in a.columns:
+        ev["fingerprint"] = pd.Series([_fingerprint(b) for b in ev["_body"]], dtype="str")
+    else:  # extracted once at ingest (the evidence store)
+        ev["fingerprint"] = ev["_body"].astype("str")
     ev["emission_latency_s"] = (
         (ev["first_received_at"] - ev["event_timestamp"]).dt.total_seconds().astype("Float64")
     )

@@ -48,6 +48,7 @@ import pyarrow as pa
 
 from audit.errors import SchemaError
 from audit.spec import CLIENT_WAIT_STATUSES, TEST_EVENT
+from audit.tables import DATA_FIELDS
 from audit.timeutil import as_utc
 
 __all__ = [
@@ -199,8 +200,9 @@ _NEEDED = (
     "event_timestamp",
     "incident_id",
     "received_at",
-    "body",
 )
+#: Read from the store instead of the body (see audit.tables.STORED_DELIVERIES).
+_EXTRACTED = ("body_sha256", "data_invalid", *(col for _, col in DATA_FIELDS))
 
 
 # --------------------------------------------------------------------------------------------
@@ -212,6 +214,8 @@ def _check_columns(deliveries: object) -> pd.DataFrame:
     if not isinstance(deliveries, pd.DataFrame):
         raise SchemaError(f"deliveries must be a DataFrame, got {type(deliveries).__name__}")
     missing = [c for c in _NEEDED if c not in deliveries.columns]
+    if "body" not in deliveries.columns and not set(_EXTRACTED) <= set(deliveries.columns):
+        missing.append("body")
     if missing:
         raise SchemaError(
             f"deliveries lacks column(s): {', '.join(missing)}; verify it first "
@@ -223,6 +227,11 @@ def _check_columns(deliveries: object) -> pd.DataFrame:
                 f"column {name!r} must be a timezone-aware datetime, got {deliveries[name].dtype}"
             )
     return deliveries
+
+
+def _body_key(d: pd.DataFrame) -> str:
+    """The column that tells copies apart: the body, or its sha256 when only that is loaded."""
+    return "body" if "body" in d.columns else "body_sha256"
 
 
 def _typed(df: pd.DataFrame, dtypes: dict[str, str]) -> pd.DataFrame:
@@ -414,10 +423,11 @@ def _events(deliveries: pd.DataFrame, as_of: pd.Timestamp) -> tuple[pd.DataFrame
     dup[first] = False
     counts["duplicates"] = int(dup.sum())
     if dup.any():  # same event id, different bytes: counted (the first receipt is used)
-        bodies = d["body"].to_numpy(dtype=object)[idx]
+        bodies = d[_body_key(d)].to_numpy(dtype=object)[idx]
         differ = bodies[dup] != bodies[first[codes[dup]]]
         counts["conflicting_bodies"] = len(np.unique(codes[dup][differ]))
-    ev = d.iloc[idx[~dup]][[*EVENT_COLUMNS[:6], "body"]]
+    extracted = "body" not in d.columns
+    ev = d.iloc[idx[~dup]][[*EVENT_COLUMNS[:6], *(_EXTRACTED if extracted else ("body",))]]
 
     is_test = (ev["event"] == TEST_EVENT).fillna(False).to_numpy(dtype=bool) | ev[
         "incident_id"
@@ -437,7 +447,11 @@ def _events(deliveries: pd.DataFrame, as_of: pd.Timestamp) -> tuple[pd.DataFrame
     ev = ev.sort_values(
         ["incident_id", "event_timestamp", "received_at", "event_id"], kind="stable"
     ).reset_index(drop=True)
-    fields, invalid = _field_frame(_parse_data(ev["body"].tolist()))
+    if extracted:  # fields extracted once at ingest (the evidence store)
+        fields = pd.DataFrame({key: ev[col] for key, col in DATA_FIELDS})
+        invalid = int(ev["data_invalid"].sum())
+    else:
+        fields, invalid = _field_frame(_parse_data(ev["body"].tolist()))
     cols: dict[str, pd.Series] = {c: ev[c] for c in EVENT_COLUMNS[:6]}
     unparsable = 0
     for key, col, kind in _FIELDS:

@@ -29,7 +29,7 @@ def demo(tmp_path_factory):
     truth = json.loads(sim.truth.read_text())
     args = ["analyze", str(root / "data" / "captures"), "--secrets", str(sim.secrets)]
     args += ["--subscriptions", str(root / "data" / "snapshots"), "--out", str(out)]
-    args += ["--as-of", truth["period"]["end"]]
+    args += ["--format", "csv", "--as-of", truth["period"]["end"]]
     return args, out, truth
 
 
@@ -41,6 +41,20 @@ def test_analyze_writes_every_table_and_a_summary(demo, capsys):
         assert (out / f"{name}.csv").is_file(), name
         assert f"wrote {out / name}.csv" in printed
     assert "time to takedown from creation: median" in printed
+
+
+def test_analyze_writes_parquet_unless_csv_is_asked_for(demo, tmp_path, capsys):
+    args, _, _ = demo
+    assert main(args) == 0
+    out = tmp_path / "pq"
+    args = [a if a != "csv" else "parquet" for a in args]
+    args[args.index("--out") + 1] = str(out)
+    assert main(args) == 0
+    csv = pd.read_csv(demo[1] / "events.csv")
+    pq = pd.read_parquet(out / "events.parquet")
+    assert len(pq) == len(csv) > 0
+    assert pq["first_received_at"].dtype == "datetime64[ns, UTC]"
+    assert not list(out.glob("*.csv"))
 
 
 def _tables(out):

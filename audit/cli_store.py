@@ -1,0 +1,75 @@
+"""CLI commands over the evidence store: ``audit ingest``, and the table writer by extension."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pandas as pd
+
+from audit.errors import ParameterError
+from audit.spec import DEFAULT_HEADER_PREFIX
+
+COMMANDS: list[click.Command] = []
+
+#: Output suffixes :func:`write_table` knows.
+TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+
+
+def check_table_path(path: Path) -> str:
+    """The lower-cased suffix of an output table path; ParameterError unless it is known."""
+    suffix = path.suffix.lower()
+    if suffix not in TABLE_SUFFIXES:
+        raise ParameterError(f"{path}: write .csv or .parquet (got {suffix or 'no extension'!r})")
+    return suffix
+
+
+def write_table(df: pd.DataFrame, path: Path) -> None:
+    """Write ``df`` as CSV (through :func:`audit.safe.write_csv`) or Parquet, by extension."""
+    from audit.atomic import write_parquet_atomic
+    from audit.safe import write_csv
+
+    suffix = check_table_path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if suffix == ".csv":
+        write_csv(df, path)
+    else:
+        write_parquet_atomic(df, path)
+
+
+@click.command()
+@click.argument("logs", nargs=-1, required=True)
+@click.option("--secrets", "secrets_path", required=True, help="Secrets file (JSON).")
+@click.option(
+    "--store",
+    "store_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Evidence store folder (created when missing).",
+)
+@click.option("--header-prefix", default=DEFAULT_HEADER_PREFIX, show_default=True)
+def ingest(logs: tuple[str, ...], secrets_path: str, store_dir: Path, header_prefix: str) -> None:
+    """Verify capture logs once and keep them in an evidence store (Parquet by month).
+
+    Files already in the store are skipped; a grown log adds only its new lines; a changed
+    file is re-ingested; records are verified again when the secrets file changed.
+    """
+    from audit.ingest.store import ingest as run
+
+    r = run(logs, secrets_path, store_dir, header_prefix=header_prefix)
+    for line in r.messages:
+        click.echo(line)
+    click.echo(
+        f"files: {r.files_added} added, {r.files_grown} grown, {r.files_changed} changed, "
+        f"{r.files_unchanged} already stored"
+    )
+    click.echo(f"records: {r.records} stored ({r.unreadable} unreadable) in {store_dir}")
+    if r.naive_times:
+        click.echo(
+            f"audit: warning: {r.naive_times} received_at value(s) had no UTC offset "
+            "and were read as UTC",
+            err=True,
+        )
+
+
+COMMANDS.append(ingest)

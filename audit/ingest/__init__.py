@@ -1,0 +1,1 @@
+"""Ingest: capture files -> verified records -> the evidence store (``store``)."""

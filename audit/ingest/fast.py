@@ -1,0 +1,360 @@
+"""The fast verification path: the common record shape, verified in a lean loop.
+
+A JSONL record takes the fast path only when it has the plain shape receivers write and turns
+out ``valid``:
+
+* a JSON object whose keys are among ``received_at, headers, body, subscription_id, url,
+  response_status, response_ms`` (the first three present, none ``null``);
+* ``headers`` an object of string names and values, no delivery header named twice (in any
+  case); ``body`` a string (not ``body_b64``); ``subscription_id`` a non-empty string or absent
+  (then it is inferred, when no two subscriptions share a secret value);
+  ``url`` a string; ``response_status`` an integer 100-599; ``response_ms`` a finite number;
+* a well-formed signature and timestamp, within the clock tolerance, matching the secret of its
+  subscription that was current at receipt.
+
+The HMAC starts from the secret's pre-keyed inner and outer hashlib states (``copy()`` per
+record instead of keying again). Every other record, whatever is odd about it, goes through the
+exact path (:func:`audit.capture.parse_jsonl` and :func:`audit.signatures.verify_columns`), so
+both paths give the same rows: ``tests/test_fast_path.py`` checks that, case by case.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+import orjson
+
+from audit.capture import _NO_ENVELOPE, COLUMNS, NAT, _in_range, _time_ns, parse_jsonl
+from audit.ingest.extract import EXTRACTED
+from audit.ingest.extract import extract as _extract
+from audit.secrets import SecretStore
+from audit.signatures import verify_columns
+from audit.spec import SIGNATURE_HEX_LEN, SIGNATURE_PREFIX
+from audit.timeutil import parse_iso_ns
+
+__all__ = ["verify_jsonl"]
+
+_KEYS = frozenset(
+    ("received_at", "headers", "body", "subscription_id", "url", "response_status", "response_ms")
+)
+_SIG_LEN = len(SIGNATURE_PREFIX) + SIGNATURE_HEX_LEN
+_BLOCK = 64  # SHA-256 block size
+
+
+@dataclass(frozen=True)
+class _Keyed:
+    """One secret's validity and pre-keyed HMAC states."""
+
+    valid_from_ns: int | None
+    until_ns: int | None
+    inner: object
+    outer: object
+    label: str
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """Pre-keyed secrets by subscription, all of them in the store's order, and whether every
+    secret value is distinct (only then may a record without subscription take the fast path:
+    its match is unique, whatever order the exact path tries the candidates in)."""
+
+    by_sub: dict[str, tuple[_Keyed, ...]]
+    ordered: tuple[tuple[str, _Keyed], ...]
+    distinct: bool
+
+
+def _keyed(secrets: SecretStore) -> _Keys:
+    by_sub: dict[str, tuple[_Keyed, ...]] = {}
+    ordered = []
+    values = []
+    for sub, items in secrets.by_subscription.items():
+        keyed = []
+        for s in items:
+            key = s.key if len(s.key) <= _BLOCK else hashlib.sha256(s.key).digest()
+            key = key.ljust(_BLOCK, b"\0")
+            inner = hashlib.sha256(bytes(b ^ 0x36 for b in key))
+            outer = hashlib.sha256(bytes(b ^ 0x5C for b in key))
+            k = _Keyed(s.valid_from_ns, s.until_ns, inner, outer, s.label)
+            keyed.append(k)
+            ordered.append((sub, k))
+            values.append(key)
+        by_sub[sub] = tuple(keyed)
+    return _Keys(by_sub, tuple(ordered), len(set(values)) == len(values))
+
+
+class _Envelope:
+    """The envelope columns of a body (the rules of ``audit.capture._Envelopes``), and, when
+    ``extract`` is set, the columns of :func:`audit.ingest.records.extract` from the same parse.
+    """
+
+    def __init__(self, extract: bool, event_times: bool = True) -> None:
+        self._times: dict[str, int] = {}
+        self._extract = extract
+        self._event_times = event_times  # False: event_timestamp is not wanted (left NaT)
+
+    def __call__(self, body: bytes) -> tuple:
+        try:
+            env = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            env = None
+        more = _extract(body, env) if self._extract else ()
+        if type(env) is not dict:
+            return (*_NO_ENVELOPE, *more)
+        eid, event, ts, data = (
+            env.get("id"),
+            env.get("event"),
+            env.get("timestamp"),
+            env.get("data"),
+        )
+        ts_ns = NAT
+        if type(ts) is str and self._event_times:
+            ts_ns = self._times.get(ts)
+            if ts_ns is None:
+                try:
+                    ts_ns = parse_iso_ns(ts)[0]
+                except ValueError:
+                    ts_ns = NAT
+                if not _in_range(ts_ns):
+                    ts_ns = NAT
+                self._times[ts] = ts_ns
+        inc = data.get("incidentId") if type(data) is dict else None
+        return (
+            eid if type(eid) is str else None,
+            event if type(event) is str else None,
+            ts_ns,
+            inc if type(inc) is str else None,
+            *more,
+        )
+
+
+def _current(keyed: tuple[_Keyed, ...], t_ns: int) -> _Keyed | None:
+    for k in keyed:
+        if (k.valid_from_ns is None or t_ns >= k.valid_from_ns) and (
+            k.until_ns is None or t_ns < k.until_ns
+        ):
+            return k
+    return None
+
+
+def verify_jsonl(
+    data: bytes,
+    source: str,
+    wanted: dict[str, str],
+    first_line: int,
+    secrets: SecretStore,
+    *,
+    tolerance_s: float,
+    keyed: _Keys | None = None,
+    extract: bool = False,
+    event_times: bool = True,
+) -> tuple[dict[str, list], int, int, int]:
+    """Parse and verify JSONL bytes; return (columns, naive times, unreadable, exact).
+
+    ``exact`` counts the records that went through the exact path.
+    The columns are those of :data:`audit.capture.COLUMNS` plus the verification columns and
+    ``subscription_logged``, in input order, exactly as the exact path gives them; with
+    ``extract``, also :data:`audit.ingest.records.EXTRACTED` (each body parsed once). Without
+    ``event_times`` the fast rows' ``event_timestamp`` is left empty (for callers that drop it).
+    """
+    keyed = _keyed(secrets) if keyed is None else keyed
+    tol_ns = round(tolerance_s * 1e9)
+    envelope = _Envelope(extract, event_times)
+    plans: dict = {}
+    loads, decode_error = orjson.loads, orjson.JSONDecodeError
+    compare = hmac.compare_digest
+    rows: list = []  # a row tuple, or (line, raw) for the exact path
+    slow: list[int] = []
+    naive = 0
+    for line, raw in enumerate(data.split(b"\n"), first_line):
+        if not raw or raw.isspace():
+            continue
+        row = None
+        try:
+            rec = loads(raw)
+        except decode_error:
+            rec = None
+        if type(rec) is dict and rec.keys() <= _KEYS:
+            row = _fast(rec, source, line, wanted, keyed, tol_ns, envelope, compare, plans)
+        if row is None:
+            slow.append(len(rows))
+            rows.append((line, raw))
+        else:
+            naive += row[-1]
+            rows.append(row[:-1])
+    unreadable = 0
+    if slow:
+        naive_slow, unreadable = _exact(rows, slow, source, wanted, secrets, tolerance_s, extract)
+        naive += naive_slow
+    names = (*COLUMNS, "hmac_ok", "skew_s", "matched_secret", "subscription_logged")
+    if extract:
+        names = (*names, *EXTRACTED)
+    if not rows:
+        return {n: [] for n in names}, naive, unreadable, len(slow)
+    columns = {n: list(v) for n, v in zip(names, zip(*rows, strict=True), strict=True)}
+    return columns, naive, unreadable, len(slow)
+
+
+_MISS = object()
+
+
+def _plan(names: tuple[str, ...], wanted: dict[str, str]) -> tuple[tuple[str, str], ...] | None:
+    """Which header names are delivery headers (name, column key); None when one is named
+    twice in any case (the exact path decides what a repeated header means)."""
+    plan = [(name, wanted[name.lower()]) for name in names if name.lower() in wanted]
+    if len({key for _, key in plan}) != len(plan):
+        return None
+    return tuple(plan)
+
+
+def _fast(rec: dict, source, line, wanted, keyed, tol_ns, envelope, compare, plans) -> tuple | None:
+    """The row of a plain, valid record; None sends it to the exact path."""
+    received, headers, text, sub = (
+        rec.get("received_at"),
+        rec.get("headers"),
+        rec.get("body"),
+        rec.get("subscription_id"),
+    )
+    logged = "subscription_id" in rec
+    if type(headers) is not dict or type(text) is not str:
+        return None
+    if logged and (type(sub) is not str or not sub):
+        return None
+    url, status, ms = rec.get("url"), rec.get("response_status"), rec.get("response_ms")
+    if "url" in rec and type(url) is not str:
+        return None
+    if "response_status" in rec and not (type(status) is int and 100 <= status <= 599):
+        return None
+    if "response_ms" in rec:
+        if type(ms) is int:
+            ms = float(ms)
+        elif type(ms) is not float or ms != ms or ms in (float("inf"), float("-inf")):
+            return None
+    if received is None or type(received) is bool:
+        return None
+    try:
+        received_ns, had_offset = _time_ns(received)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    names = tuple(headers)
+    plan = plans.get(names, _MISS)
+    if plan is _MISS:
+        plan = _plan(names, wanted)
+        if len(plans) < 4096:  # receivers repeat the same header names: remember a few
+            plans[names] = plan
+    if plan is None:
+        return None
+    hdr: dict[str, str] = {}
+    for name, key in plan:
+        value = headers[name]
+        if type(value) is not str:
+            return None
+        hdr[key] = value
+    signature, timestamp = hdr.get("signature"), hdr.get("timestamp")
+    if (
+        signature is None
+        or len(signature) != _SIG_LEN
+        or not signature.startswith(SIGNATURE_PREFIX)
+        or not signature.isascii()
+        or timestamp is None
+        or not (timestamp.isascii() and timestamp.isdigit())
+        or len(timestamp) > 12
+    ):
+        return None
+    try:
+        sig = bytes.fromhex(signature[len(SIGNATURE_PREFIX) :])
+    except ValueError:
+        return None
+    if len(sig) != 32:  # fromhex skips whitespace: 64 characters must give 32 bytes
+        return None
+    diff_ns = received_ns - int(timestamp) * 1_000_000_000
+    if diff_ns > tol_ns or -diff_ns > tol_ns:
+        return None
+    body = text.encode("utf-8")
+    message = timestamp.encode("ascii") + b"." + body
+    if logged:
+        cands = keyed.by_sub.get(sub)
+        current = _current(cands, received_ns) if cands else None
+        if current is None or not _matches(current, message, sig, compare):
+            return None
+    else:  # inferred: the one current secret (of any subscription) that matches
+        if not keyed.distinct:
+            return None
+        current = None
+        for owner, k in keyed.ordered:
+            if _current((k,), received_ns) is not None and _matches(k, message, sig, compare):
+                sub, current = owner, k
+                break
+        if current is None:
+            return None
+    eid, event, event_ns, incident, *more = envelope(body)
+    get = hdr.get
+    return (
+        source,
+        line,
+        received_ns,
+        sub,
+        url,
+        status,
+        ms,
+        signature,
+        timestamp,
+        get("event"),
+        get("delivery_id"),
+        body,
+        eid,
+        event,
+        event_ns,
+        incident,
+        "valid",
+        None,
+        True,
+        diff_ns / 1e9,
+        current.label,
+        logged,
+        *more,
+        not had_offset,
+    )
+
+
+def _matches(k: _Keyed, message: bytes, sig: bytes, compare) -> bool:
+    h = k.inner.copy()
+    h.update(message)
+    o = k.outer.copy()
+    o.update(h.digest())
+    return compare(o.digest(), sig)
+
+
+def _exact(rows: list, slow: list[int], source, wanted, secrets, tolerance_s, extract) -> tuple:
+    """Run the exact path on the records at ``slow`` positions; fill their rows in place."""
+    naive = unreadable = 0
+    buffers = []
+    for i in slow:
+        line, raw = rows[i]
+        buf = parse_jsonl(raw, source, wanted, line)
+        naive += buf.naive_times
+        unreadable += buf.unreadable
+        buffers.append(buf.rows[0])
+    cols = {n: list(v) for n, v in zip(COLUMNS, zip(*buffers, strict=True), strict=True)}
+    logged = [
+        None if v == "unreadable" else s is not None
+        for s, v in zip(cols["subscription_id"], cols["verdict"], strict=True)
+    ]
+    v = verify_columns(
+        cols["signature"],
+        cols["timestamp_header"],
+        cols["body"],
+        cols["received_at"],
+        cols["subscription_id"],
+        cols["verdict"],
+        cols["detail"],
+        secrets,
+        tolerance_s=tolerance_s,
+    )
+    cols.update(vars(v))
+    names = (*COLUMNS, "hmac_ok", "skew_s", "matched_secret")
+    for k, i in enumerate(slow):
+        more = _extract(cols["body"][k]) if extract else ()
+        rows[i] = (*(cols[n][k] for n in names), logged[k], *more)
+    return naive, unreadable

@@ -1,0 +1,165 @@
+"""Verification on every core, with no body crossing a process boundary.
+
+A plain JSONL file is cut into byte ranges at line ends (one sequential pass counts the lines
+before each cut); each forked worker reads its own range from the file, parses and verifies it
+(:func:`audit.ingest.fast.verify_jsonl`) and either returns the verdict columns only (``audit
+verify``) or writes its rows as Parquet parts itself (``audit ingest``). Gzip files cannot be
+cut, so the parent decompresses them piece by piece and hands each piece over. HAR files (one
+JSON document) are verified in-process by the exact path.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from audit.ingest import records
+from audit.ingest.fast import _keyed, verify_jsonl
+from audit.load import default_workers
+from audit.secrets import SecretStore
+
+__all__ = ["Piece", "map_pieces", "plan_pieces"]
+
+_SCAN_BLOCK = 8 * 2**20
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A run of whole lines: a byte range of a plain file, or bytes already read (gzip)."""
+
+    path: str
+    first_line: int
+    start: int = 0
+    end: int = 0
+    data: bytes | None = None
+
+    def read(self) -> bytes:
+        """The piece's bytes (a BOM at the very start of the file is not part of a record)."""
+        if self.data is not None:
+            return self.data
+        with open(self.path, "rb") as f:
+            f.seek(self.start)
+            data = f.read(self.end - self.start)
+        return data.removeprefix(b"\xef\xbb\xbf") if self.start == 0 else data
+
+
+def plan_pieces(
+    path: Path, *, piece_bytes: int, skip_bytes: int = 0, first_line: int = 1
+) -> Iterator[Piece]:
+    """Pieces of about ``piece_bytes`` covering the file from ``skip_bytes``, cut at newlines."""
+    if records.is_gzip(path):
+        for data, line in records.read_chunks(path, chunk_bytes=piece_bytes):
+            yield Piece(str(path), line, data=data)
+        return
+    size = path.stat().st_size
+    start, line = skip_bytes, first_line
+    with open(path, "rb") as f:
+        f.seek(start)
+        pos, lines_seen, cut_from = start, 0, start + piece_bytes
+        while pos < size:
+            block = f.read(_SCAN_BLOCK)
+            if not block:
+                break
+            offset = 0
+            while cut_from < pos + len(block):
+                nl = block.find(b"\n", max(cut_from - pos, offset))
+                if nl < 0:
+                    break
+                end = pos + nl + 1
+                lines_seen += block.count(b"\n", offset, nl + 1)
+                yield Piece(str(path), line, start, end)
+                start, line, offset = end, first_line + lines_seen, nl + 1
+                cut_from = end + piece_bytes
+            lines_seen += block.count(b"\n", offset)
+            pos += len(block)
+    if start < size:
+        yield Piece(str(path), line, start, size)
+
+
+#: What forked workers inherit (set only while a pool runs, under _LOCK): hashlib states
+#: cannot be pickled, and inheriting them costs nothing.
+_CONTEXT: dict = {}
+_LOCK = threading.Lock()
+
+
+def verify_piece(piece: Piece, source: str | None = None) -> tuple[dict[str, list], int, int]:
+    """Verify one piece with the inherited context: (columns, naive times, unreadable)."""
+    c = _CONTEXT
+    cols, naive, unreadable, _ = verify_jsonl(
+        piece.read(),
+        source or c["source"][piece.path],
+        c["wanted"],
+        piece.first_line,
+        c["secrets"],
+        tolerance_s=c["tolerance_s"],
+        keyed=c["keyed"],
+        extract=c.get("extract", False),
+        event_times="event_timestamp" in c.get("names", ("event_timestamp",)),
+    )
+    return cols, naive, unreadable
+
+
+def map_pieces(
+    fn: Callable[[Piece], object],
+    pieces: Iterator[Piece],
+    *,
+    sources: dict[str, str],
+    wanted: dict[str, str],
+    secrets: SecretStore,
+    tolerance_s: float,
+    workers: int | None = None,
+    extra: dict | None = None,
+) -> Iterator[object]:
+    """``fn(piece)`` for every piece, in order, on ``workers`` forked processes (at most two
+    pieces in flight per worker, so memory stays bounded)."""
+    workers = default_workers() if workers is None else max(1, workers)
+    with _LOCK:
+        _CONTEXT.clear()
+        _CONTEXT.update(
+            source=sources,
+            wanted=wanted,
+            secrets=secrets,
+            tolerance_s=tolerance_s,
+            keyed=_keyed(secrets),
+            **(extra or {}),
+        )
+        try:
+            if workers == 1:
+                yield from map(fn, pieces)
+                return
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+                pending = []
+                for piece in pieces:
+                    pending.append(pool.submit(fn, piece))
+                    if len(pending) >= 2 * workers:
+                        yield pending.pop(0).result()
+                for fut in pending:
+                    yield fut.result()
+        finally:
+            _CONTEXT.clear()
+
+
+def verdict_batch(piece: Piece) -> tuple[Piece, tuple[pa.Table, int, int]]:
+    """Worker: verify a piece, return it (without its bytes) and only the columns ``names``
+    (no bodies), the naive-time count and the unreadable count."""
+    cols, naive, unreadable = verify_piece(piece)
+    table = records.stored_columns(cols, _CONTEXT["names"])
+    return Piece(piece.path, piece.first_line, piece.start, piece.end), (table, naive, unreadable)
+
+
+def default_piece_bytes(total: int, workers: int) -> int:
+    """Pieces small enough to spread over the workers, large enough to amortise a task."""
+    return int(min(32 * 2**20, max(2**20, total // max(1, workers * 4))))
+
+
+def cpu_workers() -> int:
+    """The usable CPUs (1 where ``fork`` is unavailable)."""
+    return default_workers() if hasattr(os, "fork") else 1

@@ -1,0 +1,211 @@
+"""Reading the evidence store with DuckDB: only the partitions and columns a job needs.
+
+The parts come from the store manifest (a consistent view, even while an ingest runs); DuckDB
+reads them out of core on every core and hands Arrow to pandas. Rows come back in input order
+(``source``, ``line``), the order :func:`audit.load.load_captures` gives.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from audit.errors import InputError
+from audit.ingest.store import Store
+from audit.tables import STORED_DELIVERIES
+
+__all__ = [
+    "ANALYSIS_COLUMNS",
+    "StoreInputs",
+    "frame_from_arrow",
+    "latest_receipt",
+    "load_analysis_inputs",
+    "load_deliveries",
+    "store_inputs",
+]
+
+#: What the analyses read: every stored column except the raw body, the signature headers
+#: (verified already) and the store's own bookkeeping.
+_NOT_ANALYSED = (
+    "body",
+    "signature",
+    "timestamp_header",
+    "event_header",
+    "file_sha256",
+    "subscription_logged",
+)
+ANALYSIS_COLUMNS: tuple[str, ...] = tuple(
+    n for n in STORED_DELIVERIES.names if n not in _NOT_ANALYSED
+)
+#: How far before the period analyses look by default (retries take 71 minutes; incidents
+#: live for weeks, and their fold needs their earlier events).
+DEFAULT_LOOKBACK = pd.Timedelta(days=92)
+
+
+@dataclass(frozen=True)
+class StoreInputs:
+    """What an :class:`audit.analysis.Analysis` needs: deliveries and the files behind them."""
+
+    deliveries: pd.DataFrame
+    inputs: pd.DataFrame
+
+
+def _store(store: Store | str | os.PathLike) -> Store:
+    s = store if isinstance(store, Store) else Store(Path(store))
+    if not s.manifest_path.is_file():
+        raise InputError(f"{s.root}: not an evidence store (no manifest.json); run audit ingest")
+    return s
+
+
+def _months(lo: pd.Timestamp, hi: pd.Timestamp) -> list[str]:
+    months = pd.period_range(
+        lo.tz_convert("UTC").tz_localize(None).to_period("M"),
+        hi.tz_convert("UTC").tz_localize(None).to_period("M"),
+        freq="M",
+    )
+    return [str(m) for m in months]
+
+
+def _sql_list(paths) -> str:
+    return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
+
+
+def _arrow(result) -> pa.Table:
+    """A result as an Arrow table (``to_arrow_table`` in DuckDB 2, ``fetch_arrow_table`` before)."""
+    fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
+    return fetch()
+
+
+def _query(files, columns, where: str, params: list) -> pa.Table:
+    import duckdb  # imported on use: `audit verify` without a store never needs it
+
+    con = duckdb.connect()
+    try:
+        cols = ", ".join(f'"{c}"' for c in columns)
+        sql = (
+            f"SELECT {cols} FROM read_parquet({_sql_list(files)}, hive_partitioning = false) "
+            f"{where} ORDER BY source, line"
+        )
+        return _arrow(con.sql(sql, params=params))
+    finally:
+        con.close()
+
+
+def frame_from_arrow(table: pa.Table) -> pd.DataFrame:
+    """Store columns as pandas, each in its declared dtype (``audit.tables``)."""
+    declared = STORED_DELIVERIES.dtypes()
+    mapper = {
+        pa.string(): declared["source"],
+        pa.large_string(): declared["source"],
+        pa.int64(): pd.Int64Dtype(),
+        pa.float64(): pd.Float64Dtype(),
+        pa.bool_(): pd.BooleanDtype(),
+    }.get
+    df = table.to_pandas(types_mapper=mapper)
+    for name in df.columns:
+        dtype = declared[name]
+        if df[name].dtype != dtype and str(dtype) != "object":
+            df[name] = df[name].astype(dtype)
+    return df
+
+
+def load_deliveries(
+    store: Store | str | os.PathLike,
+    *,
+    start: pd.Timestamp | None = None,
+    end: pd.Timestamp | None = None,
+    columns: tuple[str, ...] | list[str] = ANALYSIS_COLUMNS,
+    files: list[str] | None = None,
+    paths: list[str] | None = None,
+) -> pd.DataFrame:
+    """Stored deliveries received in ``[start, end]`` (either end open when None), plus every
+    unreadable record that has no receipt time, in input order.
+
+    ``files`` keeps only the records of these file sha256s, ``paths`` only those of these
+    ingested files (resolved paths). Only the months touched and the named columns are read.
+    """
+    s = _store(store)
+    months = None
+    if start is not None and end is not None:
+        months = [*_months(start, end), "none"]
+    parts = s.parts(months, paths)
+    columns = list(columns)
+    for c in ("source", "line"):
+        if c not in columns:
+            columns.append(c)
+    if not parts:
+        return STORED_DELIVERIES.empty()[list(columns)]
+    where, params = [], []
+    if start is not None:
+        where.append("epoch_ns(received_at) >= ?")
+        params.append(start.value)
+    if end is not None:
+        where.append("epoch_ns(received_at) <= ?")
+        params.append(end.value)
+    clause = " AND ".join(where)
+    sql_where = f"WHERE (received_at IS NULL OR ({clause}))" if clause else ""
+    if files is not None:
+        keep = f"list_contains({_sql_list(files)}, file_sha256)" if files else "FALSE"
+        sql_where += (" AND " if sql_where else "WHERE ") + keep
+    return frame_from_arrow(_query(parts, columns, sql_where, params))
+
+
+def latest_receipt(store: Store | str | os.PathLike) -> pd.Timestamp | None:
+    """The newest ``received_at`` in the store (None when it holds no readable record)."""
+    s = _store(store)
+    parts = [p for p in s.parts() if p.parent.name != "month=none"]
+    if not parts:
+        return None
+    import duckdb  # imported on use: `audit verify` without a store never needs it
+
+    con = duckdb.connect()
+    try:
+        sql = f"SELECT max(received_at) FROM read_parquet({_sql_list(parts)})"
+        value = _arrow(con.sql(sql)).column(0)[0].as_py()
+    finally:
+        con.close()
+    return None if value is None else pd.Timestamp(value).tz_convert("UTC")
+
+
+def store_inputs(store: Store | str | os.PathLike) -> pd.DataFrame:
+    """One row per stored file: ``source, size, sha256, records, unreadable``."""
+    entries = _store(store).manifest()["files"]
+    return pd.DataFrame(
+        {
+            "source": pd.Series([e["path"] for e in entries], dtype="str"),
+            "size": pd.Series([e["size"] for e in entries], dtype="int64"),
+            "sha256": pd.Series([e["sha256"] for e in entries], dtype="str"),
+            "records": pd.Series([e["records"] for e in entries], dtype="int64"),
+            "unreadable": pd.Series([e["unreadable"] for e in entries], dtype="int64"),
+        }
+    )
+
+
+def load_analysis_inputs(
+    store: Store | str | os.PathLike,
+    *,
+    start: pd.Timestamp | None,
+    end: pd.Timestamp,
+    as_of: pd.Timestamp | None = None,
+    lookback: pd.Timedelta | None = DEFAULT_LOOKBACK,
+) -> StoreInputs:
+    """The frames :func:`audit.analysis.run_analyses` needs for a period, from the store.
+
+    Reads deliveries received from ``start - lookback`` (everything before, when ``start`` or
+    ``lookback`` is None) up to ``as_of`` (default ``end``), without bodies: the envelope,
+    incident fields and fingerprints were extracted at ingest.
+
+    Examples
+    --------
+    >>> got = load_analysis_inputs("store/", start=pd.Timestamp("2026-10-01", tz="UTC"),
+    ...                            end=pd.Timestamp("2026-11-01", tz="UTC"))  # doctest: +SKIP
+    >>> run_analyses(got.deliveries, as_of=end, inputs=got.inputs)  # doctest: +SKIP
+    """
+    upto = end if as_of is None else as_of
+    lo = None if start is None or lookback is None else start - lookback
+    deliveries = load_deliveries(store, start=lo, end=upto)
+    return StoreInputs(deliveries, store_inputs(store))

@@ -1,0 +1,180 @@
+"""Capture files read in bounded chunks, verified, and turned into rows of the evidence store.
+
+Nothing here holds a whole file: :func:`read_chunks` yields pieces of about ``chunk_bytes`` cut
+at line ends, and each piece becomes one Arrow table of :data:`audit.tables.STORED_DELIVERIES`.
+What analyses read from a body (the envelope, the incident ``data`` fields, a fingerprint) is
+extracted here, once, so that no analysis parses a body again.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from audit.capture import NAT, parse_har, parse_jsonl
+from audit.errors import LoadError
+from audit.ingest.extract import body_columns
+from audit.ingest.fast import verify_jsonl
+from audit.secrets import SecretStore
+from audit.signatures import verify_columns
+from audit.tables import STORED_DELIVERIES
+
+__all__ = ["body_columns", "read_chunks", "stored_table", "verify_chunk"]
+
+SCHEMA = STORED_DELIVERIES.arrow_schema()
+_BOM = b"\xef\xbb\xbf"
+
+
+def is_gzip(path: Path) -> bool:
+    """Whether the file starts with the gzip magic bytes."""
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def read_chunks(
+    path: Path, *, skip_bytes: int = 0, first_line: int = 1, chunk_bytes: int = 32 * 2**20
+) -> Iterator[tuple[bytes, int]]:
+    """Yield ``(data, first line number)`` pieces of a JSONL file (plain or gzip), cut at
+    newlines. ``skip_bytes`` (plain files only) starts after an already ingested prefix.
+    A UTF-8 BOM at the very start is skipped."""
+    try:
+        opener = gzip.open if is_gzip(path) else open
+        with opener(path, "rb") as f:
+            if skip_bytes:
+                f.seek(skip_bytes)
+            carry, line, start = b"", first_line, skip_bytes == 0
+            while True:
+                block = f.read(chunk_bytes)
+                if start:
+                    block, start = block.removeprefix(_BOM), False
+                if not block:
+                    break
+                data = carry + block
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    carry = data
+                    continue
+                piece, carry = data[:cut], data[cut:]
+                yield piece, line
+                line += piece.count(b"\n")
+            if carry:
+                yield carry, line
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise LoadError(f"{path}: truncated or corrupt gzip file ({e})") from None
+    except OSError as e:
+        raise LoadError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
+
+
+def read_har(path: Path) -> bytes:
+    """A HAR file's content (one JSON document: it is read whole)."""
+    try:
+        blob = path.read_bytes()
+        if blob[:2] == b"\x1f\x8b":
+            blob = gzip.decompress(blob)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise LoadError(f"{path}: truncated or corrupt gzip file ({e})") from None
+    except OSError as e:
+        raise LoadError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
+    return blob.removeprefix(_BOM)
+
+
+def stored_columns(columns: dict[str, list], names: list[str] | tuple[str, ...]) -> pa.Table:
+    """Some columns of the store schema, from lists (times as int64 ns, NAT for missing)."""
+    arrays, fields = [], []
+    for name in names:
+        field = SCHEMA.field(name)
+        values = columns[name]
+        if pa.types.is_timestamp(field.type):
+            ints = pa.array(values, pa.int64())
+            arrays.append(pc.if_else(pc.equal(ints, NAT), None, ints).cast(field.type))
+        else:
+            arrays.append(pa.array(values, field.type, from_pandas=True))
+        fields.append(field)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def stored_table(columns: dict[str, list], file_sha256: str) -> pa.Table:
+    """Parsed and verified columns (plus ``subscription_logged``) as a store table."""
+    cols = dict(columns)
+    if "body_sha256" not in cols:
+        cols.update(body_columns(columns["body"]))
+    cols["file_sha256"] = [file_sha256] * len(columns["line"])
+    return stored_columns(cols, SCHEMA.names)
+
+
+def verify_chunk(
+    data: bytes,
+    *,
+    kind: str,
+    source: str,
+    first_line: int,
+    wanted: dict[str, str],
+    secrets: SecretStore,
+    tolerance_s: float,
+    file_sha256: str,
+    exact: bool = False,
+) -> tuple[pa.Table, int]:
+    """Parse and verify one piece: (store table, naive times).
+
+    JSONL goes through the fast path (:mod:`audit.ingest.fast`, which hands every record
+    outside its shape to the exact validator) unless ``exact``; HAR through the exact path.
+    """
+    if kind == "jsonl" and not exact:
+        columns, naive, _, _ = verify_jsonl(
+            data, source, wanted, first_line, secrets, tolerance_s=tolerance_s, extract=True
+        )
+        return stored_table(columns, file_sha256), naive
+    if kind == "har":
+        try:
+            buf = parse_har(data, source, wanted)
+        except ValueError as e:
+            raise LoadError(f"{source}: not a HAR 1.2 file ({e})") from None
+    else:
+        buf = parse_jsonl(data, source, wanted, first_line)
+    columns = buf.columns()
+    columns["subscription_logged"] = [
+        None if v == "unreadable" else s is not None
+        for s, v in zip(columns["subscription_id"], columns["verdict"], strict=True)
+    ]
+    v = verify_columns(
+        columns["signature"],
+        columns["timestamp_header"],
+        columns["body"],
+        columns["received_at"],
+        columns["subscription_id"],
+        columns["verdict"],
+        columns["detail"],
+        secrets,
+        tolerance_s=tolerance_s,
+    )
+    columns.update(vars(v))
+    return stored_table(columns, file_sha256), buf.naive_times
+
+
+def reverify(table: pa.Table, secrets: SecretStore, tolerance_s: float) -> pa.Table:
+    """Verify a stored table's readable rows again (after the secrets changed)."""
+    cols = {name: table.column(name).to_pylist() for name in table.column_names}
+    logged = cols["subscription_logged"]
+    received = table.column("received_at").cast(pa.int64()).fill_null(NAT).to_numpy().tolist()
+    unreadable = [v == "unreadable" for v in cols["verdict"]]
+    v = verify_columns(
+        cols["signature"],
+        cols["timestamp_header"],
+        cols["body"],
+        received,
+        [s if ok else None for s, ok in zip(cols["subscription_id"], logged, strict=True)],
+        ["unreadable" if u else None for u in unreadable],
+        [d if u else None for d, u in zip(cols["detail"], unreadable, strict=True)],
+        secrets,
+        tolerance_s=tolerance_s,
+    )
+    out = table
+    for name, values in vars(v).items():
+        i = out.schema.get_field_index(name)
+        out = out.set_column(i, out.schema.field(i), pa.array(values, out.schema.field(i).type))
+    return out

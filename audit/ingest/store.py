@@ -1,0 +1,389 @@
+"""The evidence store: captures verified once, kept as Hive-partitioned Parquet.
+
+Layout (plain files; DuckDB, Polars, Spark and Trino read it)::
+
+    STORE/
+      manifest.json                       files ingested, parts, secret fingerprints, settings
+      deliveries/month=2026-10/part-*.parquet
+      deliveries/month=none/part-*.parquet   unreadable records that have no receipt time
+      .lock                               one writer at a time
+
+Rules
+-----
+* A file is known by the sha256 of its bytes: ingesting it again (under any path) does nothing.
+  A plain JSONL file that grew (its stored content is a prefix of the new one, ending at a line
+  end) ingests only the new lines. Any other change re-ingests that file and says so.
+* The manifest keeps, per subscription, a keyed fingerprint of the secrets it verified with
+  (HMAC-SHA256 keyed by each secret, of a fixed label; never a value or a plain hash). When the
+  secrets file changes, the records those subscriptions could match are verified again at the
+  next ingest (records whose subscription was inferred are always among them).
+* One writer at a time: an OS lock on ``.lock``; a second ingest waits. Parts are written under
+  ``.staging/`` and renamed into place, and the manifest (written last, atomically) lists the
+  parts that count: a reader that goes by the manifest never sees a half-written ingest, and a
+  crashed ingest's stray parts are removed by the next one.
+* No stage holds a whole file: JSONL is read, verified and written in chunks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import shutil
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from audit.atomic import write_json_atomic
+from audit.errors import InputError
+from audit.ingest import parallel, records
+from audit.ingest.fast import verify_jsonl
+from audit.ingest.parts import PartWriter, lock_file, unlock_file
+from audit.load import expand_paths
+from audit.secrets import SecretStore, read_secrets
+from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
+
+__all__ = ["IngestResult", "Store", "ingest", "secrets_fingerprints"]
+
+STORE_VERSION = 1
+DATASET = "deliveries"
+_LABEL = b"audit evidence store: secret fingerprint v1"
+_HASH_BLOCK = 4 * 2**20
+
+
+def secrets_fingerprints(store: SecretStore) -> dict[str, str]:
+    """Per subscription: sha256 over each secret's keyed fingerprint and ``valid_from``.
+
+    The fingerprint of one secret is HMAC-SHA256(key=secret, msg=fixed label): it changes when
+    the secret changes and reveals nothing that would help guess it.
+    """
+    out = {}
+    for sub, items in sorted(store.by_subscription.items()):
+        h = hashlib.sha256()
+        for s in items:
+            h.update(hmac.digest(s.key, _LABEL, hashlib.sha256))
+            h.update(str(s.valid_from_ns).encode("ascii") + b";")
+        out[sub] = h.hexdigest()
+    return out
+
+
+@dataclass
+class IngestResult:
+    """What one ingest did: counts and one line per notable event (changed files...)."""
+
+    files_added: int = 0
+    files_unchanged: int = 0
+    files_grown: int = 0
+    files_changed: int = 0
+    records: int = 0
+    unreadable: int = 0
+    reverified: int = 0
+    naive_times: int = 0
+    messages: list[str] = field(default_factory=list)
+    #: The manifest entries (resolved paths) that hold the files given, in order.
+    paths: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Store:
+    """A store folder. :meth:`parts` lists the parts the manifest counts (a consistent view)."""
+
+    root: Path
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest.json"
+
+    def manifest(self) -> dict:
+        """The manifest (an empty store's when there is none yet)."""
+        if not self.manifest_path.is_file():
+            return {"version": STORE_VERSION, "files": [], "secrets": {}}
+        try:
+            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InputError(f"{self.manifest_path}: not a store manifest ({e})") from None
+        if not isinstance(data, dict) or data.get("version") != STORE_VERSION:
+            raise InputError(f"{self.manifest_path}: not a version {STORE_VERSION} store manifest")
+        return data
+
+    def parts(
+        self, months: Iterable[str] | None = None, paths: Iterable[str] | None = None
+    ) -> list[Path]:
+        """Part files listed in the manifest, optionally only those of some months and of
+        some ingested files (resolved paths, as :attr:`IngestResult.paths` gives them)."""
+        wanted = None if months is None else {f"month={m}" for m in months}
+        files = None if paths is None else set(paths)
+        out = []
+        for entry in self.manifest()["files"]:
+            if files is not None and entry["path"] not in files:
+                continue
+            for part in entry["parts"]:
+                if wanted is None or part.split("/")[0] in wanted:
+                    out.append(self.root / DATASET / part)
+        return sorted(out)
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the store's writer lock (blocks while another writer holds it)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "a+b") as f:
+            lock_file(f)
+            try:
+                yield
+            finally:
+                unlock_file(f)
+
+
+def _hash_file(path: Path, prefix_len: int | None) -> tuple[str, int, str | None, bool]:
+    """sha256 of the file, its size, sha256 of its first ``prefix_len`` bytes, and whether
+    the byte before ``prefix_len`` is a newline."""
+    h = hashlib.sha256()
+    prefix_hex, at_newline, done = None, False, 0
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(_HASH_BLOCK):
+                if prefix_len is not None and done < prefix_len <= done + len(block):
+                    cut = prefix_len - done
+                    h.update(block[:cut])
+                    prefix_hex = h.hexdigest()
+                    at_newline = block[cut - 1 : cut] == b"\n"
+                    h.update(block[cut:])
+                else:
+                    h.update(block)
+                done += len(block)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
+    return h.hexdigest(), done, prefix_hex, at_newline
+
+
+def ingest(
+    logs: Iterable[str | os.PathLike],
+    secrets_path: str | os.PathLike,
+    store_dir: str | os.PathLike,
+    *,
+    header_prefix: str = DEFAULT_HEADER_PREFIX,
+    tolerance_s: float = CLOCK_TOLERANCE_S,
+    chunk_bytes: int = 32 * 2**20,
+    workers: int | None = None,
+) -> IngestResult:
+    """Load and verify capture logs once, into the evidence store at ``store_dir``.
+
+    Examples
+    --------
+    >>> r = ingest(["captures/"], "secrets.json", "store/")  # doctest: +SKIP
+    >>> r.records, r.files_unchanged  # doctest: +SKIP
+    """
+    files = expand_paths(logs)
+    secrets = read_secrets(secrets_path)
+    wanted = {v: k for k, v in header_names(header_prefix).items()}
+    store = Store(Path(store_dir))
+    result = IngestResult()
+    with store.lock():
+        manifest = store.manifest()
+        _check_settings(store, manifest, header_prefix, tolerance_s)
+        _remove_strays(store, manifest)
+        staging = store.root / ".staging"
+        staging.mkdir(exist_ok=True)
+        obsolete: list[str] = []
+        fps = secrets_fingerprints(secrets)
+        changed_subs = {
+            s
+            for s in set(fps) | set(manifest["secrets"])
+            if fps.get(s) != manifest["secrets"].get(s)
+        }
+        if manifest["files"] and changed_subs:
+            result.reverified = _reverify(
+                store, manifest, changed_subs, secrets, tolerance_s, staging, obsolete
+            )
+            result.messages.append(
+                f"secrets changed for {len(changed_subs)} subscription(s): "
+                f"{result.reverified} record(s) verified again"
+            )
+        manifest["secrets"] = fps
+        for path in files:
+            _ingest_file(
+                path,
+                store,
+                manifest,
+                result,
+                staging,
+                obsolete,
+                wanted=wanted,
+                secrets=secrets,
+                tolerance_s=tolerance_s,
+                chunk_bytes=chunk_bytes,
+                workers=workers,
+            )
+        write_json_atomic(store.manifest_path, manifest)
+        for part in obsolete:
+            (store.root / DATASET / part).unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+    return result
+
+
+def _check_settings(store: Store, manifest: dict, header_prefix: str, tolerance_s: float) -> None:
+    for key, value in (("header_prefix", header_prefix), ("tolerance_s", tolerance_s)):
+        old = manifest.setdefault(key, value)
+        if old != value:
+            raise InputError(
+                f"{store.root}: the store was built with {key} {old!r}, not {value!r}; "
+                "use another store"
+            )
+
+
+def _remove_strays(store: Store, manifest: dict) -> None:
+    """Delete parts a crashed ingest left behind (present on disk, absent from the manifest)."""
+    listed = {p for e in manifest["files"] for p in e["parts"]}
+    root = store.root / DATASET
+    if root.is_dir():
+        for part in root.glob("month=*/*.parquet"):
+            if f"{part.parent.name}/{part.name}" not in listed:
+                part.unlink()
+    shutil.rmtree(store.root / ".staging", ignore_errors=True)
+
+
+def _publish(store: Store, written: list[tuple[Path, str]]) -> list[str]:
+    """Rename staged parts into the dataset; return their manifest names."""
+    names = []
+    for path, name in written:
+        target = store.root / DATASET / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+        names.append(name)
+    return names
+
+
+def _ingest_file(path, store, manifest, result, staging, obsolete, **kw) -> None:
+    by_path = {e["path"]: e for e in manifest["files"]}
+    known = {e["sha256"] for e in manifest["files"]}
+    resolved = str(path.resolve())
+    old = by_path.get(resolved)
+    is_har = path.name.lower().endswith((".har", ".har.gz"))
+    gz = records.is_gzip(path)
+    prefix_len = old["size"] if old and not gz and not is_har else None
+    sha, size, prefix_sha, at_newline = _hash_file(path, prefix_len)
+    if sha in known:
+        result.files_unchanged += 1
+        same = next(e for e in manifest["files"] if e["sha256"] == sha)
+        result.paths.append(same["path"])
+        return
+    result.paths.append(resolved)
+    skip, first_line, entry = 0, 1, None
+    if old is not None and prefix_sha == old["sha256"] and at_newline:
+        skip, first_line, entry = old["size"], old["lines"] + 1, old
+        result.files_grown += 1
+        result.messages.append(f"{path}: grew; ingesting from line {first_line}")
+    elif old is not None:
+        result.files_changed += 1
+        result.messages.append(
+            f"{path}: changed since it was ingested; its {old['records']} record(s) replaced"
+        )
+        obsolete.extend(old["parts"])
+        manifest["files"].remove(old)
+    else:
+        result.files_added += 1
+    counts = [0, 0, 0]  # records, unreadable, newlines
+    written: list[tuple[Path, str]] = []
+    if is_har:
+        writer = PartWriter(staging, sha[:16])
+        table, naive = records.verify_chunk(
+            records.read_har(path),
+            kind="har",
+            source=str(path),
+            first_line=1,
+            wanted=kw["wanted"],
+            secrets=kw["secrets"],
+            tolerance_s=kw["tolerance_s"],
+            file_sha256=sha,
+        )
+        writer.write(table)
+        written = writer.finish()
+        n_unreadable = pc.sum(pc.equal(table.column("verdict"), "unreadable")).as_py() or 0
+        outcomes = [(table.num_rows, n_unreadable, naive, 0)]
+    else:
+        pieces = parallel.plan_pieces(
+            path, piece_bytes=kw["chunk_bytes"], skip_bytes=skip, first_line=first_line
+        )
+        outcomes = []
+        for done, *numbers in parallel.map_pieces(
+            _ingest_piece,
+            pieces,
+            sources={str(path): str(path)},
+            wanted=kw["wanted"],
+            secrets=kw["secrets"],
+            tolerance_s=kw["tolerance_s"],
+            workers=kw["workers"],
+            extra={"staging": staging, "file_sha256": sha},
+        ):
+            written.extend(done)
+            outcomes.append(numbers)
+    for rows, unreadable, naive, newlines in outcomes:
+        counts[0] += rows
+        counts[1] += unreadable
+        counts[2] += newlines
+        result.naive_times += naive
+    names = _publish(store, written)
+    result.records += counts[0]
+    result.unreadable += counts[1]
+    if entry is None:
+        entry = {"path": resolved, "records": 0, "unreadable": 0, "lines": 0, "parts": []}
+        manifest["files"].append(entry)
+    entry.update(sha256=sha, size=size, gzip=gz)
+    entry["records"] += counts[0]
+    entry["unreadable"] += counts[1]
+    entry["lines"] += counts[2]
+    entry["parts"] = [*entry["parts"], *names]
+
+
+def _ingest_piece(piece: parallel.Piece) -> tuple[list, int, int, int, int]:
+    """Worker: verify one piece and write its rows as staged parts (bodies stay here)."""
+    c = parallel._CONTEXT
+    data = piece.read()
+    cols, naive, unreadable, _ = verify_jsonl(
+        data,
+        c["source"][piece.path],
+        c["wanted"],
+        piece.first_line,
+        c["secrets"],
+        tolerance_s=c["tolerance_s"],
+        keyed=c["keyed"],
+        extract=True,
+    )
+    table = records.stored_table(cols, c["file_sha256"])
+    writer = PartWriter(c["staging"], c["file_sha256"][:16])
+    writer.write(table)
+    return writer.finish(), table.num_rows, unreadable, naive, data.count(b"\n")
+
+
+def _reverify(store, manifest, subs, secrets, tolerance_s, staging, obsolete) -> int:
+    """Rewrite every part holding records the changed subscriptions could match."""
+    done = 0
+    sub_list = pa.array(sorted(subs), pa.string())
+    for entry in manifest["files"]:
+        kept = []
+        for part in entry["parts"]:
+            path = store.root / DATASET / part
+            meta = pq.read_table(path, columns=["subscription_id", "subscription_logged"])
+            hit = pc.or_(
+                pc.is_in(meta.column("subscription_id"), sub_list),
+                pc.equal(pc.fill_null(meta.column("subscription_logged"), True), False),
+            )
+            if not pc.any(hit).as_py():
+                kept.append(part)
+                continue
+            table = records.reverify(
+                pq.read_table(path, schema=records.SCHEMA), secrets, tolerance_s
+            )
+            done += pc.sum(hit).as_py()  # the others are verified again too, unchanged
+            writer = PartWriter(staging, entry["sha256"][:16])
+            writer.write(table)
+            kept.extend(_publish(store, writer.finish()))
+            obsolete.append(part)
+        entry["parts"] = kept
+    return done

@@ -1,0 +1,156 @@
+"""``audit verify`` from raw captures: verdicts on every core, without keeping bodies."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import pyarrow as pa
+
+from audit.capture import parse_har
+from audit.errors import LoadError
+from audit.ingest import parallel, records
+from audit.ingest.extract import EXTRACTED, body_columns
+from audit.ingest.query import frame_from_arrow
+from audit.load import LoadWarning, expand_paths
+from audit.secrets import read_secrets
+from audit.signatures import verify_columns
+from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
+from audit.verification import VERDICT_COLUMNS
+
+__all__ = ["LogRows", "read_logs", "verify_logs"]
+
+
+@dataclass(frozen=True)
+class LogRows:
+    """Rows read from raw captures: ``rows`` (the requested columns), ``inputs`` (one row per
+    file: ``source, size, sha256, records, unreadable``) and ``naive_times``."""
+
+    rows: pd.DataFrame
+    inputs: pd.DataFrame
+    naive_times: int
+
+
+def read_logs(
+    logs: Iterable[str | os.PathLike],
+    secrets_path: str | os.PathLike,
+    *,
+    columns: Sequence[str] = VERDICT_COLUMNS,
+    header_prefix: str = DEFAULT_HEADER_PREFIX,
+    tolerance_s: float = CLOCK_TOLERANCE_S,
+    workers: int | None = None,
+    piece_bytes: int | None = None,
+) -> LogRows:
+    """Verify raw captures on every core and keep only ``columns`` (any of the store's, see
+    ``audit.tables.STORED_DELIVERIES``; the body is extracted from, never kept), in input order.
+
+    The rows equal what the loader and the store give; bodies never leave the worker that read
+    them, and no stage holds a whole file.
+    """
+    files = expand_paths(logs)
+    secrets = read_secrets(secrets_path)
+    wanted = {v: k for k, v in header_names(header_prefix).items()}
+    workers = parallel.cpu_workers() if workers is None else max(1, workers)
+    total = sum(f.stat().st_size for f in files)
+    size = piece_bytes or parallel.default_piece_bytes(total, workers)
+    is_har = [f.name.lower().endswith((".har", ".har.gz")) for f in files]
+    jsonl = [f for f, har in zip(files, is_har, strict=True) if not har]
+    pieces = (p for f in jsonl for p in parallel.plan_pieces(f, piece_bytes=size))
+    names = list(columns)
+    results = parallel.map_pieces(
+        parallel.verdict_batch,
+        pieces,
+        sources={str(f): str(f) for f in jsonl},
+        wanted=wanted,
+        secrets=secrets,
+        tolerance_s=tolerance_s,
+        workers=workers,
+        extra={"names": names, "extract": bool(set(names) & set(EXTRACTED))},
+    )
+    by_file: dict[str, list[pa.Table]] = {str(f): [] for f in files}
+    counts = {str(f): [0, 0] for f in files}
+    naive = 0
+    for piece, (table, naive_one, unreadable) in results:
+        by_file[piece.path].append(table)
+        counts[piece.path][0] += table.num_rows
+        counts[piece.path][1] += unreadable
+        naive += naive_one
+    for f, har in zip(files, is_har, strict=True):
+        if har:
+            table, unreadable, naive_one = _har(f, wanted, secrets, tolerance_s, names)
+            by_file[str(f)].append(table)
+            counts[str(f)] = [table.num_rows, unreadable]
+            naive += naive_one
+    tables = [t for f in files for t in by_file[str(f)]]
+    empty = records.stored_columns({n: [] for n in names}, names)
+    rows = frame_from_arrow(pa.concat_tables([empty, *tables]))
+    inputs = pd.DataFrame(
+        {
+            "source": pd.Series([str(f) for f in files], dtype="str"),
+            "size": pd.Series([f.stat().st_size for f in files], dtype="int64"),
+            "sha256": pd.Series([_sha256(f) for f in files], dtype="str"),
+            "records": pd.Series([counts[str(f)][0] for f in files], dtype="int64"),
+            "unreadable": pd.Series([counts[str(f)][1] for f in files], dtype="int64"),
+        }
+    )
+    if naive:
+        warnings.warn(
+            f"{naive} received_at value(s) had no UTC offset and were read as UTC",
+            LoadWarning,
+            stacklevel=2,
+        )
+    return LogRows(rows, inputs, naive)
+
+
+def verify_logs(
+    logs: Iterable[str | os.PathLike],
+    secrets_path: str | os.PathLike,
+    **kw,
+) -> pd.DataFrame:
+    """One row per input record with the verdict columns (``VERDICT_COLUMNS``), in input order:
+    the rows of ``audit_signatures(...).deliveries[VERDICT_COLUMNS]`` (see :func:`read_logs`).
+
+    Examples
+    --------
+    >>> verify_logs(["captures/"], "secrets.json")["verdict"].value_counts()  # doctest: +SKIP
+    """
+    return read_logs(logs, secrets_path, **kw).rows
+
+
+def _sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(4 * 2**20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _har(path, wanted, secrets, tolerance_s, names) -> tuple[pa.Table, int, int]:
+    try:
+        buf = parse_har(records.read_har(path), str(path), wanted)
+    except ValueError as e:
+        raise LoadError(f"{path}: not a HAR 1.2 file ({e})") from None
+    cols = buf.columns()
+    cols["subscription_logged"] = [
+        None if v == "unreadable" else s is not None
+        for s, v in zip(cols["subscription_id"], cols["verdict"], strict=True)
+    ]
+    v = verify_columns(
+        cols["signature"],
+        cols["timestamp_header"],
+        cols["body"],
+        cols["received_at"],
+        cols["subscription_id"],
+        cols["verdict"],
+        cols["detail"],
+        secrets,
+        tolerance_s=tolerance_s,
+    )
+    cols.update(vars(v))
+    if set(names) & set(EXTRACTED):
+        cols.update(body_columns(cols["body"]))
+    return records.stored_columns(cols, names), buf.unreadable, buf.naive_times
