@@ -83,6 +83,7 @@ def _escape(ch: str) -> str:
     n = ord(ch)
     return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
 
+
 #: What a secret value is replaced by wherever the toolkit writes or shows a listing.
 REDACTED = "[redacted]"
 

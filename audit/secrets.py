@@ -37,7 +37,14 @@ from audit.errors import SecretsError
 from audit.redaction import register_sensitive
 from audit.timeutil import parse_iso_ns
 
-__all__ = ["SecretStore", "SecretsWarning", "SigningSecret", "add_secret", "read_secrets"]
+__all__ = [
+    "SecretStore",
+    "SecretsWarning",
+    "SigningSecret",
+    "add_secret",
+    "load_secrets_json",
+    "read_secrets",
+]
 
 
 class SecretsWarning(UserWarning):
@@ -62,7 +69,7 @@ def _object(pairs: list) -> _Object:
     return obj
 
 
-def _loads(text: str, p: Path) -> object:
+def load_secrets_json(text: str, p: Path) -> object:
     """Decode the file's JSON; a key named twice in one object is an error naming it."""
     try:
         raw = json.loads(text, object_pairs_hook=_object)
@@ -195,7 +202,7 @@ def read_secrets(path: str | os.PathLike, environ: Mapping[str, str] | None = No
     except (OSError, UnicodeDecodeError) as e:
         raise SecretsError(f"{p}: cannot read secrets file ({type(e).__name__})") from None
     _check_mode(p)
-    raw = _loads(text, p)
+    raw = load_secrets_json(text, p)
     store = _parse(raw, where=str(p), environ=os.environ if environ is None else environ)
     register_sensitive(s.key.decode("utf-8", "replace") for s in store.all_secrets())
     return SecretStore(store.by_subscription, path=str(p))
@@ -301,7 +308,7 @@ def add_secret(
                 text = target.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 raise SecretsError(f"{target}: existing secrets file cannot be read") from None
-            data = _loads(text, target) if text.strip() else {}
+            data = load_secrets_json(text, target) if text.strip() else {}
             if not isinstance(data, dict):
                 raise SecretsError(
                     f"{target}: expected an object mapping subscription id to a list"
