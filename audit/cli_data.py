@@ -147,7 +147,7 @@ def _print_report(report) -> None:
     click.echo(f"index:     {report.index}")
 
 
-def _read_params(path: Path | None) -> dict:
+def _read_params(path: Path | None, secrets_path: str | None = None) -> dict:
     if path is None:
         return {}
     import datetime as dt
@@ -155,9 +155,13 @@ def _read_params(path: Path | None) -> dict:
     import yaml
 
     from audit.errors import InputError
+    from audit.redaction import refuse_known_secrets
+    from audit.secrets import secret_values
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        refuse_known_secrets(path, text, secret_values(secrets_path))
+        data = yaml.safe_load(text)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise InputError(f"{path}: cannot read parameters ({type(e).__name__})") from None
     if data is None:
@@ -224,7 +228,7 @@ def report(
         snapshots=list(snapshots),
         period=when,
         out_dir=out,
-        params=_read_params(params_path),
+        params=_read_params(params_path, secrets_path),
         mutes_path=mutes_path,
         fail_on=fail_on,
         skip_if_exists=skip_if_exists,

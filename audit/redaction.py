@@ -24,6 +24,7 @@ __all__ = [
     "for_terminal",
     "json_for_terminal",
     "redact_secrets",
+    "refuse_known_secrets",
     "register_sensitive",
     "scrub",
 ]
@@ -63,6 +64,25 @@ def scrub(text: str, also: Iterable[str] = ()) -> str:
         if value in text:
             text = text.replace(value, REDACTED)
     return text
+
+
+def refuse_known_secrets(path: object, text: str, also: Iterable[str] = ()) -> None:
+    """Raise InputError when ``text`` (a params or mutes file) holds a known secret value.
+
+    Secrets travel by file path or variable name only; a value pasted into a parameters file
+    would end up in the executed notebook and the manifest. The error names the file and the
+    line, never the value.
+    """
+    from audit.errors import InputError
+
+    for value in {*known_sensitive(), *(a for a in also if len(a) >= MIN_SENSITIVE_LEN)}:
+        at = text.find(value)
+        if at >= 0:
+            line = text.count("\n", 0, at) + 1
+            raise InputError(
+                f"{path}: line {line} holds the value of a known secret or API key; remove it "
+                "(secrets go by file path or environment-variable name only)"
+            )
 
 
 def for_terminal(text: str) -> str:

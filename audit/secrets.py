@@ -44,6 +44,7 @@ __all__ = [
     "add_secret",
     "load_secrets_json",
     "read_secrets",
+    "secret_values",
 ]
 
 
@@ -206,6 +207,22 @@ def read_secrets(path: str | os.PathLike, environ: Mapping[str, str] | None = No
     store = _parse(raw, where=str(p), environ=os.environ if environ is None else environ)
     register_sensitive(s.key.decode("utf-8", "replace") for s in store.all_secrets())
     return SecretStore(store.by_subscription, path=str(p))
+
+
+def secret_values(path: str | os.PathLike | None) -> list[str]:
+    """The secret values of a secrets file, best effort ([] when it cannot be read), no warning.
+
+    For refusing parameter files that hold a secret (:func:`audit.redaction.refuse_known_secrets`).
+    """
+    if path is None:
+        return []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            store = read_secrets(path)
+    except (SecretsError, OSError, ValueError):
+        return []
+    return [s.key.decode("utf-8", "replace") for s in store.all_secrets()]
 
 
 def _parse(raw: object, *, where: str, environ: Mapping[str, str]) -> SecretStore:
