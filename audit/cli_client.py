@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +18,6 @@ from typing import Any
 
 import click
 
-from audit.atomic import atomic_output
 from audit.client import REDACTED, IssuedSecret, RetryPolicy, ServiceClient, redact_secrets
 from audit.errors import InputError, OutputError, SecretsError
 from audit.redaction import for_terminal, json_for_terminal, register_sensitive, scrub
@@ -110,6 +110,12 @@ def _check_secrets_target(path: Path) -> None:
         data = load_secrets_json(text, path) if text.strip() else {}
         if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
             raise SecretsError(f"{path}: expected an object mapping subscription id to a list")
+        register_sensitive(  # known secrets are cut from every message of this command
+            e["secret"]
+            for entries in data.values()
+            for e in entries
+            if isinstance(e, dict) and isinstance(e.get("secret"), str)
+        )
         if not os.access(path, os.W_OK):
             raise SecretsError(f"{path}: secrets file is not writable")
     folder = path.parent
@@ -382,21 +388,30 @@ def write_snapshot(
     except OSError as e:
         raise OutputError(f"{folder}: cannot create the folder ({e.strerror})") from None
     stem = f"webhooks-{fetched_at.astimezone(UTC):%Y%m%dT%H%M%SZ}"
-    staging = folder / f".{stem}.json"
-    with atomic_output(staging, mode=0o644) as f:  # written whole under a private name
-        json.dump(doc, f, indent=2, ensure_ascii=False)
-        f.write("\n")
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise OutputError(f"{folder}: cannot write ({e.strerror})") from None
+    staging = Path(tmp)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:  # written whole under a private name
+            json.dump(doc, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
         for k in range(1, 10_000):
             target = folder / (f"{stem}.json" if k == 1 else f"{stem}-{k}.json")
             try:
                 os.link(staging, target)  # exclusive: fails if the name is taken
             except FileExistsError:
                 continue
-            except OSError as e:
-                raise OutputError(f"{target}: cannot write ({e.strerror})") from None
             return target, n, count
         raise OutputError(f"{folder}: no free snapshot name for {stem}")
+    except OSError as e:
+        raise OutputError(
+            f"{folder}: cannot write the snapshot ({e.strerror}); nothing was written"
+        ) from None
     finally:
         staging.unlink(missing_ok=True)
 

@@ -51,7 +51,14 @@ from audit.errors import (
     ServiceError,
     TerminalError,
 )
-from audit.redaction import REDACTED, redact_secrets, register_sensitive, scrub
+from audit.redaction import (
+    HTTP_LOGGERS,
+    REDACTED,
+    install_log_filter,
+    redact_secrets,
+    register_sensitive,
+    scrub,
+)
 from audit.request_checks import (
     FileSpec,
     check_attachment_count,
@@ -87,6 +94,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+install_log_filter([__name__, *HTTP_LOGGERS])
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ captures) before text reaches a terminal.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Iterable
@@ -21,7 +22,9 @@ from typing import Any
 
 __all__ = [
     "REDACTED",
+    "ScrubFilter",
     "for_terminal",
+    "install_log_filter",
     "json_for_terminal",
     "redact_secrets",
     "refuse_known_secrets",
@@ -45,6 +48,33 @@ def register_sensitive(values: Iterable[str] | str) -> None:
         values = [values]
     with _LOCK:
         _SENSITIVE.update(v for v in values if isinstance(v, str) and len(v) >= MIN_SENSITIVE_LEN)
+
+
+class ScrubFilter(logging.Filter):
+    """A logging filter that cuts registered sensitive values out of every record it passes.
+
+    Installed on the loggers of httpx and httpcore, which log reason phrases and headers.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _SENSITIVE:
+            text = record.getMessage()
+            clean = scrub(text)
+            if clean != text:
+                record.msg, record.args = clean, ()
+        return True
+
+
+#: Loggers that can repeat what a server said (reason phrases) or sent.
+HTTP_LOGGERS = ("httpx", "httpcore.http11", "httpcore.http2", "httpcore.connection")
+
+
+def install_log_filter(names: Iterable[str] = HTTP_LOGGERS) -> None:
+    """Put one :class:`ScrubFilter` on each named logger (idempotent)."""
+    for name in names:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, ScrubFilter) for f in logger.filters):
+            logger.addFilter(ScrubFilter())
 
 
 def known_sensitive() -> list[str]:
