@@ -157,7 +157,7 @@ def _headers(raw: object, wanted: dict[str, str], notes: list[str]) -> dict[str,
     ``notes``); a delivery header without a string value makes the record unreadable.
     """
     if type(raw) is dict:
-        items = list(raw.items())
+        items = raw.items()
     elif type(raw) is list:
         items = []
         for p in raw:
@@ -272,13 +272,39 @@ def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) ->
 _ESCAPED_KEY = re.compile(rb'\\u[0-9a-fA-F]{4}[^"\\]*"\s*:')
 
 
-def _may_repeat(raw: bytes, headers: dict, wanted: dict[str, str]) -> bool:
-    """Cheap test: could the headers object name a delivery header twice (merged by orjson)?"""
-    for name in headers:
-        quoted = b'"' + name.encode("utf-8", "surrogatepass") + b'"'
-        if name.lower() in wanted and raw.count(quoted) > 1:
-            return True
-    return b"\\u" in raw and _ESCAPED_KEY.search(raw) is not None
+def _may_repeat(raw: bytes, headers: dict, wanted: dict[str, str], seen: dict) -> bool:
+    """Cheap test: could the headers object name a delivery header twice (merged by orjson)?
+
+    orjson merges only keys that are equal after unescaping; names that differ in case stay
+    apart and :func:`_headers` joins them. So the line is re-read exactly when it holds a
+    present delivery header's exact prefix (``"X-PhishFort-``) more often than the object holds
+    delivery headers, or when a JSON key ends after a ``\\uXXXX`` escape. ``seen`` caches, per
+    parse, the delivery-header spellings and their quoted prefixes: a usual line costs a set
+    intersection, one ``bytes.count`` and one regex scan.
+    """
+    names, known = seen["names"], seen["known"]
+    if not known.issuperset(headers):  # a spelling not met before: classify it once
+        for name in headers:
+            if name not in known:
+                known.add(name)
+                if name.lower() in wanted:
+                    names.add(name)
+                    prefix = name[: seen["prefix_len"]]
+                    seen["markers"].add(b'"' + prefix.encode("utf-8", "surrogatepass"))
+    found = len(names.intersection(headers))
+    if found and sum(raw.count(m) for m in seen["markers"]) > found:
+        return True
+    return _ESCAPED_KEY.search(raw) is not None
+
+
+def _prefix_len(wanted: dict[str, str]) -> int:
+    """Length of the common prefix of the delivery header names (``x-phishfort-``: 12)."""
+    names = list(wanted)
+    prefix = names[0] if names else ""
+    for n in names[1:]:
+        while not n.startswith(prefix):
+            prefix = prefix[:-1]
+    return len(prefix)
 
 
 class _Pairs(dict):
@@ -317,6 +343,7 @@ def parse_jsonl(
     """
     buf = Buffer()
     envelope = _Envelopes()
+    seen = {"names": set(), "known": set(), "markers": set(), "prefix_len": _prefix_len(wanted)}
     loads, decode_error = orjson.loads, orjson.JSONDecodeError
     for line, raw in enumerate(data.split(b"\n"), first_line):
         if not raw or raw.isspace():
@@ -330,7 +357,7 @@ def parse_jsonl(
             buf.add_unreadable(source, line, "not a JSON object")
             continue
         hdr = rec.get("headers")
-        if type(hdr) is dict and hdr and _may_repeat(raw, hdr, wanted):
+        if type(hdr) is dict and hdr and _may_repeat(raw, hdr, wanted, seen):
             rec["headers"] = _header_pairs(raw, hdr)
         problem = _record(buf, source, line, rec, wanted, envelope)
         if problem is not None:
