@@ -80,9 +80,10 @@ class _Walk:
         except OSError as e:
             raise _unreadable(folder, e) from None
         for entry in entries:
-            if entry.name.startswith("."):
-                continue
             path = Path(entry.path)
+            if entry.name.startswith("."):
+                self.skipped.append(f"{path} (hidden)")
+                continue
             try:
                 st = entry.stat()  # follows symlinks
             except FileNotFoundError:

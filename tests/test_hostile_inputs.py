@@ -129,6 +129,7 @@ def test_rotated_logs_are_read_and_everything_else_is_listed_in_one_warning(tmp_
     (root / "c.har.1").write_text(json.dumps({"log": {"entries": []}}))
     (root / "notes.json").write_text("{}")
     (root / "app.log").write_text("x")
+    (root / ".a.jsonl.tmp").write_text("half a record")
     (root / "gone.jsonl").symlink_to(root / "missing.jsonl")
     (root / "loop").symlink_to(root)  # a folder loop
     (root / "self.jsonl").symlink_to(root / "self.jsonl")  # a link loop
@@ -136,7 +137,13 @@ def test_rotated_logs_are_read_and_everything_else_is_listed_in_one_warning(tmp_
         caps = load_captures([root])
     assert len(caught) == 1
     msg = str(caught[0].message)
-    for skipped in ("notes.json", "app.log", "gone.jsonl (dangling", "self.jsonl (symlink loop"):
+    for skipped in (
+        "notes.json (not a capture log name)",
+        "app.log",
+        ".a.jsonl.tmp (hidden)",
+        "gone.jsonl (dangling",
+        "self.jsonl (symlink loop",
+    ):
         assert skipped in msg
     assert "loop (symlink loop or folder already searched)" in msg
     assert sorted(Path(s).name for s in caps.inputs["source"]) == sorted(names)
