@@ -192,7 +192,7 @@ def read_secrets(path: str | os.PathLike, environ: Mapping[str, str] | None = No
     Examples
     --------
     >>> store = read_secrets("secrets.json")  # doctest: +SKIP
-    >>> store
+    >>> store  # doctest: +SKIP
     SecretStore(3 subscriptions, 4 secrets)
     """
     p = Path(path)
