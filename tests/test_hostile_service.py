@@ -23,7 +23,7 @@ import pytest
 from audit.cli import main
 from audit.cli_client import write_snapshot
 from audit.client import ServiceClient
-from audit.errors import InputError, RetryableError, ServiceError
+from audit.errors import InputError, LoadError, RetryableError, ServiceError
 from audit.fake_service import FakeService
 from audit.redaction import REDACTED, redact_secrets
 from audit.retry import RetryPolicy, parse_retry_after
@@ -144,6 +144,16 @@ def test_snapshots_redact_secret_named_keys_and_tolerate_depth(tmp_path):
     with pytest.warns(UserWarning, match=f"{path}: .*'events' is not a list of strings"):
         df = load_snapshots([path])
     assert df["events"][0] == ()
+    nested = tmp_path / "deep" / "webhooks-x.json"
+    nested.parent.mkdir()
+    nested.write_text(
+        '{"fetched_at": "2026-01-01T00:00:00Z", "base_url": "x", "response": '
+        + "[" * 100_000
+        + "]" * 100_000
+        + "}"
+    )
+    with pytest.raises(LoadError, match=f"{nested}: not a snapshot: JSON nested too deeply"):
+        load_snapshots([nested])
     deep: object = "leaf"
     for _ in range(100_000):
         deep = {"secretish": 1, "k": [deep]}
