@@ -378,3 +378,8 @@ def test_params_and_mutes_holding_a_known_secret_are_refused(tmp_path, capsys):
     with pytest.raises(InputError, match="holds the value of a known secret") as e:
         read_mutes(mutes)
     assert SECRET not in str(e.value)
+    code = main(["report", str(log), "--secrets", str(secrets), "--period", "2026-10",
+                 "--mutes", str(mutes), "--out", str(tmp_path / "r")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 3 and f"{mutes}: line 1 holds the value of a known secret" in err
+    assert SECRET not in err and not (tmp_path / "r").exists()  # refused before any kernel
