@@ -245,7 +245,7 @@ def create_cmd(
     with _client(base_url, api_key_env, timeout, max_attempts) as client:
         issued = client.create_webhook(url, list(events), description)
     valid_from = _save_secret(secrets_file, issued, rotated=False)
-    click.echo(f"created {issued.subscription_id}: {url} ({', '.join(events)})")
+    click.echo(_show(f"created {issued.subscription_id}: {url} ({', '.join(events)})"))
     click.echo(f"secret saved to {secrets_file} (valid_from {valid_from}); it is not shown again")
 
 
