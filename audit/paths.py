@@ -18,7 +18,6 @@ The rules (stated for users in ``docs/formats.md``, "Which files are read"):
 from __future__ import annotations
 
 import fnmatch
-import glob
 import os
 import re
 import stat
@@ -102,6 +101,18 @@ class _Walk:
                 self.skipped.append(f"{path} (not a regular file)")
 
 
+def _is(path: Path, kind) -> bool:
+    """Whether ``path`` exists as ``kind`` (links followed); a refused look is an error."""
+    try:
+        return kind(path.stat().st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as e:
+        if e.errno == 40:  # ELOOP
+            return False
+        raise _unreadable(path, e) from None
+
+
 def _unreadable(path: Path, e: OSError) -> InputError:
     return InputError(f"{path}: cannot read ({e.strerror or type(e).__name__})")
 
@@ -119,16 +130,38 @@ def _match(pattern: list[str], parts: list[str]) -> bool:
 
 
 def _glob(raw: str, walk: _Walk) -> list[Path]:
-    """Files matching a glob; ``**`` walks loop-safely instead of following links forever."""
+    """Files matching a glob, component by component; a folder that cannot be listed is an
+    error (Python's ``glob`` skips it silently); ``**`` uses the loop-safe walk."""
     parts = Path(raw).parts
-    if "**" not in parts:
-        return [Path(m) for m in sorted(glob.glob(raw)) if Path(m).is_file()]
     first = next(i for i, p in enumerate(parts) if _MAGIC.search(p))
     base = Path(*parts[:first]) if first else Path(".")
     if not base.is_dir():
         return []
     pattern = list(parts[first:])
-    return [f for f in walk.files(base) if _match(pattern, list(f.relative_to(base).parts))]
+    if "**" in pattern:
+        found = [f for f in walk.files(base) if _match(pattern, list(f.relative_to(base).parts))]
+        return sorted(found, key=str)
+    current = [base]
+    for i, comp in enumerate(pattern):
+        want = stat.S_ISREG if i == len(pattern) - 1 else stat.S_ISDIR
+        nxt: list[Path] = []
+        for folder in current:
+            if not _MAGIC.search(comp):
+                candidates = [folder / comp]
+            else:
+                try:
+                    with os.scandir(folder) as it:
+                        names = sorted(e.name for e in it)
+                except OSError as e:
+                    raise _unreadable(folder, e) from None
+                candidates = [
+                    folder / n
+                    for n in names
+                    if fnmatch.fnmatchcase(n, comp) and (comp[:1] == "." or n[:1] != ".")
+                ]
+            nxt.extend(c for c in candidates if _is(c, want))
+        current = nxt
+    return sorted(current, key=str)
 
 
 def expand(paths: Iterable[str | os.PathLike]) -> list[Path]:

@@ -175,6 +175,20 @@ def test_an_unreadable_folder_is_an_error_naming_it(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "scandir", scandir)
     with pytest.raises(InputError, match=r"locked: cannot read \(Permission denied\)"):
         load_captures([root])
+    for pattern in ("*/*.jsonl", "**/*.jsonl"):  # globs: never a silent skip
+        root_glob = str(root / pattern)
+        with pytest.raises(InputError, match=r"locked: cannot read"):
+            load_captures([root_glob])
+    real_stat = Path.stat
+
+    def stat(self, *a, **k):  # a folder we may list but not search (mode r--)
+        if self.parent.name == "locked":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_stat(self, *a, **k)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    with pytest.raises(InputError, match=r"locked/b\.jsonl: cannot read \(Permission denied\)"):
+        load_captures([str(root / "*" / "b.jsonl")])
 
 
 def test_a_dangling_link_given_by_name_is_an_error(tmp_path):
