@@ -5,6 +5,10 @@ Every input record becomes exactly one row. A record that cannot be read becomes
 lines are not records and are skipped. A file that cannot be read at all (a truncated gzip, a
 HAR that is not JSON) raises :class:`~audit.errors.LoadError` naming the file.
 
+Which files a folder or glob yields is decided by :mod:`audit.paths` (rotated names, one warning
+for skipped entries, loop-safe ``**``, unreadable folders are errors); gzip is inflated as a
+stream within the limits of :mod:`audit.compressed` (a gzip bomb is an error naming the file).
+
 Large inputs are parsed (and, given ``secrets``, verified) in worker processes, one chunk of
 lines each; the rows come back in input order, so the result does not depend on ``workers``.
 The formats are documented in ``docs/formats.md``; the columns in ``docs/tables.md``.

@@ -182,3 +182,17 @@ def test_every_line_break_is_quoted(brk, tmp_path):
     assert f'"x{brk}y"' in raw
     with open(path, newline="", encoding="utf-8") as f:
         assert list(csv.reader(f)) == [["a", "b"], [f"x{brk}y", "-1.5"]]
+
+
+def test_no_module_or_notebook_writes_csv_around_the_one_writer():
+    root = Path(__file__).resolve().parents[1]
+    sources = [*(root / "audit").rglob("*.py"), *(root / "notebooks").glob("*.ipynb")]
+    sources += [*(root / "audit").rglob("*.ipynb")]
+    offenders = [
+        str(p.relative_to(root))
+        for p in sources
+        if p.name != "safe.py"
+        and re.search(r"\.to_csv\(|csv\.writer\(|csv\.DictWriter\(", p.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []
+    assert len(sources) > 20
