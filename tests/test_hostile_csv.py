@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from audit import report_content
 from audit.cli import main
@@ -196,3 +198,16 @@ def test_no_module_or_notebook_writes_csv_around_the_one_writer():
     ]
     assert offenders == []
     assert len(sources) > 20
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=12), min_size=1, max_size=5))
+def test_any_text_round_trips_as_one_inert_cell(tmp_path_factory, cells):
+    path = tmp_path_factory.mktemp("csv") / "x.csv"
+    write_csv(pd.DataFrame({"text": pd.Series(cells, dtype="str"), "n": range(len(cells))}), path)
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["text", "n"] and len(rows) == len(cells) + 1
+    for original, (read, n) in zip(cells, rows[1:], strict=True):
+        assert read in (original, "'" + original) and not live(read)
+        assert n.isdigit()
