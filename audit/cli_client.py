@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,14 +75,17 @@ def _client(
             f"environment variable {api_key_env} is not set (it must hold the API key)"
         )
     register_sensitive(key)
-    return ServiceClient(
+    deadline_s = _env_number("AUDIT_DEADLINE_S", 120.0, float)
+    client = ServiceClient(
         base_url=base_url,
         api_key=key,
         timeout=timeout,
-        deadline_s=_env_number("AUDIT_DEADLINE_S", 120.0, float),
+        deadline_s=deadline_s,
         max_response_bytes=_env_number("AUDIT_MAX_RESPONSE_BYTES", 10_000_000, int),
         retry=RetryPolicy(max_attempts=max_attempts),
     )
+    client.deadline_at = time.monotonic() + deadline_s  # one deadline for the whole command
+    return client
 
 
 def _env_number(name: str, default: float, kind: type) -> Any:

@@ -157,7 +157,9 @@ class ServiceClient:
         Seconds (or an :class:`httpx.Timeout`) for connect, read, write and pool.
     deadline_s
         Overall limit for one request with all its retries, waits and reads (default 120 s):
-        a server that trickles its answer cannot hold a command longer than this.
+        a server that trickles its answer cannot hold a call longer than this. Set
+        :attr:`deadline_at` (a :func:`time.monotonic` value) to bound several calls together,
+        as the CLI does for a whole command.
     max_response_bytes
         Largest response body accepted, counted after decompression (default 10 MB,
         :data:`DEFAULT_MAX_RESPONSE_BYTES`); a larger one is abandoned with a ServiceError.
@@ -200,6 +202,8 @@ class ServiceClient:
         if not (isinstance(max_response_bytes, int) and max_response_bytes > 0):
             raise InputError("max_response_bytes must be a positive integer")
         self.deadline_s = float(deadline_s)
+        #: Optional absolute end (``time.monotonic()``) for every request of this client.
+        self.deadline_at: float | None = None
         self.max_response_bytes = max_response_bytes
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
@@ -430,6 +434,8 @@ class ServiceClient:
         where = f"{method} {API_VERSION_PATH}{path}"
         policy = self.retry
         deadline = time.monotonic() + self.deadline_s
+        if self.deadline_at is not None:
+            deadline = min(deadline, self.deadline_at)
         for attempt in range(1, policy.max_attempts + 1):
             request = self._http.build_request(
                 method,
