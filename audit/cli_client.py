@@ -8,6 +8,7 @@ file given with ``--secrets``.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -356,6 +357,10 @@ def rotate_cmd(
     click.echo(f"new secret saved to {secrets_file} (valid_from {valid_from})")
 
 
+#: errno values of file systems that cannot hard-link (FAT, some network mounts).
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
+
+
 def write_snapshot(
     out_dir: str | os.PathLike,
     body: Any,
@@ -410,6 +415,15 @@ def write_snapshot(
                 os.link(staging, target)  # exclusive: fails if the name is taken
             except FileExistsError:
                 continue
+            except OSError as e:
+                if e.errno not in _NO_HARD_LINKS:
+                    raise
+                # A file system without hard links: claim the name exclusively, then rename.
+                try:
+                    os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                except FileExistsError:
+                    continue
+                os.replace(staging, target)
             return target, n, count
         raise OutputError(f"{folder}: no free snapshot name for {stem}")
     except OSError as e:

@@ -22,7 +22,6 @@ secrets file given as a symbolic link is updated at its target, which keeps mode
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import stat
@@ -31,6 +30,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+
+try:  # POSIX
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 from audit.atomic import real_target, write_json_atomic
 from audit.errors import SecretsError
@@ -295,7 +299,17 @@ def _locked(target: Path) -> Iterator[None]:
     except OSError as e:
         raise SecretsError(f"{lock}: cannot open the lock file ({e.strerror})") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:  # pragma: no cover - Windows: a byte-range lock, retried until granted
+            import msvcrt
+
+            while True:
+                try:
+                    msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+                    break
+                except OSError:
+                    continue
         yield
     finally:
         os.close(fd)  # closing releases the lock

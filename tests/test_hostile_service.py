@@ -405,3 +405,18 @@ def test_params_and_mutes_holding_a_known_secret_are_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 3 and f"{mutes}: line 1 holds the value of a known secret" in err
     assert SECRET not in err and not (tmp_path / "r").exists()  # refused before any kernel
+
+
+def test_snapshots_without_hard_links_still_get_unique_names(tmp_path, monkeypatch):
+    def no_links(src, dst):
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    paths = [write_snapshot(tmp_path, {"data": []}, base_url="x", fetched_at=when)[0] for _ in "ab"]
+    assert [p.name for p in paths] == [
+        "webhooks-20260101T000000Z.json",
+        "webhooks-20260101T000000Z-2.json",
+    ]
+    assert all(json.loads(p.read_text())["response"] == {"data": []} for p in paths)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in paths)
