@@ -26,7 +26,7 @@ from audit.deliveries import events_table, infer_attempts
 from audit.errors import AuditError
 from audit.incidents import incidents_table, status_intervals
 from audit.load import Captures, load_captures
-from audit.reports import parse_period, run_report
+from audit.report import parse_period, run_report
 from audit.secrets import SecretStore, read_secrets
 from audit.signatures import VERDICTS, sign, verify
 from audit.subscriptions import load_snapshots

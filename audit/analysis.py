@@ -20,6 +20,7 @@ from audit.safe import write_csv
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
 from audit.subscriptions import load_snapshots
 from audit.takedown import kaplan_meier_by, takedown_durations, takedown_summary
+from audit.timeutil import as_utc
 from audit.verification import VERDICT_COLUMNS, audit_signatures
 
 __all__ = ["Analysis", "analyze", "parse_as_of", "run_analyses"]
@@ -68,15 +69,7 @@ class Analysis:
 
 def parse_as_of(value: str | pd.Timestamp | None) -> pd.Timestamp | None:
     """An ``as_of`` argument as a UTC timestamp; a value without offset is rejected."""
-    if value is None:
-        return None
-    try:
-        ts = pd.Timestamp(value)
-    except (ValueError, TypeError):
-        raise ParameterError(f"as_of {value!r} is not an ISO 8601 time") from None
-    if ts.tzinfo is None:
-        raise ParameterError(f"as_of {value!r} has no UTC offset (add Z or +00:00)")
-    return ts.tz_convert("UTC")
+    return None if value is None else as_utc(value)
 
 
 def run_analyses(

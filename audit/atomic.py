@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from audit.errors import OutputError
 
-__all__ = ["atomic_output", "real_target", "write_json_atomic"]
+__all__ = ["atomic_output", "real_target", "write_json_atomic", "write_text_atomic"]
 
 
 def real_target(path: str | os.PathLike) -> Path:
@@ -84,4 +84,11 @@ def write_json_atomic(path: str | os.PathLike, data: object, *, mode: int = 0o64
     with atomic_output(path, mode=mode) as f:
         json.dump(data, f, indent=2, ensure_ascii=False)
         f.write("\n")
+    return real_target(path)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, *, mode: int = 0o644) -> Path:
+    """Write ``text`` (UTF-8) beside ``path`` (with ``mode``), fsync, rename over it."""
+    with atomic_output(path, mode=mode) as f:
+        f.write(text)
     return real_target(path)

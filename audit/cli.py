@@ -25,9 +25,11 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from audit import cli_client, cli_data
+    from audit import cli_client, cli_data, cli_receiver
 
     for cmd in (*cli_data.COMMANDS, *cli_client.COMMANDS):
+        cli.add_command(cmd)
+    for cmd in cli_receiver.COMMANDS:
         cli.add_command(cmd)
 
 

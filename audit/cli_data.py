@@ -108,12 +108,13 @@ def _print_simulation(result) -> None:
     help="Folder for the demo data and the reports.",
 )
 @click.option("--seed", default=7, show_default=True, type=int)
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.pass_context
-def demo(ctx: click.Context, out: Path, seed: int) -> int:
+def demo(ctx: click.Context, out: Path, seed: int, quiet: bool) -> int:
     """Generate the demo data set and run the compliance report on it; print where it is."""
     import shutil
 
-    from audit.reports import parse_period, run_report
+    from audit.report import parse_period, run_report
     from audit.simulate import simulate as run
 
     data = out / "data"
@@ -130,49 +131,33 @@ def demo(ctx: click.Context, out: Path, seed: int) -> int:
         snapshots=[data / "snapshots"],
         period=period,
         out_dir=out / "reports",
+        progress=None if quiet else _progress,
     )
     _print_report(report)
     # The demo plants failing findings on purpose: exit 0 unless the run itself failed.
     return 3 if report.exit_code == 3 else 0
 
 
+def _progress(line: str) -> None:
+    click.echo(f"audit: {line}", err=True)
+
+
 def _print_report(report) -> None:
     if report.message:
-        click.echo(report.message, err=report.exit_code == 3)
+        prefix = "audit: warning: " if report.rendering_failed else ""
+        click.echo(prefix + report.message, err=report.rendering_failed or report.exit_code == 3)
     counts = report.manifest.get("findings", {}).get("status", {})
     if counts:
         click.echo("findings:  " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    if report.run_dir is not None:
+        click.echo(f"run:       {report.run_dir}")
     if report.html is not None:
         click.echo(f"report:    {report.html}")
     click.echo(f"index:     {report.index}")
 
 
-def _read_params(path: Path | None, secrets_path: str | None = None) -> dict:
-    if path is None:
-        return {}
-    import datetime as dt
-
-    import yaml
-
-    from audit.errors import InputError
-    from audit.redaction import refuse_known_secrets
-    from audit.secrets import secret_values
-
-    try:
-        text = path.read_text(encoding="utf-8")
-        refuse_known_secrets(path, text, secret_values(secrets_path))
-        data = yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise InputError(f"{path}: cannot read parameters ({type(e).__name__})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: parameters must be a mapping")
-    return {k: v.isoformat() if isinstance(v, dt.date) else v for k, v in data.items()}
-
-
 def _refuse_secrets_in(path: Path | None, secrets_path: str) -> None:
-    """Refuse (before any kernel starts) a mutes file that holds a known secret value."""
+    """Refuse (before any kernel starts) a params or mutes file holding a known secret value."""
     if path is None or not path.is_file():
         return
     from audit.redaction import refuse_known_secrets
@@ -214,6 +199,13 @@ def _refuse_secrets_in(path: Path | None, secrets_path: str) -> None:
 )
 @click.option("--skip-if-exists", is_flag=True, help="Do nothing if the period has a report.")
 @click.option("--timeout", "timeout_s", default=900, show_default=True, type=int)
+@click.option(
+    "--notebook",
+    "notebook",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Render this notebook instead of the packaged one (it gets one parameter, run_dir).",
+)
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 def report(
     logs: tuple[str, ...],
     secrets_path: str,
@@ -225,6 +217,8 @@ def report(
     fail_on: str,
     skip_if_exists: bool,
     timeout_s: int,
+    notebook: Path | None,
+    quiet: bool,
 ) -> int:
     """Run the compliance report for a period: notebook, HTML, findings, manifest, index.
 
@@ -233,9 +227,10 @@ def report(
     """
     from datetime import UTC, datetime
 
-    from audit.reports import parse_period, run_report
+    from audit.report import parse_period, read_params, run_report
 
     when = parse_period(period, today=datetime.now(UTC).date())  # the only wall-clock read
+    _refuse_secrets_in(params_path, secrets_path)
     _refuse_secrets_in(mutes_path, secrets_path)
     result = run_report(
         list(logs),
@@ -243,11 +238,13 @@ def report(
         snapshots=list(snapshots),
         period=when,
         out_dir=out,
-        params=_read_params(params_path, secrets_path),
+        params=read_params(params_path),
         mutes_path=mutes_path,
         fail_on=fail_on,
         skip_if_exists=skip_if_exists,
         timeout_s=timeout_s,
+        notebook=notebook,
+        progress=None if quiet else _progress,
     )
     _print_report(result)
     return result.exit_code

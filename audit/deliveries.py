@@ -19,6 +19,7 @@ import pandas as pd
 
 from audit.errors import ParameterError
 from audit.spec import DELIVERY_TIMEOUT_MS, MAX_ATTEMPTS, RETRY_DELAYS_S, TEST_EVENT
+from audit.timeutil import as_utc
 
 __all__ = [
     "ATTEMPT_COLUMNS",
@@ -69,13 +70,6 @@ def expected_delay(from_attempt: int, to_attempt: int) -> float:
     return float(sum(RETRY_DELAYS_S[from_attempt:to_attempt]))
 
 
-def _check_as_of(as_of: pd.Timestamp) -> pd.Timestamp:
-    as_of = pd.Timestamp(as_of)
-    if as_of.tzinfo is None:
-        raise ParameterError("as_of must be timezone-aware (UTC)")
-    return as_of.tz_convert("UTC")
-
-
 def _success(status: pd.Series, ms: pd.Series) -> pd.Series:
     """2xx within 5 s (``response_ms`` <= 5000 or unknown); NA when no status was captured."""
     ok = (status.between(200, 299) & ~(ms > DELIVERY_TIMEOUT_MS).fillna(False)).astype("boolean")
@@ -102,7 +96,7 @@ def infer_attempts(
     >>> as_of = pd.Timestamp("2026-11-01", tz="UTC")
     >>> attempts = infer_attempts(verified, as_of=as_of)  # doctest: +SKIP
     """
-    _check_as_of(as_of)
+    as_utc(as_of)
     tol = tolerance or Tolerance()
     out = deliveries.copy()
     n = len(out)
@@ -184,7 +178,7 @@ def events_table(
     as_of
         The time the data is judged at.
     """
-    as_of = _check_as_of(as_of)
+    as_of = as_utc(as_of)
     tol = tolerance or Tolerance()
     a = attempts[attempts["attempt_no"].notna()].sort_values(
         ["subscription_id", "event_id", "received_at"], kind="stable"

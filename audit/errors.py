@@ -10,6 +10,7 @@ The hierarchy::
     ├── SchemaError             a frame does not have the declared columns or dtypes
     ├── ParameterError          a report or analysis parameter is invalid
     ├── ReportError             the report pipeline failed (notebook, conversion, lock)
+    ├── UnreachableError        the probe's target receiver could not be reached at all
     └── ServiceError            the incident service's API answered with an error
         ├── TerminalError       400/401/403/404/413/422: do not retry, fix the request
         │   └── PayloadTooLarge 413, with the server's ``statusCode``/``error``/``message``
@@ -35,6 +36,7 @@ __all__ = [
     "SecretsError",
     "ServiceError",
     "TerminalError",
+    "UnreachableError",
 ]
 
 
@@ -54,8 +56,11 @@ class SecretsError(InputError):
     """The secrets file is malformed, or a ``secret_env`` variable is unset."""
 
 
-class OutputError(AuditError):
-    """An output file cannot be written; the previous file, if any, is left as it was."""
+class OutputError(AuditError, OSError):
+    """An output file cannot be written; the previous file, if any, is left as it was.
+
+    Also an :class:`OSError`, so callers that handled the underlying failure still do.
+    """
 
 
 class SchemaError(AuditError):
@@ -68,6 +73,10 @@ class ParameterError(AuditError):
 
 class ReportError(AuditError):
     """The report pipeline failed."""
+
+
+class UnreachableError(AuditError):
+    """``audit probe``: no request reached the receiver (connection refused, DNS, TLS)."""
 
 
 class ServiceError(AuditError):

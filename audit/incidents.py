@@ -46,8 +46,9 @@ import orjson
 import pandas as pd
 import pyarrow as pa
 
-from audit.errors import ParameterError, SchemaError
+from audit.errors import SchemaError
 from audit.spec import CLIENT_WAIT_STATUSES, TEST_EVENT
+from audit.timeutil import as_utc
 
 __all__ = [
     "COUNT_KEYS",
@@ -205,18 +206,6 @@ _NEEDED = (
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-
-
-def _as_of(as_of: object) -> pd.Timestamp:
-    try:
-        ts = pd.Timestamp(as_of)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as exc:
-        raise ParameterError(f"as_of is not a timestamp: {exc}") from None
-    if pd.isna(ts):
-        raise ParameterError("as_of must be a timestamp, got NaT")
-    if ts.tzinfo is None:
-        raise ParameterError(f"as_of must be timezone-aware (UTC), got naive {ts.isoformat()}")
-    return ts.tz_convert("UTC").as_unit("ns")
 
 
 def _check_columns(deliveries: object) -> pd.DataFrame:
@@ -401,7 +390,7 @@ def incident_events(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.Data
        evt_1 pending_review CLIENT_REPORTED
        evt_2  case_building             NaN
     """
-    out, counts = _events(deliveries, _as_of(as_of))
+    out, counts = _events(deliveries, as_utc(as_of))
     out.attrs["counts"] = counts
     return out
 
@@ -528,7 +517,7 @@ def status_intervals(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.Dat
     >>> iv = status_intervals(verified, as_of=as_of)  # doctest: +SKIP
     >>> iv[["incident_id", "status", "duration_s"]].head(2)  # doctest: +SKIP
     """
-    as_of = _as_of(as_of)
+    as_of = as_utc(as_of)
     events, counts = _events(deliveries, as_of)
     out = _intervals(events, as_of).drop(columns="first")
     out.attrs["counts"] = counts
@@ -606,7 +595,7 @@ def incidents_table(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.Data
     >>> from audit.takedown import takedown_durations
     >>> durations, exclusions, _ = takedown_durations(inc, as_of=as_of)  # doctest: +SKIP
     """
-    as_of = _as_of(as_of)
+    as_of = as_utc(as_of)
     events, counts = _events(deliveries, as_of)
     if events.empty:
         out = _empty(_INCIDENT_DTYPES)

@@ -35,6 +35,7 @@ __all__ = [
     "check_request_size",
     "check_subscription_room",
     "path_segment",
+    "require_https_unless_loopback",
 ]
 
 #: An attachment: a path, ``(filename, bytes)`` or ``(filename, bytes, content_type)``.
@@ -62,17 +63,28 @@ def check_base_url(base_url: str) -> str:
         raise InputError("the base URL must not hold credentials; the API key goes by variable")
     if u.query or u.fragment:
         raise InputError(f"the base URL must not have a query or fragment: {base_url!r}")
-    if u.scheme == "http" and u.host not in _LOOPBACK_HOSTS:
-        raise InputError(
-            f"refusing to send the API key over plain HTTP to {u.host}; use https:// "
-            "(http:// is allowed for 127.0.0.1 and localhost only)"
-        )
+    require_https_unless_loopback(u, "send the API key")
     text = str(u).rstrip("/")
     if text.endswith(API_VERSION_PATH):
         raise InputError(
             f"give the base URL without {API_VERSION_PATH}; the client adds it: {base_url!r}"
         )
     return text
+
+
+def require_https_unless_loopback(url: httpx.URL, purpose: str) -> None:
+    """Raise InputError when ``url`` is plain HTTP to a host other than a loopback one.
+
+    The one rule shared by the API client and the receiver probe (``purpose`` says what would
+    travel in clear, e.g. "send the API key").
+
+    >>> require_https_unless_loopback(httpx.URL("http://127.0.0.1:8000/"), "probe")
+    """
+    if url.scheme == "http" and url.host not in _LOOPBACK_HOSTS:
+        raise InputError(
+            f"refusing to {purpose} over plain HTTP to {url.host}; use https:// "
+            "(http:// is allowed for 127.0.0.1 and localhost only)"
+        )
 
 
 def check_delivery_url(url: str) -> str:

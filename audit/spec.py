@@ -47,7 +47,7 @@ SOURCES: Final = ("CLIENT_REPORTED", "PHISHFORT_DETECTED")
 
 #: Retry schedule (section 6): delay before attempt n, counted from the previous attempt.
 RETRY_DELAYS_S: Final = (0, 30, 120, 600, 3600)
-MAX_ATTEMPTS: Final = 5
+MAX_ATTEMPTS: Final = len(RETRY_DELAYS_S)
 DELIVERY_TIMEOUT_S: Final = 5
 DELIVERY_TIMEOUT_MS: Final = DELIVERY_TIMEOUT_S * 1000
 

@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from audit.errors import ParameterError, SchemaError
+from audit.timeutil import as_utc
 
 __all__ = [
     "DURATION_COLUMNS",
@@ -424,18 +425,6 @@ def _utc_column(df: pd.DataFrame, name: str) -> pd.Series:
     )
 
 
-def _utc_timestamp(as_of: object) -> pd.Timestamp:
-    try:
-        ts = pd.Timestamp(as_of)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as exc:
-        raise ParameterError(f"as_of is not a timestamp: {exc}") from None
-    if ts is pd.NaT or pd.isna(ts):
-        raise ParameterError("as_of must be a timestamp, got NaT")
-    if ts.tzinfo is None:
-        raise ParameterError(f"as_of must be timezone-aware (UTC), got naive {ts.isoformat()}")
-    return ts.tz_convert("UTC")
-
-
 def takedown_durations(
     incidents: pd.DataFrame,
     *,
@@ -491,7 +480,7 @@ def takedown_durations(
     """
     if start not in ("created", "burn"):
         raise ParameterError(f"start must be 'created' or 'burn', got {start!r}")
-    as_of_utc = _utc_timestamp(as_of)
+    as_of_utc = as_utc(as_of)
     if not isinstance(incidents, pd.DataFrame):
         raise SchemaError(f"incidents must be a DataFrame, got {type(incidents).__name__}")
     missing = [c for c in INCIDENT_COLUMNS if c not in incidents.columns]

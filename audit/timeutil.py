@@ -1,11 +1,20 @@
-"""Time parsing shared by the loaders: ISO 8601 or Unix seconds to UTC nanoseconds."""
+"""Time parsing, stated once: ISO 8601 or Unix seconds to UTC, and the one ``as_of`` rule.
+
+Decision (documented in docs/tables.md): an ``as_of`` *argument* must carry a zone (``Z`` or an
+offset); a zone-less value is refused rather than guessed, because a report's verdicts depend on
+it. Capture *records* without an offset are read as UTC and flagged (``had_offset`` False).
+"""
 
 from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["ns_to_iso", "parse_iso_ns", "parse_time_ns"]
+import pandas as pd
+
+from audit.errors import ParameterError
+
+__all__ = ["as_utc", "ns_to_iso", "parse_iso_ns", "parse_time_ns"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -47,3 +56,30 @@ def ns_to_iso(ns: int) -> str:
     """Format UTC nanoseconds as ISO 8601 with a ``Z`` suffix (microsecond precision)."""
     dt = _EPOCH + timedelta(microseconds=ns // 1_000)
     return dt.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def as_utc(value: object, *, name: str = "as_of") -> pd.Timestamp:
+    """The one rule for a time argument: a zone-aware timestamp, converted to UTC (ns unit).
+
+    Accepts a :class:`pandas.Timestamp`, :class:`datetime.datetime` or ISO 8601 string with a
+    zone. A zone-less value, NaT or anything unparsable raises :class:`ParameterError` naming
+    ``name``.
+
+    >>> as_utc("2026-11-01T02:00:00+02:00")
+    Timestamp('2026-11-01 00:00:00+0000', tz='UTC')
+    >>> as_utc("2026-11-01")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    audit.errors.ParameterError: as_of '2026-11-01' has no UTC offset; it must be timezone-aware ...
+    """
+    try:
+        ts = pd.Timestamp(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        raise ParameterError(f"{name} {value!r} is not a timestamp (ISO 8601, zoned)") from None
+    if pd.isna(ts):
+        raise ParameterError(f"{name} must be a timestamp, got {value!r}")
+    if ts.tzinfo is None:
+        raise ParameterError(
+            f"{name} {value!r} has no UTC offset; it must be timezone-aware (add Z or +00:00)"
+        )
+    return ts.tz_convert("UTC").as_unit("ns")

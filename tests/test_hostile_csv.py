@@ -18,8 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit import report_content
 from audit.cli import main
+from audit.report.inputs import load_inputs
+from audit.report.params import check_params, parse_period
+from audit.report.pipeline import compute
+from audit.report.rundir import write_tables
 from audit.safe import neutralise_cell, write_csv
 from audit.signatures import sign
 from tests.builders import write_jsonl, write_secrets
@@ -136,19 +139,21 @@ def test_every_csv_writer_output_is_inert(hostile_inputs, tmp_path, capsys):
     tables = tmp_path / "tables"
     args = ["analyze", str(logs), "--secrets", str(secrets), "--subscriptions", str(snaps)]
     assert main([*args, "--as-of", "2026-11-01T00:00:00Z", "--out", str(tables)]) == 0
-    run = report_content.prepare(
-        logs=[str(logs)],
-        secrets_path=str(secrets),
-        snapshots=[str(snaps)],
-        period_start="2026-10-01",
-        period_end="2026-11-01",
-        out_dir=str(tmp_path / "report"),
+    # The report's CSV writers, as the pipeline calls them before rendering (no kernel needed).
+    period = parse_period("2026-10")
+    params = check_params({}, period)
+    inputs = load_inputs(
+        [logs], secrets_path=secrets, snapshots=[snaps], header_prefix=params.header_prefix
     )
-    report_content.compute(run)
-    files = [verdicts, *tables.glob("*.csv"), *(tmp_path / "report").rglob("*.csv")]
+    computed = compute(inputs, params, period)
+    report = tmp_path / "report"
+    report.mkdir()
+    write_csv(computed.findings, report / "findings.csv")
+    write_tables(computed.tables, report / "tables")
+    files = [verdicts, *tables.glob("*.csv"), *report.rglob("*.csv")]
     names = {f.name for f in files}
     assert {"verdicts.csv", "findings.csv", "incidents.csv", "subscriptions.csv"} <= names
-    assert len(files) >= 16  # verdicts + 7 analyze tables + findings + 7 report tables
+    assert len(files) >= 17  # verdicts + 7 analyze tables + findings + 8 report tables
     counts = {f"{f.parent.name}/{f.name}": _check_csv(f) for f in files}
     assert counts["tmp_path/verdicts.csv".replace("tmp_path", tmp_path.name)] == 3 * len(PAYLOADS)
     # the payloads survive, neutralised, as one cell each (the forged records' delivery ids)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 import audit
@@ -12,6 +14,16 @@ def test_all_is_sorted_and_complete():
     assert audit.__all__ == sorted(audit.__all__, key=lambda s: (not s.isupper(), s))
     for name in audit.__all__:
         assert hasattr(audit, name), name
+
+
+def test_all_lists_every_public_name():
+    """httpx's rule: every public, non-module name of the package is in __all__, and no more."""
+    public = {
+        name
+        for name, value in vars(audit).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+    assert public - {"annotations"} == set(audit.__all__)
 
 
 @pytest.mark.parametrize("command", sorted(cli.commands))

@@ -13,7 +13,7 @@ import pytest
 
 from audit.cli import main
 from audit.errors import ParameterError
-from audit.reports import build_index, parse_period
+from audit.report import build_index, parse_period
 from audit.signatures import sign
 from tests.builders import write_jsonl, write_secrets
 
@@ -212,59 +212,6 @@ def test_bad_input_is_exit_3_with_one_line(tmp_path, capsys):
     assert code == 3 and "month must be" in err
 
 
-def test_a_failing_notebook_keeps_the_partial_run(hostile, tmp_path):
-    from audit.reports import run_report
-
-    logs, secrets = hostile
-    broken = Path(__file__).parent / "data" / "broken_report.ipynb"
-    result = run_report(
-        [logs],
-        secrets_path=secrets,
-        period=parse_period("2026-10"),
-        out_dir=tmp_path / "r",
-        notebook=broken,
-    )
-    assert result.exit_code == 3
-    assert result.run_dir.name.endswith(".failed")
-    assert (result.run_dir / "report.ipynb").is_file()
-    assert "ZeroDivisionError" in result.message
-    assert str(result.run_dir / "report.ipynb") in result.message
-    assert "no report (failed)" in (tmp_path / "r" / "index.html").read_text()
-
-
-def test_a_notebook_that_swallows_its_error_is_caught(hostile, tmp_path):
-    from audit.reports import run_report
-
-    logs, secrets = hostile
-    silent = Path(__file__).parent / "data" / "silent_report.ipynb"
-    result = run_report(
-        [logs],
-        secrets_path=secrets,
-        period=parse_period("2026-10"),
-        out_dir=tmp_path / "r",
-        notebook=silent,
-    )
-    assert result.exit_code == 3 and "did not write findings" in result.message
-
-
-def test_lock_stops_a_second_run(tmp_path):
-    import fcntl
-
-    from audit.errors import ReportError
-    from audit.reports import run_report
-
-    (tmp_path / "r").mkdir()
-    with open(tmp_path / "r" / ".lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        with pytest.raises(ReportError, match="holds the lock"):
-            run_report(
-                [tmp_path],
-                secrets_path=tmp_path,
-                period=parse_period("2026-10"),
-                out_dir=tmp_path / "r",
-            )
-
-
 def test_index_lists_runs_newest_first(tmp_path):
     for label, started in [
         ("2026-09", "2026-10-01T06:00:00+00:00"),
@@ -299,7 +246,8 @@ def test_exploration_notebooks_run_with_defaults(name, tmp_path):
     nb = json.loads((tmp_path / "out.ipynb").read_text())
     outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
     assert not [o for o in outputs if o["output_type"] == "error"]
-    assert any("image/png" in o.get("data", {}) for o in outputs)
+    html = ["".join(o.get("data", {}).get("text/html", "")) for o in outputs]
+    assert any("data:image/png;base64," in h and 'alt="' in h for h in html)
 
 
 def test_demo_report_plants_failing_findings(tmp_path, capsys):
@@ -339,14 +287,15 @@ def test_periods_outside_the_supported_years_are_parameter_errors(bad):
         parse_period(bad)
 
 
-def test_skip_if_exists_ignores_failed_runs(hostile, tmp_path):
-    from audit.reports import run_report
+def test_skip_if_exists_ignores_runs_without_a_report(hostile, tmp_path):
+    from audit.report import run_report
 
     logs, secrets = hostile
     out = tmp_path / "r"
     broken = Path(__file__).parent / "data" / "broken_report.ipynb"
     common = dict(secrets_path=secrets, period=parse_period("2026-10"), out_dir=out)
-    assert run_report([logs], notebook=broken, **common).exit_code == 3
+    first = run_report([logs], notebook=broken, **common)
+    assert first.exit_code == 1 and first.rendering_failed  # findings stand, no report
     again = run_report([logs], skip_if_exists=True, **common)
     assert not again.skipped and again.exit_code == 1 and again.html.is_file()
     assert run_report([logs], skip_if_exists=True, **common).skipped

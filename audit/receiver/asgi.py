@@ -1,0 +1,190 @@
+"""ASGI capture middleware (Starlette, FastAPI, any ASGI 3 application).
+
+Wrap the application (or add it with ``app.add_middleware``) and name the webhook route(s)::
+
+    app.add_middleware(CaptureMiddleware, folder="captures", paths=["/webhooks/phishfort"],
+                       subscription_id="wh_main")
+
+For each matching request the middleware reads the whole body, hands the application the same
+bytes, and when the application starts its answer writes one capture line (status and duration
+included) and fsyncs it *before* forwarding the answer. If the line cannot be written the
+client gets 503 instead of the application's answer, so the service retries and no 2xx leaves
+for an event that is not stored (spec 5.2 rule 6). If the application raises before answering,
+the line is written with status 500 (what the server answers) and the exception propagates.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+import anyio.to_thread
+
+from audit.receiver.capture_log import CaptureRecord, CaptureWriter
+from audit.spec import MAX_REQUEST_BYTES
+
+__all__ = ["RECEIVED_AT_KEY", "CaptureMiddleware"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: Scope key (ASGI) / environ key (WSGI) holding the receipt time in Unix seconds, so that the
+#: application can verify against the same clock reading the capture line records.
+RECEIVED_AT_KEY = "audit.received_at"
+
+log = logging.getLogger("audit.receiver")
+
+
+class CaptureMiddleware:
+    """Capture every matching request to daily JSON Lines files before its answer leaves.
+
+    Parameters
+    ----------
+    app
+        The ASGI application.
+    folder
+        Where the daily ``YYYY-MM-DD.jsonl`` files go (or give ``writer``).
+    writer
+        A shared :class:`~audit.receiver.capture_log.CaptureWriter`.
+    paths
+        Paths to capture (exact match); None captures every request with a method in
+        ``methods``.
+    methods
+        HTTP methods to capture; POST by default.
+    subscription_id
+        Written as ``subscription_id`` in each line (the subscription this endpoint serves).
+    max_body_bytes
+        Larger bodies are answered 413 without calling the application and are not captured
+        (the service never sends more than 10485760 bytes, spec section 8).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        folder: str | os.PathLike | None = None,
+        *,
+        writer: CaptureWriter | None = None,
+        paths: Iterable[str] | None = None,
+        methods: Iterable[str] = ("POST",),
+        subscription_id: str | None = None,
+        max_body_bytes: int = MAX_REQUEST_BYTES,
+    ) -> None:
+        if (folder is None) == (writer is None):
+            raise ValueError("give exactly one of folder and writer")
+        self.app = app
+        self.writer = writer if writer is not None else CaptureWriter(folder)  # type: ignore[arg-type]
+        self.paths = None if paths is None else frozenset(paths)
+        self.methods = frozenset(m.upper() for m in methods)
+        self.subscription_id = subscription_id
+        self.max_body_bytes = max_body_bytes
+
+    def _wanted(self, scope: Scope) -> bool:
+        return (
+            scope["type"] == "http"
+            and scope.get("method", "").upper() in self.methods
+            and (self.paths is None or scope.get("path") in self.paths)
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self._wanted(scope):
+            await self.app(scope, receive, send)
+            return
+        received_at, started = time.time(), time.perf_counter()
+        chunks: list[bytes] = []
+        size, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the sender left before the body arrived: there is nothing to answer
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                log.warning("request body over %d bytes answered 413, not captured", size)
+                await _answer(send, 413)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        scope = dict(scope)
+        scope[RECEIVED_AT_KEY] = received_at
+        headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope["headers"]]
+        url = _url(scope)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        state = {"written": False, "failed": False}
+
+        async def capture(status: int) -> None:
+            record = CaptureRecord(
+                received_at=received_at,
+                headers=headers,
+                body=body,
+                response_status=status,
+                response_ms=(time.perf_counter() - started) * 1000,
+                subscription_id=self.subscription_id,
+                url=url,
+            )
+            # fsync blocks: keep it off the event loop so other requests go on meanwhile.
+            await anyio.to_thread.run_sync(self.writer.append, record)
+
+        async def send_after_capture(message: Message) -> None:
+            if message["type"] == "http.response.start" and not state["written"]:
+                state["written"] = True
+                try:
+                    await capture(int(message["status"]))
+                except OSError as e:
+                    state["failed"] = True
+                    log.error("capture failed (%s); answering 503 instead", e.strerror or e)
+                    await _answer(send, 503)
+                    return
+            if not state["failed"]:
+                await send(message)
+
+        try:
+            await self.app(scope, replay, send_after_capture)
+        except Exception:
+            await self._capture_500(state, capture)
+            raise
+        # An application that returns without answering gets a 500 from the server.
+        await self._capture_500(state, capture)
+
+    @staticmethod
+    async def _capture_500(state: dict, capture: Callable[[int], Awaitable[None]]) -> None:
+        if state["written"]:
+            return
+        state["written"] = True
+        try:
+            await capture(500)
+        except OSError as e:
+            log.error("capture failed (%s)", e.strerror or e)
+
+
+async def _answer(send: Send, status: int) -> None:
+    await send(
+        {"type": "http.response.start", "status": status, "headers": [(b"content-length", b"0")]}
+    )
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _url(scope: Scope) -> str | None:
+    host = next((v.decode("latin-1") for n, v in scope["headers"] if n.lower() == b"host"), None)
+    if host is None and scope.get("server"):
+        h, p = scope["server"][0], scope["server"][1]
+        host = f"{h}:{p}" if p else str(h)
+    if host is None:
+        return None
+    path = scope.get("root_path", "") + scope.get("path", "")
+    query = scope.get("query_string", b"").decode("latin-1")
+    return f"{scope.get('scheme', 'http')}://{host}{path}" + (f"?{query}" if query else "")

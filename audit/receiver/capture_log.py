@@ -1,0 +1,170 @@
+"""Append received requests to daily JSON Lines files, durably, in the capture format.
+
+One line per request (``docs/formats.md``, section 1): ``received_at`` from the receiving clock,
+the headers as received (a list of ``[name, value]`` pairs), the raw body byte-exact (``body``
+when it is UTF-8, else ``body_b64``), and the answer's ``response_status`` and ``response_ms``.
+The line is written when the application has decided its answer and before that answer leaves
+(see ``docs/receiver.md``), so status and duration are part of the one record and the loader
+needs no second record kind.
+
+Each line goes to ``<folder>/<YYYY-MM-DD>.jsonl`` (the UTC day of receipt) with one
+``os.write`` of the whole line under a thread lock and an exclusive ``flock`` (several worker
+processes may share a folder), then ``fsync``. A failed write is cut back to the previous end
+of the file, so a later line never joins a torn one.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+__all__ = ["CaptureRecord", "CaptureWriter", "capture_line"]
+
+
+@dataclass(frozen=True)
+class CaptureRecord:
+    """One received request and the answer given to it.
+
+    Attributes
+    ----------
+    received_at : float
+        Unix seconds on the receiving clock when the request arrived.
+    headers : list of (str, str)
+        Header names and values as received, in order (repeats kept).
+    body : bytes
+        The raw body.
+    response_status : int
+        The status the application answered.
+    response_ms : float
+        From arrival to the moment the answer was decided, in milliseconds.
+    subscription_id, url : str or None
+        Which subscription the endpoint serves, and where the request was received.
+    """
+
+    received_at: float
+    headers: list[tuple[str, str]]
+    body: bytes
+    response_status: int
+    response_ms: float
+    subscription_id: str | None = None
+    url: str | None = None
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="microseconds")
+
+
+def capture_line(record: CaptureRecord) -> bytes:
+    """The record as one JSON line (ending in ``\\n``) in the documented capture format.
+
+    >>> r = CaptureRecord(0.5, [("X-A", "1")], b"\\xff", 204, 1.25, "wh_1")
+    >>> capture_line(r)
+    b'{"received_at":"1970-01-01T00:00:00.500000+00:00","subscription_id":"wh_1","headers":[["X-A","1"]],"body_b64":"/w==","response_status":204,"response_ms":1.25}\\n'
+    """
+    out: dict[str, object] = {"received_at": _iso(record.received_at)}
+    if record.subscription_id:
+        out["subscription_id"] = record.subscription_id
+    if record.url:
+        out["url"] = record.url
+    out["headers"] = [[str(n), str(v)] for n, v in record.headers]
+    try:
+        out["body"] = record.body.decode("utf-8")
+    except UnicodeDecodeError:
+        out["body_b64"] = base64.b64encode(record.body).decode("ascii")
+    out["response_status"] = int(record.response_status)
+    out["response_ms"] = round(float(record.response_ms), 3)
+    text = json.dumps(out, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    # ensure_ascii=False keeps the line readable; a lone surrogate (only possible in a header
+    # value from a broken server) would not encode, so fall back to escaped ASCII then.
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(out, separators=(",", ":")).encode("ascii") + b"\n"
+
+
+class CaptureWriter:
+    """Appends capture lines to ``<folder>/<UTC day>.jsonl``; safe across threads and processes.
+
+    Parameters
+    ----------
+    folder
+        Where the daily files go (created when missing).
+    fsync
+        Make each line durable before :meth:`append` returns (spec 5.2 rule 6). Only tests
+        measuring something else turn it off.
+
+    Examples
+    --------
+    >>> w = CaptureWriter("captures")  # doctest: +SKIP
+    >>> w.append(CaptureRecord(1767225600.0, [], b"{}", 204, 3.0))  # doctest: +SKIP
+    PosixPath('captures/2026-01-01.jsonl')
+    """
+
+    def __init__(self, folder: str | os.PathLike, *, fsync: bool = True) -> None:
+        self.folder = Path(folder)
+        self.fsync = fsync
+        self._lock = threading.Lock()
+
+    def path_for(self, received_at: float) -> Path:
+        """The daily file a request received at ``received_at`` (Unix seconds) goes to."""
+        day = datetime.fromtimestamp(received_at, UTC).strftime("%Y-%m-%d")
+        return self.folder / f"{day}.jsonl"
+
+    def append(self, record: CaptureRecord) -> Path:
+        """Write the record as one whole line and (by default) fsync it; return the file.
+
+        Raises OSError when the line could not be written whole; the file is then left as it
+        was before the call.
+        """
+        return self.append_lines(self.path_for(record.received_at), [capture_line(record)])
+
+    def append_lines(self, path: Path, lines: Iterable[bytes]) -> Path:
+        """Append already-formatted lines to ``path`` with one write (used by :meth:`append`)."""
+        data = b"".join(lines)
+        with self._lock:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            created = not path.exists()
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                start = os.fstat(fd).st_size
+                try:
+                    _write_all(fd, data)
+                    if self.fsync:
+                        os.fsync(fd)
+                except BaseException:
+                    os.ftruncate(fd, start)  # never leave half a line for the next to join
+                    raise
+            finally:
+                os.close(fd)  # also releases the flock
+            if created and self.fsync:
+                _fsync_dir(self.folder)
+        return path
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a new file's directory entry durable (POSIX; ignored where unsupported)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,337 @@
+"""Send the conformance checks to a receiver and judge its answers (``audit probe``).
+
+One request per check, no retries, no redirects followed, each built just before it is sent so
+its timestamp is fresh. A check that expects acceptance passes on a 2xx within the delivery
+timeout (5 s, spec 6); one that expects rejection passes on 401 (spec 5.2 rule 5);
+``within_timeout`` passes when every answer came within the timeout. When no request reaches
+the receiver at all (connection refused, DNS, TLS) :class:`~audit.errors.UnreachableError` is
+raised instead of a result.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+import httpx
+
+from audit import __version__
+from audit.errors import InputError, UnreachableError
+from audit.receiver.probe_plan import (
+    ACCEPT,
+    Check,
+    Prepared,
+    ProbeContext,
+    check_by_id,
+    prepare,
+    select_checks,
+)
+from audit.request_checks import require_https_unless_loopback
+from audit.secrets import read_secrets
+from audit.spec import DEFAULT_HEADER_PREFIX, DELIVERY_TIMEOUT_S
+
+__all__ = ["USER_AGENT", "CheckResult", "ProbeResult", "check_target", "plan", "run_probe"]
+
+USER_AGENT = (
+    f"audit-probe/{__version__} (webhook receiver conformance probe; sends webhook.test "
+    "events with test_ incident ids only)"
+)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The verdict of one check (the fields of ``probe.json``'s ``checks``).
+
+    ``passed`` is None when the check was skipped; ``status`` is None when no answer came;
+    ``ms`` is the time to the answer (or to giving up).
+    """
+
+    id: str
+    passed: bool | None
+    expected: str
+    status: int | None
+    ms: float | None
+    detail: str
+    event_id: str | None = None
+    delivery_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Everything one probe run found; no secret in it."""
+
+    target: str
+    subscription_id: str
+    started_at: datetime
+    finished_at: datetime
+    timeout_s: float
+    checks: list[CheckResult]
+
+    @property
+    def passed(self) -> bool:
+        """True when no check failed (skipped checks do not fail)."""
+        return all(c.passed is not False for c in self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every check passed or was skipped, 1 when one failed."""
+        return 0 if self.passed else 1
+
+    def to_json(self) -> dict:
+        """The content of ``probe.json``."""
+        return {
+            "target": self.target,
+            "subscription_id": self.subscription_id,
+            "started_at": self.started_at.isoformat(),
+            "finished_at": self.finished_at.isoformat(),
+            "user_agent": USER_AGENT,
+            "timeout_s": self.timeout_s,
+            "passed": self.passed,
+            "checks": [asdict(c) for c in self.checks],
+        }
+
+
+def check_target(url: str) -> str:
+    """The receiver URL, if the probe may send to it; InputError otherwise.
+
+    HTTPS, or HTTP to a loopback host (the API client's rule), with a host and no credentials.
+
+    >>> check_target("http://127.0.0.1:8000/hook")
+    'http://127.0.0.1:8000/hook'
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise InputError("no receiver URL given")
+    try:
+        u = httpx.URL(url.strip())
+    except (httpx.InvalidURL, ValueError):
+        raise InputError(f"not a valid URL: {url!r}") from None
+    if u.scheme not in ("https", "http") or not u.host:
+        raise InputError(f"the receiver URL must be https://host/path: {url!r}")
+    if u.userinfo:
+        raise InputError("the receiver URL must not hold credentials")
+    require_https_unless_loopback(u, "send signed requests")
+    return url.strip()
+
+
+def plan(
+    secrets_path: str | os.PathLike,
+    subscription_id: str,
+    *,
+    only: Iterable[str] | None = None,
+    header_prefix: str = DEFAULT_HEADER_PREFIX,
+    now: float | None = None,
+) -> list[tuple[Check, str | None]]:
+    """The checks a run would send, in order, each with the reason it would be skipped (or
+    None); reads and checks the secrets file like a run, sends nothing (``--dry-run``)."""
+    checks = select_checks(only)
+    now = time.time() if now is None else now
+    ctx = _context(secrets_path, subscription_id, now, header_prefix)
+    out: list[tuple[Check, str | None]] = []
+    for c in checks:
+        skip = None
+        if c.id == "old_secret_rejected" and ctx.previous is None:
+            skip = "the subscription has no previous secret"
+        out.append((c, skip))
+    return out
+
+
+def _context(secrets_path: str | os.PathLike, subscription_id: str, now: float, prefix: str):
+    store = read_secrets(secrets_path)
+    items = store.by_subscription.get(subscription_id)
+    if not items:
+        raise InputError(f"{secrets_path}: no secret for subscription {subscription_id!r}")
+    t_ns = round(now * 1e9)
+    at = next((i for i, s in enumerate(items) if s.current_at(t_ns)), None)
+    if at is None:
+        raise InputError(f"{secrets_path}: subscription {subscription_id!r} has no current secret")
+    previous = items[at - 1].key if at > 0 else None
+    return ProbeContext(secret=items[at].key, previous=previous, header_prefix=prefix)
+
+
+def _send(client: httpx.Client, url: str, p: Prepared, timeout_s: float) -> tuple:
+    """(response or None, ms, error text or None, connected)."""
+    request = client.build_request("POST", url, headers=p.headers, content=p.body)
+    started = time.perf_counter()
+    try:
+        response = client.send(request)
+    except httpx.TimeoutException as e:
+        ms = (time.perf_counter() - started) * 1000
+        connected = not isinstance(e, httpx.ConnectTimeout)
+        return None, ms, f"no answer within {timeout_s:g} s", connected
+    except httpx.ConnectError as e:
+        ms = (time.perf_counter() - started) * 1000
+        return None, ms, f"could not connect ({_one_line(e)})", False
+    except httpx.RequestError as e:  # closed mid-answer, bad HTTP, undecodable body
+        ms = (time.perf_counter() - started) * 1000
+        return None, ms, f"no usable answer ({type(e).__name__}: {_one_line(e)})", True
+    ms = (time.perf_counter() - started) * 1000
+    return response, ms, None, True
+
+
+#: Checks whose outcome depends on the receiver's clock agreeing with the probe's.
+_CLOCK_CHECKS = frozenset({"boundary_accepted", "stale_past_rejected", "stale_future_rejected"})
+
+
+def clock_offset_s(response: httpx.Response, now: float) -> float | None:
+    """The receiver's clock minus ``now`` from its ``Date`` header (1 s resolution), or None.
+
+    >>> r = httpx.Response(204, headers={"Date": "Sun, 01 Nov 2026 12:00:10 GMT"})
+    >>> clock_offset_s(r, datetime(2026, 11, 1, 12, 0, tzinfo=UTC).timestamp())
+    10.0
+    """
+    value = response.headers.get("date")
+    if not value:
+        return None
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return when.timestamp() - now
+
+
+def _clock_note(check: Check, passed: bool, offset: float | None) -> str:
+    """A hint when a time-window check failed and the receiver's clock is visibly off."""
+    if passed or check.id not in _CLOCK_CHECKS or offset is None or abs(offset) < 2:
+        return ""
+    return f"; the receiver's Date header is {offset:+.0f} s off the probe's clock"
+
+
+def _one_line(e: Exception) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0][:200] or type(e).__name__
+
+
+def _judge(check: Check, status: int | None, ms: float, error: str | None, limit_ms: float):
+    if status is None:
+        return False, error or "no answer"
+    if check.expected == ACCEPT:
+        if not 200 <= status < 300:
+            why = (
+                " (a receiver must not answer 401 to a correct signature)" if status == 401 else ""
+            )
+            return False, f"answered {status}, expected 2xx{why}"
+        if ms > limit_ms:
+            return False, f"answered {status} after {ms:.0f} ms, over the {limit_ms:.0f} ms limit"
+        return True, f"answered {status}"
+    if status == 401:
+        return True, "answered 401"
+    if 200 <= status < 300:
+        return False, f"accepted ({status}): the receiver must reject this request with 401"
+    return False, f"answered {status}, expected 401"
+
+
+def run_probe(
+    url: str,
+    secrets_path: str | os.PathLike,
+    subscription_id: str,
+    *,
+    only: Iterable[str] | None = None,
+    header_prefix: str = DEFAULT_HEADER_PREFIX,
+    timeout_s: float = DELIVERY_TIMEOUT_S,
+    transport: httpx.BaseTransport | None = None,
+    clock: Callable[[], float] = time.time,
+) -> ProbeResult:
+    """Probe the receiver at ``url`` with every selected check and judge its answers.
+
+    Parameters
+    ----------
+    url
+        The receiver's webhook URL (HTTPS, or HTTP on a loopback host).
+    secrets_path, subscription_id
+        The secrets file and the subscription whose current (and previous) secret sign.
+    only
+        Check ids to run (default: all, in the order of :data:`CHECKS`).
+    timeout_s
+        The delivery timeout the answers are judged against (spec: 5 s).
+    transport, clock
+        Injected for tests.
+
+    Raises
+    ------
+    InputError
+        Bad URL, secrets file or check id.
+    UnreachableError
+        No request reached the receiver.
+
+    Examples
+    --------
+    >>> result = run_probe("http://127.0.0.1:8000/", "secrets.json", "wh_main")  # doctest: +SKIP
+    >>> [c.id for c in result.checks if c.passed is False]  # doctest: +SKIP
+    []
+    """
+    target = check_target(url)
+    checks = select_checks(only)
+    started_at = datetime.fromtimestamp(clock(), UTC)
+    ctx = _context(secrets_path, subscription_id, clock(), header_prefix)
+    limit_ms = timeout_s * 1000
+    results: list[CheckResult] = []
+    answered: list[tuple[str, int | None, float]] = []
+    reached = False
+    unreachable: str | None = None
+    with httpx.Client(
+        timeout=httpx.Timeout(timeout_s),
+        follow_redirects=False,
+        headers={"User-Agent": USER_AGENT},
+        transport=transport,
+        trust_env=False,
+    ) as client:
+        for check in checks:
+            p = prepare(check, ctx, int(clock()))
+            if p.skip is not None:
+                if check.id != "within_timeout":
+                    results.append(CheckResult(check.id, None, check.expected, None, None, p.skip))
+                continue
+            response, ms, error, connected = _send(client, target, p, timeout_s)
+            status = None if response is None else response.status_code
+            reached = reached or connected
+            if not connected and unreachable is None:
+                unreachable = error
+            passed, detail = _judge(check, status, ms, error, limit_ms)
+            if response is not None:
+                detail += _clock_note(check, passed, clock_offset_s(response, clock()))
+            answered.append((check.id, status, ms))
+            results.append(
+                CheckResult(
+                    check.id,
+                    passed,
+                    check.expected,
+                    status,
+                    round(ms, 1),
+                    detail,
+                    p.event_id,
+                    p.delivery_id,
+                )
+            )
+    if answered and not reached:
+        raise UnreachableError(f"cannot reach the receiver at {target}: {unreachable}")
+    if any(c.id == "within_timeout" for c in checks):
+        results.append(_within_timeout(answered, limit_ms))
+    return ProbeResult(
+        target=target,
+        subscription_id=subscription_id,
+        started_at=started_at,
+        finished_at=datetime.fromtimestamp(clock(), UTC),
+        timeout_s=timeout_s,
+        checks=results,
+    )
+
+
+def _within_timeout(answered: list[tuple[str, int | None, float]], limit_ms: float) -> CheckResult:
+    check = check_by_id("within_timeout")
+    if not answered:
+        return CheckResult(check.id, None, check.expected, None, None, "no request was sent")
+    slow = [(cid, ms) for cid, status, ms in answered if status is None or ms > limit_ms]
+    worst = max(ms for _, _, ms in answered)
+    if slow:
+        names = ", ".join(f"{cid} ({ms:.0f} ms)" for cid, ms in slow)
+        detail = (
+            f"{len(slow)} of {len(answered)} answers missing or over {limit_ms:.0f} ms: {names}"
+        )
+        return CheckResult(check.id, False, check.expected, None, round(worst, 1), detail)
+    detail = f"all {len(answered)} answers within {limit_ms:.0f} ms (slowest {worst:.0f} ms)"
+    return CheckResult(check.id, True, check.expected, None, round(worst, 1), detail)

@@ -1,0 +1,121 @@
+"""The report's figures, each with alt text that says what it shows (numbers included).
+
+Drawing is done by :mod:`audit.plotting` and :mod:`audit.report.plotting`; the data comes from
+the run folder, cut to the period where the tables say so.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from audit.report.format import HTML
+from audit.report.plotting import embed, takedown_panels
+from audit.report.rundir import RunData
+
+__all__ = ["clock_skew", "daily_failures", "latency", "retry_delays", "takedown", "verdicts"]
+
+
+def _period_deliveries(run: RunData) -> pd.DataFrame:
+    from audit.report.params import Period
+    from audit.report.tables import deliveries_in_period
+
+    d = run.table("deliveries")
+    p = run.manifest.get("period", {})
+    if d.empty or not p.get("start"):
+        return d
+    period = Period(str(p.get("label")), pd.Timestamp(p["start"]), pd.Timestamp(p["end"]))
+    return deliveries_in_period(d, period)
+
+
+def _nothing(run: RunData, what: str) -> HTML | None:
+    """A one-line note instead of an empty plot when the period has no valid delivery."""
+    d = _period_deliveries(run)
+    if d.empty or not (d["verdict"] == "valid").any():
+        return HTML(
+            f"<p class='note'>{what}: no valid delivery in the period, nothing to draw.</p>"
+        )
+    return None
+
+
+def verdicts(run: RunData) -> HTML:
+    """Bars of requests per signature verdict."""
+    from audit.plotting import plot_verdict_counts
+
+    counts = run.table("verdict_counts")
+    listed = ", ".join(f"{r.verdict} {r.count:,}" for r in counts.itertuples()) or "none"
+    return embed(
+        plot_verdict_counts(_period_deliveries(run)),
+        f"Bar chart of the period's requests by signature verdict: {listed}.",
+    )
+
+
+def clock_skew(run: RunData) -> HTML:
+    """Histogram of the difference between the signed timestamp and the receipt time."""
+    if (note := _nothing(run, "Clock skew")) is not None:
+        return note
+    from audit.plotting import plot_clock_skew
+
+    return embed(
+        plot_clock_skew(_period_deliveries(run)),
+        "Histogram of clock skew (receipt time minus signed timestamp, seconds) by verdict; "
+        "the dashed lines mark the 5-minute tolerance.",
+    )
+
+
+def daily_failures(run: RunData) -> HTML:
+    """Daily share of failed delivery attempts."""
+    if (note := _nothing(run, "Daily failure rate")) is not None:
+        return note
+    from audit.plotting import plot_daily_failure_rate
+
+    return embed(
+        plot_daily_failure_rate(_period_deliveries(run)),
+        "Line chart of the share of delivery attempts that failed, per day of the period.",
+    )
+
+
+def latency(run: RunData) -> HTML:
+    """Acknowledgement and emission latency distributions."""
+    if (note := _nothing(run, "Latency")) is not None:
+        return note
+    from audit.plotting import plot_latency_distributions
+
+    lat = run.table("latency")
+    p95 = ""
+    if not lat.empty and "ack_latency_ms" in set(lat["metric"]):
+        v = lat.set_index("metric").loc["ack_latency_ms", "p95"]
+        p95 = f" The 95th percentile of acknowledgement latency is {v:,.0f} ms." if v == v else ""
+    return embed(
+        plot_latency_distributions(_period_deliveries(run), run.table("events")),
+        "Histograms (log scale) of acknowledgement latency in milliseconds and emission "
+        "latency in seconds, with the 5-second delivery timeout marked." + p95,
+    )
+
+
+def retry_delays(run: RunData) -> HTML:
+    """Observed delays between attempts against the published schedule."""
+    if (note := _nothing(run, "Retry delays")) is not None:
+        return note
+    from audit.plotting import plot_retry_delays
+
+    off = len(run.table("off_schedule_attempts"))
+    return embed(
+        plot_retry_delays(_period_deliveries(run)),
+        "Scatter of the delay before each retry, by attempt number, against the published "
+        f"schedule (30 s, 2 min, 10 min, 1 h); {off} attempt(s) off schedule.",
+    )
+
+
+def takedown(run: RunData) -> HTML:
+    """Kaplan-Meier small multiples by incident class."""
+    fig, alt = takedown_panels(
+        run.table("takedown_km"),
+        run.table("takedown_durations"),
+        overall=run.table("takedown_km_all"),
+    )
+    return embed(
+        fig,
+        alt,
+        "Share of incidents not yet taken down, by class (blue, with its 95% band) against "
+        "all incidents (grey). The time axis stops near the 99th percentile of durations.",
+    )

@@ -1,0 +1,380 @@
+"""The report pipeline, one way: check -> load -> analyse -> findings -> run folder -> render.
+
+1. Parameters, period and notebook are checked (:mod:`audit.report.params`): nothing is
+   written for a bad one.
+2. :func:`~audit.report.inputs.load_inputs` reads the files once; :func:`compute` runs the
+   analyses and the controls in this process (pure).
+3. Under a lock on ``DIR/.lock`` the run folder is written to ``<period>/.tmp-<run id>``:
+   findings, trend, tables, manifest. The exit code comes from the findings in memory.
+4. Papermill renders the notebook with the one parameter ``run_dir``; nbconvert makes the
+   HTML. If that fails, the findings and the exit code stand and the manifest (and the index)
+   say "rendering failed".
+5. The folder is renamed into place and the index rebuilt.
+
+Temporary folders left by a killed run are renamed ``<run id>.failed`` by the next run.
+See ``docs/report.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import secrets
+import stat
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+
+from audit.errors import ParameterError, ReportError
+from audit.report.index import build_index, scan_runs
+from audit.report.inputs import Inputs, load_inputs
+from audit.report.params import Period, ReportParams, check_params
+from audit.report.rundir import findings_records, write_json, write_tables
+from audit.report.tables import report_tables
+
+__all__ = [
+    "EXIT_CONTROL_ERROR",
+    "EXIT_FAILING",
+    "EXIT_OK",
+    "EXIT_RUNTIME",
+    "Computed",
+    "ReportResult",
+    "compute",
+    "exit_code",
+    "lock",
+    "run_report",
+    "versions",
+]
+
+EXIT_OK, EXIT_FAILING, EXIT_CONTROL_ERROR, EXIT_RUNTIME = 0, 1, 2, 3
+SEVERITY_ORDER = ("info", "low", "medium", "high", "critical")
+Progress = Callable[[str], None]
+
+
+def versions() -> dict[str, str]:
+    """The toolkit's and its main libraries' versions, and Python's."""
+    out = {"python": platform.python_version()}
+    for name in ("audit", "pandas", "numpy", "pyarrow", "matplotlib", "papermill", "nbconvert"):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+            out[name] = "unknown"
+    return out
+
+
+@contextlib.contextmanager
+def lock(out_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``out_dir/.lock``.
+
+    The lock file is opened without following a symlink and never truncated (a symlink
+    planted there cannot make us empty another file).
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / ".lock"
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ReportError(
+                f"{path}: is a symlink; remove it (the lock is never followed)"
+            ) from None
+        raise ReportError(f"{path}: cannot open the lock file ({e.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ReportError(f"{path}: is not a regular file")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ReportError(f"{out_dir}: another report run holds the lock") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def mark_stale(root: Path, by_run: str) -> list[Path]:
+    """Rename ``<period>/.tmp-<id>`` folders of killed runs to ``<id>.failed`` (under the lock,
+    no other run can be writing them) with a manifest saying so; return the new paths."""
+    moved = []
+    for tmp in sorted(root.glob("*/.tmp-*")):
+        if not tmp.is_dir() or tmp.is_symlink():
+            continue
+        run_id = tmp.name.removeprefix(".tmp-")
+        final = tmp.with_name(f"{run_id}.failed")
+        if final.exists():
+            final = tmp.with_name(f"{run_id}-{secrets.token_hex(2)}.failed")
+        manifest = {
+            "run_id": run_id,
+            "period": {"label": tmp.parent.name},
+            "exit_status": EXIT_RUNTIME,
+            "started": "",
+            "message": f"interrupted before it finished; marked failed by run {by_run}",
+        }
+        write_json(tmp / "manifest.json", manifest)
+        os.replace(tmp, final)
+        moved.append(final)
+    return moved
+
+
+@dataclass(frozen=True)
+class Computed:
+    """The analyses, the findings and the report tables of one period (in memory)."""
+
+    analysis: object
+    findings: pd.DataFrame
+    tables: dict[str, pd.DataFrame]
+    notes: list[str] = field(default_factory=list)
+
+
+def compute(inputs: Inputs, params: ReportParams, period: Period) -> Computed:
+    """Analyses and controls as of ``params.as_of`` (pure; warnings become report notes).
+
+    Listing snapshots fetched after ``as_of`` are left out, like records received after it.
+    """
+    from audit.analysis import run_analyses
+    from audit.checks import run_controls
+
+    subs = inputs.subscriptions
+    if not subs.empty:
+        subs = subs[subs["fetched_at"] <= params.as_of].reset_index(drop=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        analysis = run_analyses(
+            inputs.deliveries,
+            as_of=params.as_of,
+            subscriptions=subs,
+            inputs=inputs.files,
+            clock_start=params.clock_start,
+        )
+        findings = run_controls(
+            analysis,
+            period_start=period.start,
+            period_end=period.end,
+            params=dict(params.thresholds),
+            secrets_age=inputs.secrets_age,
+            mutes=inputs.mutes,
+        )
+        tables = report_tables(analysis, period)
+    notes = list(dict.fromkeys(str(w.message).splitlines()[0] for w in caught))
+    tables["inputs"] = _mark_late_snapshots(inputs, params.as_of)
+    return Computed(analysis, findings, tables, notes)
+
+
+def _mark_late_snapshots(inputs: Inputs, as_of: pd.Timestamp) -> pd.DataFrame:
+    """The file list, with snapshots fetched after ``as_of`` marked as read but not used."""
+    files = inputs.files.copy()
+    subs = inputs.subscriptions
+    if subs.empty:
+        return files
+    late = set(subs.loc[subs["fetched_at"] > as_of, "source"].astype(str))
+    mask = files["source"].astype(str).isin(late) & (files["kind"] == "snapshot")
+    files.loc[mask, "kind"] = "snapshot fetched after as_of (not used)"
+    return files
+
+
+def exit_code(findings: pd.DataFrame, fail_on: str) -> int:
+    """2 if a control errored, 1 if a finding at or above ``fail_on`` fails, else 0."""
+    if findings.empty:
+        return EXIT_OK
+    if (findings["status"] == "error").any():
+        return EXIT_CONTROL_ERROR
+    floor = SEVERITY_ORDER.index(fail_on)
+    rank = findings["severity"].map(lambda s: SEVERITY_ORDER.index(s) if s in SEVERITY_ORDER else 0)
+    return EXIT_FAILING if ((findings["status"] == "fail") & (rank >= floor)).any() else EXIT_OK
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """Where a run wrote, and how it ended."""
+
+    exit_code: int
+    run_dir: Path | None
+    html: Path | None
+    index: Path
+    manifest: dict
+    message: str = ""
+    skipped: bool = False
+    rendering_failed: bool = False
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _counts(findings: pd.DataFrame) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {"status": {}, "severity": {}}
+    for rec in findings[["status", "severity"]].to_dict("records") if len(findings) else []:
+        out["status"][rec["status"]] = out["status"].get(rec["status"], 0) + 1
+        if rec["status"] in ("fail", "error"):
+            out["severity"][rec["severity"]] = out["severity"].get(rec["severity"], 0) + 1
+    return out
+
+
+def _completed(root: Path, period: Period) -> Path | None:
+    for e in scan_runs(root) if root.is_dir() else []:
+        rendered = (e.manifest or {}).get("rendering", {}).get("status") == "ok"
+        if e.state == "completed" and rendered and e.folder.parent.name == period.label:
+            return e.folder
+    return None
+
+
+def _notebook(notebook: str | os.PathLike | None) -> Path:
+    from audit.report.render import default_notebook
+
+    if notebook is None:
+        return default_notebook()
+    path = Path(notebook).expanduser()
+    if not path.is_file():
+        raise ParameterError(f"--notebook: {path} is not a file")
+    return path.resolve()
+
+
+def run_report(
+    logs: Sequence[str | os.PathLike],
+    *,
+    secrets_path: str | os.PathLike,
+    period: Period,
+    out_dir: str | os.PathLike = "reports",
+    snapshots: Sequence[str | os.PathLike] = (),
+    params: Mapping[str, object] | None = None,
+    mutes_path: str | os.PathLike | None = None,
+    fail_on: str = "low",
+    skip_if_exists: bool = False,
+    notebook: str | os.PathLike | None = None,
+    timeout_s: int = 900,
+    progress: Progress | None = None,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> ReportResult:
+    """Compute the findings of a period, write the run folder, render the report, index it.
+
+    ``params`` may hold ``as_of``, ``client_id``, ``clock_start``, ``header_prefix`` and
+    ``thresholds``; secrets travel only as the file's path. ``notebook`` defaults to the
+    packaged report; any notebook with a ``run_dir`` parameter works (``docs/report.md``).
+    ``progress`` receives one line per long stage.
+
+    Returns a :class:`ReportResult` whose ``exit_code`` is 0 (no failing finding at or above
+    ``fail_on``), 1 (failing findings), 2 (a control errored). Bad input raises an
+    :class:`~audit.errors.AuditError` before anything is written.
+    """
+    say = progress or (lambda _line: None)
+    if fail_on not in SEVERITY_ORDER:
+        raise ParameterError(f"fail_on must be one of {', '.join(SEVERITY_ORDER)}")
+    checked = check_params(params, period)
+    nb_path = _notebook(notebook)
+    root = Path(out_dir).expanduser().resolve()
+    if skip_if_exists and (done := _completed(root, period)) is not None:
+        return ReportResult(
+            EXIT_OK,
+            done,
+            done / "report.html" if (done / "report.html").is_file() else None,
+            root / "index.html",
+            json.loads((done / "manifest.json").read_text("utf-8")),
+            message=f"a report for {period.label} exists: {done}",
+            skipped=True,
+        )
+    started, t0 = clock(), time.monotonic()
+    inputs = load_inputs(
+        list(logs),
+        secrets_path=secrets_path,
+        snapshots=list(snapshots),
+        mutes_path=mutes_path,
+        header_prefix=checked.header_prefix,
+        client_id=checked.client_id,
+    )
+    d = inputs.deliveries
+    say(
+        f"loaded {len(d)} records from {int((inputs.files['kind'] == 'capture log').sum())} "
+        f"files ({int((d['verdict'] == 'valid').sum())} valid, "
+        f"{int((d['verdict'] == 'unreadable').sum())} unreadable)"
+    )
+    computed = compute(inputs, checked, period)
+    code = exit_code(computed.findings, fail_on)
+    failing = int((computed.findings["status"] == "fail").sum())
+    say(f"analyses and controls done: {len(computed.findings)} findings, {failing} failing")
+    return _publish(
+        root, period, checked, inputs, computed, code, nb_path, started, t0, timeout_s, say, clock
+    )
+
+
+def _publish(root, period, checked, inputs, computed, code, nb_path, started, t0, timeout_s, say,
+             clock) -> ReportResult:  # fmt: skip
+    from audit.report.render import render
+    from audit.report.trend import trend_for
+
+    run_id = f"{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    with lock(root):
+        mark_stale(root, run_id)
+        period_dir = root / period.label
+        tmp = period_dir / f".tmp-{run_id}"
+        tmp.mkdir(parents=True)
+        from audit.safe import write_csv
+
+        write_csv(computed.findings, tmp / "findings.csv")
+        write_json(tmp / "findings.json", findings_records(computed.findings))
+        trend = trend_for(root, period, computed.findings)
+        write_json(tmp / "trend.json", trend)
+        write_tables(computed.tables, tmp / "tables")
+        manifest = {
+            "run_id": run_id,
+            "title": "Webhook delivery compliance report",
+            "period": {
+                "label": period.label,
+                "start": period.start.isoformat(),
+                "end": period.end.isoformat(),
+            },
+            "as_of": checked.as_of.isoformat(),
+            "client_id": checked.client_id,
+            "parameters": checked.as_dict(),
+            "versions": versions(),
+            "inputs": json.loads(computed.tables["inputs"].to_json(orient="records")),
+            "notebook": {"path": str(nb_path), "sha256": _sha256(nb_path)},
+            "started": started.isoformat(),
+            "findings": _counts(computed.findings),
+            "trend": {
+                "previous_period": (trend["previous"] or {}).get("period"),
+                "previous_run": (trend["previous"] or {}).get("run_id"),
+                **{k: len(trend[k]) for k in ("new", "resolved", "persisting")},
+            },
+            "notes": computed.notes,
+            "exit_status": code,
+            "rendering": {"status": "pending"},
+            "python": platform.python_version(),
+        }
+        write_json(tmp / "manifest.json", manifest)
+        final = period_dir / run_id
+        say("rendering the report")
+        message, failed = "", False
+        try:
+            render(nb_path, tmp, title=_title(manifest), timeout_s=timeout_s)
+            manifest["rendering"] = {"status": "ok"}
+        except ReportError as e:
+            message, failed = f"rendering failed: {e}".replace(str(tmp), str(final)), True
+            manifest["rendering"] = {"status": "failed", "message": message}
+        manifest["ended"] = clock().isoformat()
+        manifest["duration_s"] = round(time.monotonic() - t0, 3)
+        write_json(tmp / "manifest.json", manifest)
+        os.replace(tmp, final)
+        index = build_index(root)
+    html = final / "report.html"
+    return ReportResult(
+        code, final, html if html.is_file() else None, index, manifest, message, False, failed
+    )
+
+
+def _title(manifest: dict) -> str:
+    client = manifest.get("client_id") or "all clients"
+    return f"{manifest['title']} · {client} · {manifest['period']['label']} · {manifest['run_id']}"

@@ -1,0 +1,128 @@
+"""The run folder: what the pipeline writes and the only thing the report notebook reads.
+
+Layout of ``DIR/<period>/<run id>/``::
+
+    findings.json, findings.csv   the findings (exit code decided from them, in memory)
+    trend.json                    new, resolved, persisting failures against the previous period
+    manifest.json                 run id, period, as_of, parameters, inputs with sha256, counts,
+                                  versions, notebook and its sha256, rendering status
+    tables/<name>.parquet         every table; <name>.csv as well for the small ones
+    report.ipynb, report.html     the rendered notebook (absent when rendering failed)
+
+:func:`open_run` reads a run folder back as a :class:`RunData` for the views.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from audit.errors import ParameterError, ReportError
+from audit.safe import write_csv
+
+__all__ = ["CSV_TABLES", "RunData", "findings_records", "open_run", "write_json", "write_tables"]
+
+#: Tables also written as CSV: small, and opened by auditors in a spreadsheet.
+CSV_TABLES = (
+    "incidents",
+    "subscriptions",
+    "takedown_summary",
+    "verdict_counts",
+    "success_by_subscription",
+    "success_by_event",
+    "latency",
+    "inputs",
+)
+
+
+def write_json(path: Path, data: object) -> None:
+    """Sorted, indented JSON, written to a temporary file and renamed into place."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", "utf-8")
+    os.replace(tmp, path)
+
+
+def findings_records(findings: pd.DataFrame) -> list[dict]:
+    """Findings as JSON records; ``evidence`` as an object, times ISO 8601."""
+    records = json.loads(findings.to_json(orient="records", date_format="iso"))
+    for rec in records:
+        if isinstance(rec.get("evidence"), str):
+            with contextlib.suppress(json.JSONDecodeError):
+                rec["evidence"] = json.loads(rec["evidence"])
+    return records
+
+
+def write_tables(tables: Mapping[str, pd.DataFrame], folder: Path) -> list[Path]:
+    """Parquet for every table, CSV (through the one CSV writer) for :data:`CSV_TABLES`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, frame in tables.items():
+        path = folder / f"{name}.parquet"
+        frame.to_parquet(path, index=False)
+        written.append(path)
+        if name in CSV_TABLES:
+            write_csv(frame, folder / f"{name}.csv")
+            written.append(folder / f"{name}.csv")
+    return written
+
+
+@dataclass
+class RunData:
+    """A run folder read back (or built in memory for an analyst notebook).
+
+    ``tables`` are read from Parquet on first use; a missing table is an empty frame.
+    """
+
+    manifest: dict
+    findings: pd.DataFrame
+    trend: dict = field(default_factory=dict)
+    run_dir: Path | None = None
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    def table(self, name: str) -> pd.DataFrame:
+        """The table ``name`` (``tables/<name>.parquet``), or an empty frame."""
+        if name not in self.tables:
+            path = self.run_dir / "tables" / f"{name}.parquet" if self.run_dir else None
+            self.tables[name] = (
+                pd.read_parquet(path) if path is not None and path.is_file() else pd.DataFrame()
+            )
+        return self.tables[name]
+
+
+def _read_json(path: Path, default: object) -> object:
+    if not path.is_file():
+        return default
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ReportError(f"{path}: unreadable ({type(e).__name__})") from None
+
+
+def open_run(run_dir: str | os.PathLike | None) -> RunData:
+    """Read a run folder written by ``audit report`` (the notebook's one data parameter).
+
+    Raises
+    ------
+    ParameterError
+        ``run_dir`` is not given or holds no ``manifest.json``.
+    """
+    if run_dir is None:
+        raise ParameterError("run_dir: give a run folder written by `audit report`")
+    folder = Path(run_dir)
+    if not (folder / "manifest.json").is_file():
+        raise ParameterError(f"run_dir: {folder} holds no manifest.json")
+    manifest = _read_json(folder / "manifest.json", {})
+    records = _read_json(folder / "findings.json", [])
+    findings = pd.DataFrame(records)
+    if "evidence" in findings.columns:
+        findings["evidence"] = findings["evidence"].map(
+            lambda e: json.dumps(e, sort_keys=True) if isinstance(e, dict | list) else e
+        )
+    trend = _read_json(folder / "trend.json", {})
+    return RunData(manifest, findings, trend, folder)  # type: ignore[arg-type]

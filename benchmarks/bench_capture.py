@@ -1,0 +1,86 @@
+"""What durable capture costs: appends per second with and without fsync, and the reference
+receiver's requests per second over a real socket (sequential, one client).
+
+Usage::
+
+    python benchmarks/bench_capture.py [--records 2000] [--requests 500]
+
+Baseline: the same appends without fsync, measured in the same run (machines here are noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from audit.receiver import CaptureRecord, CaptureWriter, receiver_app
+from audit.receiver.reference import bind, make_server
+from audit.signatures import sign
+
+SECRET = "whsec_bench_capture"
+
+
+def _body(i: int) -> bytes:
+    return json.dumps({"id": f"evt_{i}", "event": "webhook.test", "pad": "x" * 900}).encode()
+
+
+def appends(folder: Path, n: int, fsync: bool) -> float:
+    writer = CaptureWriter(folder, fsync=fsync)
+    records = [
+        CaptureRecord(1790812800.0 + i, [("X-A", "1")], _body(i), 204, 1.0) for i in range(n)
+    ]
+    started = time.perf_counter()
+    for r in records:
+        writer.append(r)
+    return n / (time.perf_counter() - started)
+
+
+def receiver_rps(folder: Path, n: int) -> tuple[float, float]:
+    secrets = folder / "secrets.json"
+    secrets.write_text(json.dumps({"wh_b": [{"secret": SECRET}]}))
+    sock = bind("127.0.0.1", 0)
+    server = make_server(receiver_app(secrets, folder / "captures"), sock, log_level="error")
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    times = []
+    with httpx.Client() as client:
+        started = time.perf_counter()
+        for i in range(n):
+            body, ts = _body(i), str(int(time.time()))
+            headers = {"X-PhishFort-Signature": sign(SECRET, ts, body), "X-PhishFort-Timestamp": ts}
+            t0 = time.perf_counter()
+            assert client.post(url, content=body, headers=headers).status_code == 204
+            times.append((time.perf_counter() - t0) * 1000)
+        total = time.perf_counter() - started
+    server.should_exit = True
+    thread.join(10)
+    return n / total, statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=2000)
+    parser.add_argument("--requests", type=int, default=500)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        plain = appends(root / "plain", args.records, fsync=False)
+        durable = appends(root / "durable", args.records, fsync=True)
+        rps, median_ms = receiver_rps(root, args.requests)
+    print(f"appends/s without fsync (baseline): {plain:,.0f}")
+    print(f"appends/s with fsync:               {durable:,.0f}  ({durable / plain:.2f}x)")
+    print(f"reference receiver, sequential:     {rps:,.0f} requests/s, median {median_ms:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,293 @@
+"""The one-way report pipeline: rendering failures, clean stderr, determinism, HTML contents,
+trend, custom notebooks, and the run folder's safety (lock, stale folders, index)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from audit.cli import main
+from audit.errors import ParameterError, ReportError
+from audit.report import build_index, parse_period, run_report
+from audit.report.pipeline import lock, mark_stale
+from tests.test_reports import hostile  # noqa: F401  (fixture)
+
+DATA = Path(__file__).parent / "data"
+
+
+def _args(logs, secrets, out, *extra, period="2026-10"):
+    return ["report", str(logs), "--secrets", str(secrets), "--period", period,
+            "--out", str(out), "--quiet", *extra]  # fmt: skip
+
+
+def _run(tmp_path, logs, secrets, **kw):
+    return run_report([logs], secrets_path=secrets, period=parse_period("2026-10"), **kw)
+
+
+# --- rendering is downstream of the findings -------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_broken_notebook_keeps_findings_and_exit_code(hostile, tmp_path):  # noqa: F811
+    logs, secrets = hostile
+    out = tmp_path / "r"
+    result = _run(tmp_path, logs, secrets, out_dir=out, notebook=DATA / "broken_report.ipynb")
+    assert result.exit_code == 1  # TKD-03 fails (two incidents wait on the client), as usual
+    assert result.rendering_failed and "ZeroDivisionError" in result.message
+    assert not result.run_dir.name.endswith(".failed") and result.html is None
+    findings = json.loads((result.run_dir / "findings.json").read_text())
+    assert any(f["check_id"] == "TKD-03" and f["status"] == "fail" for f in findings)
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    assert manifest["rendering"]["status"] == "failed" and manifest["exit_status"] == 1
+    index = (out / "index.html").read_text()
+    assert "rendering failed" in index and "report.html" not in index
+    assert f"{result.run_dir.name}/findings.csv" in index
+
+
+@pytest.mark.slow
+def test_cli_reports_a_rendering_failure_on_stderr_and_keeps_the_exit_code(
+    hostile,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    logs, secrets = hostile
+    args = _args(logs, secrets, tmp_path / "r", "--notebook", str(DATA / "broken_report.ipynb"))
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("audit: warning: rendering failed: notebook cell")
+
+
+@pytest.mark.slow
+def test_a_custom_notebook_gets_run_dir_only(hostile, tmp_path):  # noqa: F811
+    logs, secrets = hostile
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("run_dir = None", metadata={"tags": ["parameters"]}),
+            nbformat.v4.new_code_cell(
+                "import json, pathlib\n"
+                "m = json.loads((pathlib.Path(run_dir) / 'manifest.json').read_text())\n"
+                "print('custom template for', m['run_id'], sorted(globals().keys() & {'logs'}))"
+            ),
+        ],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+    )
+    path = tmp_path / "mine.ipynb"
+    nbformat.write(nb, path)
+    result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r", notebook=path)
+    page = result.html.read_text()
+    assert f"custom template for {result.run_dir.name} []" in page
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    assert manifest["notebook"]["path"] == str(path.resolve())
+
+
+# --- a clean console ---------------------------------------------------------------------------
+
+PROGRESS = re.compile(
+    r"audit: (loaded \d+ records from \d+ files \(\d+ valid, \d+ unreadable\)"
+    r"|analyses and controls done: \d+ findings, \d+ failing|rendering the report)"
+)
+
+
+@pytest.mark.slow
+def test_stderr_of_the_demo_holds_only_progress_lines(tmp_path):
+    """Run as a cron job would (a subprocess): the kernel's own stderr is captured too."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "audit.cli", "demo", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": ""},
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert [line for line in lines if not PROGRESS.fullmatch(line)] == []
+    assert len(lines) == 3
+    for line in proc.stdout.splitlines():  # every path printed exists
+        label, _, value = line.partition(":")
+        if label in ("run", "report", "index", "secrets", "truth"):
+            assert Path(value.strip()).exists(), line
+    quiet = subprocess.run(
+        [sys.executable, "-m", "audit.cli", "demo", "--out", str(tmp_path), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+# --- determinism and contents --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_same_inputs_give_identical_findings_and_manifest(hostile, tmp_path):  # noqa: F811
+    logs, secrets = hostile
+    a = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
+    b = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
+    assert a.run_dir != b.run_dir
+    assert (a.run_dir / "findings.json").read_bytes() == (b.run_dir / "findings.json").read_bytes()
+    assert (a.run_dir / "findings.csv").read_bytes() == (b.run_dir / "findings.csv").read_bytes()
+    volatile = {"run_id", "started", "ended", "duration_s", "trend"}
+    ma, mb = (json.loads((r.run_dir / "manifest.json").read_text()) for r in (a, b))
+    assert {k: v for k, v in ma.items() if k not in volatile} == {
+        k: v for k, v in mb.items() if k not in volatile
+    }
+
+
+@pytest.mark.slow
+def test_html_has_header_title_remediation_and_a_trend_on_the_next_period(
+    hostile,  # noqa: F811
+    tmp_path,
+):
+    logs, secrets = hostile
+    out = tmp_path / "r"
+    october = _run(tmp_path, logs, secrets, out_dir=out)
+    page = october.html.read_text()
+    run_id = october.run_dir.name
+    title = re.search(r"<title>(.*?)</title>", page, re.S)[1]
+    assert "Webhook delivery compliance report" in title and "2026-10" in title and run_id in title
+    for field in ("Client", "Period", "Judged as of", "Run id", "Generated at",
+                  "Toolkit version", "Input files"):  # fmt: skip
+        assert f"<dt>{field}</dt>" in page
+    assert f"<dd>{run_id}</dd>" in page and "2026-11-01 00:00 UTC" in page
+    findings = json.loads((october.run_dir / "findings.json").read_text())
+    failing = [f for f in findings if f["status"] == "fail"]
+    assert failing
+    cards = re.split(r"<div class=.finding.>", page)[1:]
+    assert len(cards) == len(failing)
+    for f in failing:
+        card = next(c for c in cards if f["finding_uid"] in c)
+        assert "Remediation" in card and f["remediation"][:40] in card.replace("&#x27;", "'")
+    assert "No completed run of the previous period" in page
+    # November: no new records; the two incidents still wait on the client at as_of.
+    november = run_report([logs], secrets_path=secrets, period=parse_period("2026-11"), out_dir=out)
+    trend = json.loads((november.run_dir / "trend.json").read_text())
+    assert trend["previous"]["run_id"] == run_id
+    persisting = {r["check_id"]: r for r in trend["persisting"]}
+    assert "TKD-03" in persisting
+    oct_uid = next(f["finding_uid"] for f in failing if f["check_id"] == "TKD-03")
+    assert persisting["TKD-03"]["previous_uid"] == oct_uid
+    assert persisting["TKD-03"]["finding_uid"] != oct_uid  # the uid encodes the period
+    npage = november.html.read_text()
+    assert "Trend against the previous period" in npage and run_id in npage
+    assert "Persisting failures" in npage
+    index = (out / "index.html").read_text()
+    assert "vs 2026-10" in index
+
+
+# --- parameters are checked before anything starts (issue 9 section 5) --------------------------
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ("thresholds:\n  ttt_median_h: !!binary aGVsbG8=\n", "must be a number, not binary data"),
+        ("as_of: !!binary aGVsbG8=\n", "as_of must be an ISO 8601 time, not binary data"),
+        ("thresholds:\n  ttt_median_h: 12h\n", "must be a number, not str"),
+        ("thresholds:\n  ttt_median_h: .nan\n", "must be a number"),
+        ("as_of: 2262-04-12T00:00:00Z\n", "years 1678 to 2261 only"),
+        ("as_of: 2262-04-12\n", "years 1678 to 2261 only"),
+        ("as_of: 99999-01-01T00:00:00Z\n", "is not an ISO 8601 time"),
+        ("thresholds: [1, 2]\n", "thresholds must map parameter names to numbers"),
+        ("client_id: 7\n", "client_id must be text"),
+    ],
+)
+def test_bad_params_are_one_line_and_create_no_run_folder(tmp_path, capsys, params, message):
+    logs = tmp_path / "log.jsonl"
+    logs.write_text("")
+    secrets = tmp_path / "s.json"
+    secrets.write_text('{"wh_1": [{"secret": "whsec_x"}]}')
+    path = tmp_path / "p.yaml"
+    path.write_text(params)
+    out = tmp_path / "r"
+    code = main(_args(logs, secrets, out, "--params", str(path)))
+    err = capsys.readouterr().err
+    assert code == 3 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("audit: error: ") and message in err
+    assert "internal error" not in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text", ["２０２６-10", "2026-١٠", "2026-W٤٤", "2026-10-01..2026-10-1５"])
+def test_period_accepts_ascii_digits_only(text):
+    with pytest.raises(ParameterError, match="ASCII digits"):
+        parse_period(text)
+
+
+def test_bad_period_or_notebook_creates_nothing(tmp_path, capsys):
+    secrets = tmp_path / "s.json"
+    secrets.write_text("{}")
+    secrets.chmod(0o600)  # a group-readable secrets file adds a warning line (issue 9)
+    out = tmp_path / "r"
+    assert main(_args(secrets, secrets, out, period="２０２６-10")) == 3
+    assert main(_args(secrets, secrets, out, "--notebook", str(tmp_path / "no.ipynb"))) == 3
+    assert main(_args(tmp_path / "missing.jsonl", secrets, out)) == 3
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and all(line.startswith("audit: error: ") for line in err)
+    assert not out.exists()
+
+
+# --- lock, stale folders, index ------------------------------------------------------------------
+
+
+def test_the_lock_file_is_not_followed_nor_truncated(tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me")
+    (out / ".lock").symlink_to(victim)
+    with pytest.raises(ReportError, match="symlink"), lock(out):
+        pass
+    assert victim.read_text() == "keep me"
+    (out / ".lock").unlink()
+    (out / ".lock").write_text("note left by an operator")
+    with lock(out):
+        pass
+    assert (out / ".lock").read_text() == "note left by an operator"
+
+
+def test_a_second_holder_of_the_lock_is_refused(tmp_path):
+    with lock(tmp_path), pytest.raises(ReportError, match="holds the lock"), lock(tmp_path):
+        pass
+
+
+def test_stale_tmp_folders_are_marked_failed_and_indexed_without_dead_links(tmp_path):
+    stale = tmp_path / "2026-10" / ".tmp-20261101T060000Z-abcdef"
+    (stale / "tables").mkdir(parents=True)
+    (stale / "findings.csv").write_text("x\n")
+    moved = mark_stale(tmp_path, "20261201T060000Z-123456")
+    assert [p.name for p in moved] == ["20261101T060000Z-abcdef.failed"]
+    assert not list(tmp_path.glob("*/.tmp-*"))
+    manifest = json.loads((moved[0] / "manifest.json").read_text())
+    assert "interrupted" in manifest["message"] and manifest["exit_status"] == 3
+    page = build_index(tmp_path).read_text()
+    assert "20261101T060000Z-abcdef" in page and "no report (failed)" in page
+    assert "report.html" not in page  # the folder has no report: no link to one
+    for href in re.findall(r'href="([^"]+)"', page):
+        assert (tmp_path / href).is_file(), href
+
+
+@pytest.mark.parametrize("blob", [b"{not json", b"\xff\xfe\x00garbage", b"[1, 2]"])
+def test_an_unreadable_manifest_is_listed_and_breaks_nothing(tmp_path, blob):
+    good = tmp_path / "2026-09" / "20261001T060000Z-aaaaaa"
+    good.mkdir(parents=True)
+    (good / "manifest.json").write_text(
+        json.dumps({"run_id": good.name, "period": {"label": "2026-09"}, "exit_status": 0,
+                    "started": "2026-10-01T06:00:00+00:00", "findings": {"status": {"pass": 3}}})
+    )  # fmt: skip
+    (good / "report.html").write_text("<html></html>")
+    bad = tmp_path / "2026-10" / "20261101T060000Z-bbbbbb"
+    bad.mkdir(parents=True)
+    (bad / "manifest.json").write_bytes(blob)
+    page = build_index(tmp_path).read_text()
+    assert "unreadable manifest" in page and bad.name in page
+    assert f'href="2026-09/{good.name}/report.html"' in page
+    assert "PASS 3" in page
