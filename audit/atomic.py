@@ -1,51 +1,103 @@
-"""Write a file so that readers see the old content or the new, never half of one."""
+"""Write a file so that readers see the old content or the new, never half of one.
+
+Every output of the toolkit (verdicts, tables, snapshots, the secrets file) is written to a
+temporary file beside its target, flushed to disk and renamed over the target. When writing
+fails (a full disk, a read-only folder) the temporary file is removed, the previous file is left
+as it was, and :class:`~audit.errors.OutputError` names the target.
+
+A target that is a symbolic link is written at the link's final target (the link is kept).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
-__all__ = ["write_json_atomic", "write_parquet_atomic", "write_text_atomic"]
+from audit.errors import OutputError
+
+__all__ = [
+    "atomic_output",
+    "real_target",
+    "write_json_atomic",
+    "write_parquet_atomic",
+    "write_text_atomic",
+]
+
+
+def real_target(path: str | os.PathLike) -> Path:
+    """``path`` with symbolic links resolved (a missing final target is fine)."""
+    p = Path(path)
+    return p.resolve() if p.is_symlink() else p
+
+
+@contextlib.contextmanager
+def atomic_output(
+    path: str | os.PathLike,
+    *,
+    mode: int | None = None,
+    binary: bool = False,
+    newline: str | None = None,
+) -> Iterator[IO[Any]]:
+    """Open a temporary file beside ``path``; on success fsync it and rename it over ``path``.
+
+    ``mode`` sets the permission bits (default: those of the existing file, else 0644).
+
+    >>> with atomic_output(tmp / "out.txt") as f:  # doctest: +SKIP
+    ...     f.write("all or nothing")
+    """
+    target = real_target(path)
+    if mode is None:
+        try:
+            mode = target.stat().st_mode & 0o777
+        except OSError:
+            mode = 0o644
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as e:
+        raise _error(target, e) from None
+    try:
+        os.fchmod(fd, mode)
+        kwargs = {} if binary else {"encoding": "utf-8", "newline": newline}
+        with os.fdopen(fd, "wb" if binary else "w", **kwargs) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise _error(target, e) from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _error(target: Path, e: OSError) -> OutputError:
+    reason = e.strerror or type(e).__name__
+    return OutputError(f"{target}: cannot write ({reason}); any previous file is left unchanged")
 
 
 def write_json_atomic(path: str | os.PathLike, data: object, *, mode: int = 0o644) -> Path:
     """Write ``data`` as indented JSON beside ``path`` (with ``mode``), fsync, rename over it.
 
-    The temporary file is removed if anything fails.
+    The temporary file is removed if anything fails; the result is the file written (the
+    final target when ``path`` is a symbolic link).
     """
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    with atomic_output(path, mode=mode) as f:
+        json.dump(data, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    return real_target(path)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str, *, mode: int = 0o644) -> Path:
     """Write ``text`` (UTF-8) beside ``path`` (with ``mode``), fsync, rename over it."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    with atomic_output(path, mode=mode) as f:
+        f.write(text)
+    return real_target(path)
 
 
 def write_parquet_atomic(df, path: str | os.PathLike) -> Path:
@@ -53,14 +105,7 @@ def write_parquet_atomic(df, path: str | os.PathLike) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        table = pa.Table.from_pandas(df, preserve_index=False)
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    with atomic_output(path, binary=True) as f:
+        pq.write_table(table, f, compression="zstd")
+    return real_target(path)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
+import re
 from datetime import UTC, datetime
 
 import orjson
@@ -146,18 +148,22 @@ class _Envelopes:
         )
 
 
-def _headers(raw: object, wanted: dict[str, str]) -> dict[str, str] | str:
+def _headers(raw: object, wanted: dict[str, str], notes: list[str]) -> dict[str, str] | str:
     """Pick the delivery headers by lower-cased name; a reason string when malformed.
 
     A repeated header is combined as HTTP does (RFC 9110, 5.3): values joined by ", ". A repeated
     signature or timestamp header therefore fails the format checks, which is the safe outcome.
+    A header that is not a delivery header and has no usable value is ignored (noted in
+    ``notes``); a delivery header without a string value makes the record unreadable.
     """
     if type(raw) is dict:
         items = raw.items()
     elif type(raw) is list:
-        if not all(type(p) is list and len(p) == 2 for p in raw):
-            return "headers must be an object or a list of [name, value] pairs"
-        items = raw
+        items = []
+        for p in raw:
+            if type(p) is not list or not 1 <= len(p) <= 2:
+                return "headers must be an object or a list of [name, value] pairs"
+            items.append((p[0], p[1] if len(p) == 2 else None))
     else:
         return "headers must be an object or a list of [name, value] pairs"
     out: dict[str, str] = {}
@@ -166,11 +172,18 @@ def _headers(raw: object, wanted: dict[str, str]) -> dict[str, str] | str:
             return "header name is not a string"
         key = wanted.get(name.lower())
         if key is None:
+            if type(value) is not str:
+                notes.append(f"ignored header {_short(name)} without a string value")
             continue
         if type(value) is not str:
             return f"header {name} has a value that is not a string"
         out[key] = f"{out[key]}, {value}" if key in out else value
     return out
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) -> str | None:
@@ -187,7 +200,8 @@ def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) ->
     raw_headers = rec.get("headers")
     if raw_headers is None:
         return "no headers"
-    hdr = _headers(raw_headers, wanted)
+    notes: list[str] = []
+    hdr = _headers(raw_headers, wanted, notes)
     if type(hdr) is str:
         return hdr
     text, b64 = rec.get("body"), rec.get("body_b64")
@@ -208,21 +222,23 @@ def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) ->
     if sub is not None and type(sub) is not str:
         return "subscription_id is not a string"
     if url is not None and type(url) is not str:
-        return "url is not a string"
+        notes.append(f"ignored url {_short(url)} (not a string)")
+        url = None
     status = rec.get("response_status")
-    if status is not None and type(status) is not int:
-        if type(status) is str and status.isascii() and status.isdigit():
-            status = int(status)
-        else:
-            return "response_status is not an integer"
-    if status is not None and not 100 <= status <= 599:
-        return "response_status is not an HTTP status (100-599)"
+    if status is not None:
+        if type(status) is not int:
+            notes.append(f"ignored response_status {_short(status)} (not an integer)")
+            status = None
+        elif not 100 <= status <= 599:
+            notes.append(f"ignored response_status {_short(status)} (not an HTTP status 100-599)")
+            status = None
     ms = rec.get("response_ms")
     if ms is not None:
-        if type(ms) is int:
+        if type(ms) is int and -(2**53) <= ms <= 2**53:
             ms = float(ms)
-        elif type(ms) is not float or not math.isfinite(ms):
-            return "response_ms is not a number"
+        if type(ms) is not float or not math.isfinite(ms) or ms < 0:
+            notes.append(f"ignored response_ms {_short(ms)} (not a number of milliseconds)")
+            ms = None
     get = hdr.get
     eid, event, event_ns, incident = envelope(body)
     buf.rows.append(
@@ -244,11 +260,75 @@ def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) ->
             event_ns,
             incident,
             None,
-            None,
+            "; ".join(notes) if notes else None,
         )
     )
     buf.naive_times += not had_offset
     return None
+
+
+# A JSON key whose last character-escape (\\uXXXX) is followed by the key's end: a header name
+# spelled with escapes could repeat another one that the parser merged (last key wins).
+_ESCAPED_KEY = re.compile(rb'\\u[0-9a-fA-F]{4}[^"\\]*"\s*:')
+
+
+def _may_repeat(raw: bytes, headers: dict, wanted: dict[str, str], seen: dict) -> bool:
+    """Cheap test: could the headers object name a delivery header twice (merged by orjson)?
+
+    orjson merges only keys that are equal after unescaping; names that differ in case stay
+    apart and :func:`_headers` joins them. So the line is re-read exactly when it holds a
+    present delivery header's exact prefix (``"X-PhishFort-``) more often than the object holds
+    delivery headers, or when a JSON key ends after a ``\\uXXXX`` escape. ``seen`` caches, per
+    parse, the delivery-header spellings and their quoted prefixes: a usual line costs a set
+    intersection, one ``bytes.count`` and one regex scan.
+    """
+    names, known = seen["names"], seen["known"]
+    if not known.issuperset(headers):  # a spelling not met before: classify it once
+        for name in headers:
+            if name not in known:
+                known.add(name)
+                if name.lower() in wanted:
+                    names.add(name)
+                    prefix = name[: seen["prefix_len"]]
+                    seen["markers"].add(b'"' + prefix.encode("utf-8", "surrogatepass"))
+    found = len(names.intersection(headers))
+    if found and sum(raw.count(m) for m in seen["markers"]) > found:
+        return True
+    return _ESCAPED_KEY.search(raw) is not None
+
+
+def _prefix_len(wanted: dict[str, str]) -> int:
+    """Length of the common prefix of the delivery header names (``x-phishfort-``: 12)."""
+    names = list(wanted)
+    prefix = names[0] if names else ""
+    for n in names[1:]:
+        while not n.startswith(prefix):
+            prefix = prefix[:-1]
+    return len(prefix)
+
+
+class _Pairs(dict):
+    """A JSON object that also keeps every (key, value) pair, repeated keys included."""
+
+    pairs: list
+
+
+def _keep_pairs(pairs: list) -> _Pairs:
+    obj = _Pairs(pairs)
+    obj.pairs = pairs
+    return obj
+
+
+def _header_pairs(raw: bytes, parsed: dict) -> object:
+    """The record's headers as ``[name, value]`` pairs, every repeated name kept."""
+    try:
+        rec = json.loads(raw, object_pairs_hook=_keep_pairs)
+    except (ValueError, RecursionError):
+        return parsed
+    hdr = rec.get("headers") if type(rec) is _Pairs else None
+    if type(hdr) is not _Pairs:
+        return parsed
+    return [[k, v] for k, v in hdr.pairs]
 
 
 def parse_jsonl(
@@ -263,6 +343,7 @@ def parse_jsonl(
     """
     buf = Buffer()
     envelope = _Envelopes()
+    seen = {"names": set(), "known": set(), "markers": set(), "prefix_len": _prefix_len(wanted)}
     loads, decode_error = orjson.loads, orjson.JSONDecodeError
     for line, raw in enumerate(data.split(b"\n"), first_line):
         if not raw or raw.isspace():
@@ -275,6 +356,9 @@ def parse_jsonl(
         if type(rec) is not dict:
             buf.add_unreadable(source, line, "not a JSON object")
             continue
+        hdr = rec.get("headers")
+        if type(hdr) is dict and hdr and _may_repeat(raw, hdr, wanted, seen):
+            rec["headers"] = _header_pairs(raw, hdr)
         problem = _record(buf, source, line, rec, wanted, envelope)
         if problem is not None:
             buf.add_unreadable(source, line, problem)
@@ -306,27 +390,34 @@ def parse_har(data: bytes, source: str, wanted: dict[str, str]) -> Buffer:
 
 
 def _har_record(entry: object) -> dict | str:
-    """Map a HAR entry to a capture record. A missing ``postData`` is an empty body."""
+    """Map a HAR entry to a capture record. A missing ``postData`` is an empty body.
+
+    A ``postData`` without ``text`` (e.g. ``params`` only) is unreadable: the signed bytes are
+    not in the file. A response status of 0 means "no response" in HAR and is left empty.
+    """
     if type(entry) is not dict or type(entry.get("request")) is not dict:
         return "HAR entry has no request"
     req = entry["request"]
     headers = req.get("headers")
-    if type(headers) is not list or not all(
-        type(h) is dict and "name" in h and "value" in h for h in headers
-    ):
+    if type(headers) is not list or not all(type(h) is dict and "name" in h for h in headers):
         return "HAR request headers are not a list of {name, value}"
     post = req.get("postData") or {}
-    text = post.get("text", "") if type(post) is dict else None
+    if type(post) is not dict:
+        return "HAR postData is not an object"
+    if post and "text" not in post:
+        what = "params only" if "params" in post else "no text"
+        return f"body bytes not in the HAR (postData has {what})"
+    text = post.get("text", "")
     if type(text) is not str:
         return "HAR postData.text is not a string"
     rec: dict = {
         "received_at": entry.get("startedDateTime"),
-        "headers": [[h["name"], h["value"]] for h in headers],
+        "headers": [[h["name"], h["value"]] if "value" in h else [h["name"]] for h in headers],
         "url": req.get("url"),
     }
     rec["body_b64" if post.get("encoding") == "base64" else "body"] = text
     resp = entry.get("response")
-    if type(resp) is dict and type(resp.get("status")) is int and resp["status"] > 0:
+    if type(resp) is dict and resp.get("status") not in (None, 0):
         rec["response_status"] = resp["status"]
     t = entry.get("time")
     if type(t) in (int, float) and t >= 0:

@@ -13,6 +13,7 @@ import warnings
 import click
 
 from audit.errors import AuditError
+from audit.redaction import for_terminal, scrub
 
 EXIT_BAD_INPUT = 3
 
@@ -34,8 +35,13 @@ def _register() -> None:
 _register()
 
 
+def _say(text: object) -> str:
+    """A message fit for the terminal: known secrets and the API key cut, controls escaped."""
+    return for_terminal(scrub(str(text)))
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    click.echo(f"audit: warning: {message}", err=True)
+    click.echo(f"audit: warning: {_say(message)}", err=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,20 +56,21 @@ def main(argv: list[str] | None = None) -> int:
         e.show()
         return EXIT_BAD_INPUT
     except AuditError as e:
-        click.echo(f"audit: error: {e}", err=True)
+        click.echo(f"audit: error: {_say(e)}", err=True)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         click.echo("audit: interrupted", err=True)
         return EXIT_BAD_INPUT
     except OSError as e:  # a path the user gave cannot be written or read
         where = f"{e.filename}: " if e.filename else ""
-        click.echo(f"audit: error: {where}{e.strerror or e}", err=True)
+        click.echo(f"audit: error: {_say(where)}{_say(e.strerror or e)}", err=True)
         return EXIT_BAD_INPUT
     except Exception as e:  # a bug: still one line and exit 3, never "1 = failing findings"
         if os.environ.get("AUDIT_DEBUG"):
             raise
         click.echo(
-            f"audit: internal error: {type(e).__name__}: {e} (set AUDIT_DEBUG=1 for a traceback)",
+            f"audit: internal error: {type(e).__name__}: {_say(e)} (set AUDIT_DEBUG=1 for a "
+            "traceback)",
             err=True,
         )
         return EXIT_BAD_INPUT

@@ -8,8 +8,11 @@ file given with ``--secrets``.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import tempfile
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,10 +20,10 @@ from typing import Any
 
 import click
 
-from audit.atomic import write_json_atomic
 from audit.client import REDACTED, IssuedSecret, RetryPolicy, ServiceClient, redact_secrets
-from audit.errors import InputError, SecretsError
-from audit.secrets import add_secret
+from audit.errors import InputError, OutputError, SecretsError
+from audit.redaction import for_terminal, json_for_terminal, register_sensitive, scrub
+from audit.secrets import add_secret, load_secrets_json
 from audit.spec import EVENTS
 from audit.subscriptions import secret_exposed, unwrap_listing
 
@@ -72,12 +75,32 @@ def _client(
         raise InputError(
             f"environment variable {api_key_env} is not set (it must hold the API key)"
         )
-    return ServiceClient(
+    register_sensitive(key)
+    deadline_s = _env_number("AUDIT_DEADLINE_S", 120.0, float)
+    client = ServiceClient(
         base_url=base_url,
         api_key=key,
         timeout=timeout,
+        deadline_s=deadline_s,
+        max_response_bytes=_env_number("AUDIT_MAX_RESPONSE_BYTES", 10_000_000, int),
         retry=RetryPolicy(max_attempts=max_attempts),
     )
+    client.deadline_at = time.monotonic() + deadline_s  # one deadline for the whole command
+    return client
+
+
+def _env_number(name: str, default: float, kind: type) -> Any:
+    """A positive number from the environment (limits overridable without new options)."""
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise InputError(f"environment variable {name} is not a number") from None
+    if value <= 0:
+        raise InputError(f"environment variable {name} must be positive")
+    return value
 
 
 def _check_secrets_target(path: Path) -> None:
@@ -86,11 +109,18 @@ def _check_secrets_target(path: Path) -> None:
         if not path.is_file():
             raise SecretsError(f"{path}: not a file")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
-            raise SecretsError(f"{path}: existing secrets file is not readable JSON") from None
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            raise SecretsError(f"{path}: existing secrets file is not readable") from None
+        data = load_secrets_json(text, path) if text.strip() else {}
         if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
             raise SecretsError(f"{path}: expected an object mapping subscription id to a list")
+        register_sensitive(  # known secrets are cut from every message of this command
+            e["secret"]
+            for entries in data.values()
+            for e in entries
+            if isinstance(e, dict) and isinstance(e.get("secret"), str)
+        )
         if not os.access(path, os.W_OK):
             raise SecretsError(f"{path}: secrets file is not writable")
     folder = path.parent
@@ -119,7 +149,12 @@ def _iso(t: datetime) -> str:
 
 
 def _warn(message: str) -> None:
-    click.echo(f"audit: warning: {message}", err=True)
+    click.echo(f"audit: warning: {for_terminal(scrub(message))}", err=True)
+
+
+def _show(text: object) -> str:
+    """Service data for one terminal line: secrets cut, control characters escaped."""
+    return for_terminal(scrub(str(text)))
 
 
 def _warn_exposed(count: int) -> None:
@@ -165,7 +200,7 @@ def list_cmd(
     shown, exposed = redact_secrets(items, also=[key])
     _warn_exposed(exposed)
     if as_json:
-        click.echo(json.dumps(shown, indent=2, ensure_ascii=False))
+        click.echo(json_for_terminal(json.dumps(shown, indent=2, ensure_ascii=False)))
         return
     if not shown:
         click.echo("no subscriptions")
@@ -173,13 +208,15 @@ def list_cmd(
     rows = [("ID", "ACTIVE", "LAST DELIVERY", "EVENTS", "URL")]
     for s in shown:
         active = s.get("active")
+        events = s.get("events")
+        events = events if isinstance(events, list) else [events] if events else []
         rows.append(
             (
-                str(s.get("id", "?")),
-                "-" if active is None else str(active).lower(),
-                str(s.get("lastDeliveryStatus") or "-"),
-                ",".join(s.get("events") or []) or "-",
-                str(s.get("url", "?")) + ("  [secret exposed]" if secret_exposed(s) else ""),
+                _show(s.get("id", "?")),
+                "-" if active is None else _show(active).lower(),
+                _show(s.get("lastDeliveryStatus") or "-"),
+                _show(",".join(str(e) for e in events) or "-"),
+                _show(s.get("url", "?")) + ("  [secret exposed]" if secret_exposed(s) else ""),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
@@ -213,7 +250,7 @@ def create_cmd(
     with _client(base_url, api_key_env, timeout, max_attempts) as client:
         issued = client.create_webhook(url, list(events), description)
     valid_from = _save_secret(secrets_file, issued, rotated=False)
-    click.echo(f"created {issued.subscription_id}: {url} ({', '.join(events)})")
+    click.echo(_show(f"created {issued.subscription_id}: {url} ({', '.join(events)})"))
     click.echo(f"secret saved to {secrets_file} (valid_from {valid_from}); it is not shown again")
 
 
@@ -290,7 +327,8 @@ def send_test_cmd(
         key = os.environ[api_key_env]
     shown, exposed = redact_secrets(answer, also=[key])
     _warn_exposed(exposed)
-    detail = f": {json.dumps(shown, ensure_ascii=False)}" if shown not in (None, {}, []) else ""
+    text = json_for_terminal(json.dumps(shown, ensure_ascii=False))
+    detail = f": {text}" if shown not in (None, {}, []) else ""
     click.echo(f"test delivery requested for {subscription_id}{detail}")
 
 
@@ -319,6 +357,10 @@ def rotate_cmd(
     click.echo(f"new secret saved to {secrets_file} (valid_from {valid_from})")
 
 
+#: errno values of file systems that cannot hard-link (FAT, some network mounts).
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
+
+
 def write_snapshot(
     out_dir: str | os.PathLike,
     body: Any,
@@ -331,7 +373,9 @@ def write_snapshot(
 
     Every non-empty ``secret`` value in ``body`` is replaced by ``"[redacted]"``, and so is any
     occurrence of the strings in ``scrub`` (the API key) inside string values. A name already
-    taken gets a ``-2``, ``-3``... suffix.
+    taken gets a ``-2``, ``-3``... suffix; names are claimed exclusively (a hard link of the
+    finished file, which fails when the name exists), so concurrent runs never overwrite
+    each other and no reader sees a half-written snapshot.
 
     Returns
     -------
@@ -348,15 +392,46 @@ def write_snapshot(
     n = len(unwrap_listing(redacted))
     doc = {"fetched_at": _iso(fetched_at), "base_url": base_url, "response": redacted}
     folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{folder}: cannot create the folder ({e.strerror})") from None
     stem = f"webhooks-{fetched_at.astimezone(UTC):%Y%m%dT%H%M%SZ}"
-    target = folder / f"{stem}.json"
-    k = 1
-    while target.exists():
-        k += 1
-        target = folder / f"{stem}-{k}.json"
-    write_json_atomic(target, doc, mode=0o644)
-    return target, n, count
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise OutputError(f"{folder}: cannot write ({e.strerror})") from None
+    staging = Path(tmp)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:  # written whole under a private name
+            json.dump(doc, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        for k in range(1, 10_000):
+            target = folder / (f"{stem}.json" if k == 1 else f"{stem}-{k}.json")
+            try:
+                os.link(staging, target)  # exclusive: fails if the name is taken
+            except FileExistsError:
+                continue
+            except OSError as e:
+                if e.errno not in _NO_HARD_LINKS:
+                    raise
+                # A file system without hard links: claim the name exclusively, then rename.
+                try:
+                    os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                except FileExistsError:
+                    continue
+                os.replace(staging, target)
+            return target, n, count
+        raise OutputError(f"{folder}: no free snapshot name for {stem}")
+    except OSError as e:
+        raise OutputError(
+            f"{folder}: cannot write the snapshot ({e.strerror}); nothing was written"
+        ) from None
+    finally:
+        staging.unlink(missing_ok=True)
 
 
 @click.command("snapshot")

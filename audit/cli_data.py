@@ -192,6 +192,20 @@ def _print_report(report) -> None:
     click.echo(f"index:     {report.index}")
 
 
+def _refuse_secrets_in(path: Path | None, secrets_path: str) -> None:
+    """Refuse (before any kernel starts) a params or mutes file holding a known secret value."""
+    if path is None or not path.is_file():
+        return
+    from audit.redaction import refuse_known_secrets
+    from audit.secrets import secret_values
+
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return  # the pipeline reports an unreadable mutes file itself
+    refuse_known_secrets(path, text, secret_values(secrets_path))
+
+
 @_command
 @click.command()
 @click.argument("logs", nargs=-1, required=True)
@@ -252,6 +266,8 @@ def report(
     from audit.report import parse_period, read_params, run_report
 
     when = parse_period(period, today=datetime.now(UTC).date())  # the only wall-clock read
+    _refuse_secrets_in(params_path, secrets_path)
+    _refuse_secrets_in(mutes_path, secrets_path)
     result = run_report(
         list(logs),
         secrets_path=secrets_path,

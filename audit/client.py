@@ -51,7 +51,14 @@ from audit.errors import (
     ServiceError,
     TerminalError,
 )
-from audit.redaction import REDACTED, redact_secrets
+from audit.redaction import (
+    HTTP_LOGGERS,
+    REDACTED,
+    install_log_filter,
+    redact_secrets,
+    register_sensitive,
+    scrub,
+)
 from audit.request_checks import (
     FileSpec,
     check_attachment_count,
@@ -87,6 +94,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+install_log_filter([__name__, *HTTP_LOGGERS])
 
 
 @dataclass(frozen=True)
@@ -147,6 +155,14 @@ class ServiceClient:
         :meth:`audit.service.fake.FakeService.transport` in tests.
     timeout
         Seconds (or an :class:`httpx.Timeout`) for connect, read, write and pool.
+    deadline_s
+        Overall limit for one request with all its retries, waits and reads (default 120 s):
+        a server that trickles its answer cannot hold a call longer than this. Set
+        :attr:`deadline_at` (a :func:`time.monotonic` value) to bound several calls together,
+        as the CLI does for a whole command.
+    max_response_bytes
+        Largest response body accepted, counted after decompression (default 10 MB,
+        :data:`DEFAULT_MAX_RESPONSE_BYTES`); a larger one is abandoned with a ServiceError.
     retry
         The :class:`RetryPolicy`; the default makes at most 4 attempts.
     sleep, rng, clock
@@ -167,6 +183,8 @@ class ServiceClient:
         api_key: str,
         transport: httpx.BaseTransport | None = None,
         timeout: float | httpx.Timeout = 10.0,
+        deadline_s: float = 120.0,
+        max_response_bytes: int = 10_000_000,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
@@ -178,6 +196,15 @@ class ServiceClient:
         if any(c in api_key for c in "\r\n\0") or api_key != api_key.strip():
             raise InputError("the API key contains whitespace or control characters")
         self._api_key = api_key
+        register_sensitive(api_key)
+        if not (isinstance(deadline_s, int | float) and deadline_s > 0):
+            raise InputError("deadline_s must be a positive number of seconds")
+        if not (isinstance(max_response_bytes, int) and max_response_bytes > 0):
+            raise InputError("max_response_bytes must be a positive integer")
+        self.deadline_s = float(deadline_s)
+        #: Optional absolute end (``time.monotonic()``) for every request of this client.
+        self.deadline_at: float | None = None
+        self.max_response_bytes = max_response_bytes
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
         self._rng = rng or random.Random()
@@ -406,6 +433,9 @@ class ServiceClient:
         """Send with the retry rules; return the 2xx response and the time it arrived."""
         where = f"{method} {API_VERSION_PATH}{path}"
         policy = self.retry
+        deadline = time.monotonic() + self.deadline_s
+        if self.deadline_at is not None:
+            deadline = min(deadline, self.deadline_at)
         for attempt in range(1, policy.max_attempts + 1):
             request = self._http.build_request(
                 method,
@@ -416,7 +446,7 @@ class ServiceClient:
                 headers={"x-api-key": self._api_key},
             )
             try:
-                response = self._http.send(request)
+                response = self._send(request, where, deadline)
             except httpx.TransportError as e:
                 failure = f"{type(e).__name__}: {self._scrub(str(e)) or 'connection failed'}"
                 if isinstance(e, MAYBE_SENT_ERRORS) and not repeatable:
@@ -445,8 +475,9 @@ class ServiceClient:
                 failure = _describe(response, server_message)
                 wait = parse_retry_after(response.headers.get("retry-after"), received_at)
                 if wait is not None and wait > policy.max_retry_after_s:
+                    asked = f"{wait:.0f} s" if wait < 1e12 else "an absurdly long time"
                     raise RetryableError(
-                        f"{where}: {failure}; the service asked to wait {wait:.0f} s "
+                        f"{where}: {failure}; the service asked to wait {asked} "
                         f"(Retry-After), longer than the {policy.max_retry_after_s:.0f} s this "
                         "client waits",
                         status=status,
@@ -460,6 +491,13 @@ class ServiceClient:
                 )
             if wait is None:
                 wait = policy.backoff_s(attempt, self._rng)
+            if time.monotonic() + wait > deadline:
+                raise RetryableError(
+                    f"{where}: {failure}; no time left for another attempt within the "
+                    f"{self.deadline_s:.0f} s deadline",
+                    status=status,
+                    server_message=server_message,
+                )
             log.warning(
                 "%s: %s; retrying in %.2f s (attempt %d of %d)",
                 where,
@@ -471,15 +509,51 @@ class ServiceClient:
             self._sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _send(self, request: httpx.Request, where: str, deadline: float) -> httpx.Response:
+        """Send one request and read its body within the size limit and the deadline."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ServiceError(f"{where}: the {self.deadline_s:.0f} s deadline passed")
+        timeout = self._http.timeout
+        request.extensions["timeout"] = httpx.Timeout(
+            connect=_min(timeout.connect, left),
+            read=_min(timeout.read, left),
+            write=_min(timeout.write, left),
+            pool=_min(timeout.pool, left),
+        ).as_dict()
+        response = self._http.send(request, stream=True)
+        try:
+            chunks, size = [], 0
+            for chunk in response.iter_bytes():  # decoded: the limit counts decompressed bytes
+                size += len(chunk)
+                if size > self.max_response_bytes:
+                    raise ServiceError(
+                        f"{where}: response body larger than {self.max_response_bytes} bytes "
+                        "(after decompression); abandoned",
+                        status=response.status_code,
+                    )
+                if time.monotonic() > deadline:
+                    raise ServiceError(
+                        f"{where}: the answer did not arrive within the {self.deadline_s:.0f} s "
+                        "deadline",
+                        status=response.status_code,
+                    )
+                chunks.append(chunk)
+            response._content = b"".join(chunks)  # what httpx's own read() sets
+        finally:
+            response.close()
+        return response
+
     def _scrub(self, text: str) -> str:
-        return text.replace(self._api_key, REDACTED) if self._api_key else text
+        return scrub(text, [self._api_key])
 
     def _server_message(self, response: httpx.Response) -> str | None:
+        """The error body's message: scrubbed of the key and secrets first, then shortened."""
         try:
             body = response.json()
-        except (ValueError, UnicodeDecodeError):
-            text = " ".join(response.text.split())[:200]
-            return self._scrub(text) or None
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            text = self._scrub(" ".join(response.content.decode("utf-8", "replace").split()))
+            return text[:200] or None
         if isinstance(body, dict):
             for key in ("message", "error"):
                 v = body.get(key)
@@ -502,7 +576,7 @@ class ServiceClient:
             if isinstance(body, dict) and isinstance(body.get("error"), str):
                 error = self._scrub(body["error"])
             return PayloadTooLarge(
-                f"{where}: 413 {error or response.reason_phrase or 'Request Entity Too Large'}"
+                f"{where}: 413 {error or _reason(response) or 'Request Entity Too Large'}"
                 f"{_suffix(server_message)}",
                 status=status,
                 server_message=server_message,
@@ -544,6 +618,10 @@ def _unwrap(body: Any) -> Any:
     return body
 
 
+def _min(value: float | None, left: float) -> float:
+    return left if value is None else min(value, left)
+
+
 def _json_body(response: httpx.Response, where: str, *, allow_empty: bool = False) -> Any:
     if not response.content.strip():
         if allow_empty:
@@ -558,16 +636,26 @@ def _json_body(response: httpx.Response, where: str, *, allow_empty: bool = Fals
             f"{where}: {_status_text(response)} with a body that is not JSON",
             status=response.status_code,
         ) from None
+    except RecursionError:
+        raise ServiceError(
+            f"{where}: {_status_text(response)} with a JSON body nested too deeply to read",
+            status=response.status_code,
+        ) from None
+
+
+def _reason(response: httpx.Response) -> str:
+    """The reason phrase, with every known secret and the API key cut out (servers echo)."""
+    return scrub(" ".join(response.reason_phrase.split()))[:200]
 
 
 def _status_text(response: httpx.Response) -> str:
-    reason = response.reason_phrase
+    reason = _reason(response)
     return f"{response.status_code} {reason}" if reason else str(response.status_code)
 
 
 def _describe(response: httpx.Response, server_message: str | None) -> str:
     """``"503 Service Unavailable: <message>"``, without a message that repeats the reason."""
-    same = server_message and server_message.lower() == response.reason_phrase.lower()
+    same = server_message and server_message.lower() == _reason(response).lower()
     return _status_text(response) + ("" if same else _suffix(server_message))
 
 

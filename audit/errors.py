@@ -6,6 +6,7 @@ The hierarchy::
     ├── InputError              a user-supplied file, folder, glob or argument cannot be used
     │   ├── LoadError           a log or snapshot file cannot be read at all (e.g. corrupt .gz)
     │   └── SecretsError        the secrets file is malformed or names an unset variable
+    ├── OutputError             an output file cannot be written (full disk, no permission)
     ├── SchemaError             a frame does not have the declared columns or dtypes
     ├── ParameterError          a report or analysis parameter is invalid
     ├── ReportError             the report pipeline failed (notebook, conversion, lock)
@@ -26,6 +27,7 @@ __all__ = [
     "InputError",
     "LimitError",
     "LoadError",
+    "OutputError",
     "ParameterError",
     "PayloadTooLarge",
     "ReportError",
@@ -52,6 +54,13 @@ class LoadError(InputError):
 
 class SecretsError(InputError):
     """The secrets file is malformed, or a ``secret_env`` variable is unset."""
+
+
+class OutputError(AuditError, OSError):
+    """An output file cannot be written; the previous file, if any, is left as it was.
+
+    Also an :class:`OSError`, so callers that handled the underlying failure still do.
+    """
 
 
 class SchemaError(AuditError):

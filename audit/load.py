@@ -5,6 +5,10 @@ Every input record becomes exactly one row. A record that cannot be read becomes
 lines are not records and are skipped. A file that cannot be read at all (a truncated gzip, a
 HAR that is not JSON) raises :class:`~audit.errors.LoadError` naming the file.
 
+Which files a folder or glob yields is decided by :mod:`audit.paths` (rotated names, one warning
+for skipped entries, loop-safe ``**``, unreadable folders are errors); gzip is inflated as a
+stream within the limits of :mod:`audit.compressed` (a gzip bomb is an error naming the file).
+
 Large inputs are parsed (and, given ``secrets``, verified) in worker processes, one chunk of
 lines each; the rows come back in input order, so the result does not depend on ``workers``.
 The formats are documented in ``docs/formats.md``; the columns in ``docs/tables.md``.
@@ -12,15 +16,12 @@ The formats are documented in ``docs/formats.md``; the columns in ``docs/tables.
 
 from __future__ import annotations
 
-import glob
-import gzip
 import hashlib
 import multiprocessing
 import os
 import sys
 import threading
 import warnings
-import zlib
 from collections.abc import Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -32,14 +33,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.capture import NAT, parse_har, parse_jsonl
-from audit.errors import InputError, LoadError
+from audit.compressed import ExpansionLimits, inflate
+from audit.errors import LoadError
+from audit.paths import expand, is_har_name
 from audit.secrets import SecretStore
 from audit.signatures import verify_columns
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 
 __all__ = ["Captures", "LoadWarning", "expand_paths", "frame_from_columns", "load_captures"]
 
-#: File names picked up when a folder is given.
+#: File names picked up when a folder is given (rotated names too: see :mod:`audit.paths`).
 LOG_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".har", ".har.gz")
 #: Inputs smaller than this (uncompressed bytes) are parsed in-process.
 PARALLEL_MIN_BYTES = 16 * 2**20
@@ -72,47 +75,22 @@ class Captures:
 def expand_paths(
     paths: Iterable[str | os.PathLike], suffixes: tuple[str, ...] = LOG_SUFFIXES
 ) -> list[Path]:
-    """Turn files, folders (searched recursively for ``suffixes``) and globs into files.
+    """Turn files, folders (searched recursively for capture logs) and globs into files.
 
-    Raises :class:`~audit.errors.InputError` for a path that matches nothing.
+    The rules are those of :func:`audit.paths.expand` (rotated names, one warning for skipped
+    files, loop-safe ``**``). ``suffixes`` is kept for compatibility and ignored.
+    Raises :class:`~audit.errors.InputError` for a path that matches nothing or cannot be read.
     """
-    out: list[Path] = []
-    seen: set[Path] = set()
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir():
-            found = sorted(
-                f for f in p.rglob("*") if f.is_file() and f.name.lower().endswith(suffixes)
-            )
-            if not found:
-                raise InputError(f"{p}: folder holds no {', '.join(suffixes)} file")
-        elif p.is_file():
-            found = [p]
-        else:
-            found = [Path(m) for m in sorted(glob.glob(str(raw), recursive=True))]
-            found = [f for f in found if f.is_file()]
-            if not found:
-                raise InputError(f"{raw}: no such file or folder, and no file matches it as a glob")
-        for f in found:
-            key = f.resolve()
-            if key not in seen:
-                seen.add(key)
-                out.append(f)
-    return out
+    return expand(paths)
 
 
-def _read(path: Path) -> tuple[bytes, bytes]:
-    """Return (file bytes, content): gzip is recognised by its magic bytes."""
+def _read(path: Path, limits: ExpansionLimits | None = None) -> tuple[bytes, bytes]:
+    """Return (file bytes, content): gzip is recognised by its magic bytes, inflated bounded."""
     try:
         blob = path.read_bytes()
     except OSError as e:
         raise LoadError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
-    data = blob
-    if blob[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(blob)
-        except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
-            raise LoadError(f"{path}: truncated or corrupt gzip file ({e})") from None
+    data = inflate(path, blob, limits)
     return blob, data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 BOM is not part of a record
 
 
@@ -221,6 +199,8 @@ def load_captures(
     secrets: SecretStore | None = None,
     tolerance_s: float = CLOCK_TOLERANCE_S,
     workers: int | None = None,
+    max_expanded_bytes: int | None = None,
+    max_expansion_ratio: float | None = None,
 ) -> Captures:
     """Load capture logs (JSONL, ``.gz``, HAR) from files, folders and globs into one frame.
 
@@ -238,6 +218,9 @@ def load_captures(
         Clock tolerance for that verification.
     workers
         Worker processes for large inputs; 1 parses in-process. Default: the usable CPUs.
+    max_expanded_bytes, max_expansion_ratio
+        Limits on gzip expansion per file (see :mod:`audit.compressed`); default from
+        ``AUDIT_MAX_EXPANDED_BYTES`` / ``AUDIT_MAX_EXPANSION_RATIO``, else 2 GiB and 200.
 
     Returns
     -------
@@ -255,13 +238,14 @@ def load_captures(
     files = expand_paths(paths)
     wanted = {v: k for k, v in header_names(header_prefix).items()}
     workers = default_workers() if workers is None else max(1, workers)
-    contents = [(path, *_read(path)) for path in files]
+    limits = ExpansionLimits(max_expanded_bytes, max_expansion_ratio)
+    contents = [(path, *_read(path, limits)) for path in files]
     total = sum(len(data) for _, _, data in contents)
     pieces = workers * 2 if workers > 1 and total >= PARALLEL_MIN_BYTES else 1
     tasks: list[tuple[int, tuple]] = []  # (file index, task)
     for k, (path, _, data) in enumerate(contents):
         source = str(path)
-        if path.name.lower().endswith((".har", ".har.gz")):
+        if is_har_name(path.name):
             task = ("har", k, 0, len(data), source, 1, wanted, secrets, tolerance_s)
             tasks.append((k, task))
             continue

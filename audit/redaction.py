@@ -1,30 +1,155 @@
 """Secret values cut out of what the toolkit shows or stores (listings, messages).
 
 The service may expose signing secrets in a ``GET /webhooks`` listing; :func:`redact_secrets`
-replaces them (and any other string given, such as the API key) with :data:`REDACTED`.
+replaces them (and any other string given, such as the API key) with :data:`REDACTED`. Every
+key whose name contains ``secret`` (any case, any depth: ``secrets``, ``signingSecret``) is
+redacted, whatever its value's type.
+
+Process-wide, the values the toolkit knows to be sensitive (the API key once read, every secret
+read from a secrets file) are registered with :func:`register_sensitive`; :func:`scrub` cuts
+them out of any text (the CLI applies it to every error and warning), and
+:func:`for_terminal` escapes control characters (ANSI escapes from the service or from
+captures) before text reaches a terminal.
 """
 
 from __future__ import annotations
 
+import logging
+import re
+import threading
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["REDACTED", "redact_secrets"]
+__all__ = [
+    "REDACTED",
+    "ScrubFilter",
+    "for_terminal",
+    "install_log_filter",
+    "json_for_terminal",
+    "redact_secrets",
+    "refuse_known_secrets",
+    "register_sensitive",
+    "scrub",
+]
+
+#: Registered values shorter than this are not scrubbed from text (they would mangle it);
+#: secrets and keys are far longer.
+MIN_SENSITIVE_LEN = 6
+_SENSITIVE: set[str] = set()
+_LOCK = threading.Lock()
+# C0 controls except none, DEL, C1 controls, and bidi overrides/isolates that reorder text.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def register_sensitive(values: Iterable[str] | str) -> None:
+    """Remember values (an API key, secrets) that :func:`scrub` must cut out of any text."""
+    if isinstance(values, str):
+        values = [values]
+    with _LOCK:
+        _SENSITIVE.update(v for v in values if isinstance(v, str) and len(v) >= MIN_SENSITIVE_LEN)
+
+
+class ScrubFilter(logging.Filter):
+    """A logging filter that cuts registered sensitive values out of every record it passes.
+
+    Installed on the loggers of httpx and httpcore, which log reason phrases and headers.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _SENSITIVE:
+            text = record.getMessage()
+            clean = scrub(text)
+            if clean != text:
+                record.msg, record.args = clean, ()
+        return True
+
+
+#: Loggers that can repeat what a server said (reason phrases) or sent.
+HTTP_LOGGERS = ("httpx", "httpcore.http11", "httpcore.http2", "httpcore.connection")
+
+
+def install_log_filter(names: Iterable[str] = HTTP_LOGGERS) -> None:
+    """Put one :class:`ScrubFilter` on each named logger (idempotent)."""
+    for name in names:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, ScrubFilter) for f in logger.filters):
+            logger.addFilter(ScrubFilter())
+
+
+def known_sensitive() -> list[str]:
+    """The registered values, longest first (so a value inside another is cut after it)."""
+    with _LOCK:
+        return sorted(_SENSITIVE, key=len, reverse=True)
+
+
+def scrub(text: str, also: Iterable[str] = ()) -> str:
+    """``text`` with every registered sensitive value (and those in ``also``) replaced.
+
+    >>> register_sensitive("k3y-abcdef")
+    >>> scrub("401 bad key k3y-abcdef")
+    '401 bad key [redacted]'
+    """
+    for value in sorted({*known_sensitive(), *(a for a in also if a)}, key=len, reverse=True):
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def refuse_known_secrets(path: object, text: str, also: Iterable[str] = ()) -> None:
+    """Raise InputError when ``text`` (a params or mutes file) holds a known secret value.
+
+    Secrets travel by file path or variable name only; a value pasted into a parameters file
+    would end up in the executed notebook and the manifest. The error names the file and the
+    line, never the value.
+    """
+    from audit.errors import InputError
+
+    for value in {*known_sensitive(), *(a for a in also if len(a) >= MIN_SENSITIVE_LEN)}:
+        at = text.find(value)
+        if at >= 0:
+            line = text.count("\n", 0, at) + 1
+            raise InputError(
+                f"{path}: line {line} holds the value of a known secret or API key; remove it "
+                "(secrets go by file path or environment-variable name only)"
+            )
+
+
+def for_terminal(text: str) -> str:
+    r"""Escape control characters so that text from outside cannot drive the terminal.
+
+    >>> for_terminal("ok" + chr(27) + "[31m red" + chr(13))
+    'ok\\x1b[31m red\\x0d'
+    """
+    return _CONTROL.sub(lambda m: _escape(m.group()), text)
+
+
+def json_for_terminal(text: str) -> str:
+    """JSON text with the characters JSON leaves raw but terminals obey (C1, bidi) escaped."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _escape(ch: str) -> str:
+    n = ord(ch)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
+
 
 #: What a secret value is replaced by wherever the toolkit writes or shows a listing.
 REDACTED = "[redacted]"
 
 
 def redact_secrets(value: Any, *, also: Iterable[str] = ()) -> tuple[Any, int]:
-    """Copy a decoded JSON value with every non-empty ``secret`` field replaced by ``[redacted]``.
+    """Copy a decoded JSON value with every non-empty secret-named field replaced by ``[redacted]``.
 
-    Keys are matched case-insensitively at any depth. Strings listed in ``also`` (e.g. the API
-    key) are cut out of every string value as well.
+    A field is secret-named when its key contains ``secret`` (any case, any depth: ``secret``,
+    ``secrets``, ``signingSecret``); its whole value is replaced, whatever its type. Strings
+    listed in ``also`` (e.g. the API key) and every value registered with
+    :func:`register_sensitive` are cut out of every string, keys included.
 
     Returns
     -------
     (copy, count)
-        ``count`` is the number of ``secret`` values replaced.
+        ``count`` is the number of secret-named values replaced.
 
     Examples
     --------
@@ -33,23 +158,31 @@ def redact_secrets(value: Any, *, also: Iterable[str] = ()) -> tuple[Any, int]:
     """
     extra = [s for s in also if s]
     count = 0
-
-    def walk(v: Any) -> Any:
-        nonlocal count
+    # An explicit stack, not recursion: a listing nested 100,000 deep must not crash.
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+    while stack:
+        v, parent, slot = stack.pop()
         if isinstance(v, dict):
-            out = {}
+            out: dict = {}
             for k, item in v.items():
-                if isinstance(k, str) and k.lower() == "secret" and item not in (None, ""):
-                    out[k] = REDACTED
-                    count += 1
+                key = scrub(k, extra) if isinstance(k, str) else k
+                if isinstance(k, str) and "secret" in k.lower():
+                    if item in (None, "", [], {}):
+                        out[key] = item
+                    else:
+                        out[key] = REDACTED
+                        count += 1
                 else:
-                    out[k] = walk(item)
-            return out
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        if isinstance(v, str):
-            for s in extra:
-                v = v.replace(s, REDACTED)
-        return v
-
-    return walk(value), count
+                    out[key] = None
+                    stack.append((item, out, key))
+            parent[slot] = out
+        elif isinstance(v, list):
+            items: list = [None] * len(v)
+            stack.extend((x, items, i) for i, x in enumerate(v))
+            parent[slot] = items
+        elif isinstance(v, str):
+            parent[slot] = scrub(v, extra)
+        else:
+            parent[slot] = v
+    return root[0], count

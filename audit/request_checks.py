@@ -128,13 +128,22 @@ def check_description(description: str) -> str:
 
 
 def path_segment(value: str, *, what: str = "subscription id") -> str:
-    """``value`` escaped as one URL path segment; InputError when empty.
+    """``value`` escaped as exactly one URL path segment; InputError when it cannot be one.
 
-    >>> path_segment("wh/1")
-    'wh%2F1'
+    Every character outside the unreserved set (``/``, ``%``, ``?``, ``#``, spaces, non-ASCII)
+    is percent-encoded. ``.`` and ``..`` are refused: a client or proxy would resolve them as
+    dot-segments and the request would reach another resource (``DELETE /v1/webhooks``).
+    Control characters are refused too.
+
+    >>> path_segment("wh/1?x#y%")
+    'wh%2F1%3Fx%23y%25'
     """
     if not isinstance(value, str) or not value.strip():
         raise InputError(f"the {what} is empty")
+    if value in (".", ".."):
+        raise InputError(f"the {what} {value!r} is not an id (a dot-segment of the URL path)")
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in value):
+        raise InputError(f"the {what} contains control characters")
     return quote(value, safe="")
 
 

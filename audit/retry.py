@@ -107,7 +107,9 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
     """Seconds to wait according to a ``Retry-After`` header, or None when absent or unusable.
 
     Accepts delay-seconds (``"120"``) or an HTTP date (RFC 9110, e.g.
-    ``"Wed, 21 Oct 2015 07:28:00 GMT"``); a date in the past means 0.
+    ``"Wed, 21 Oct 2015 07:28:00 GMT"``); a date in the past means 0. Never raises: a number
+    too large for a float (hundreds of digits) or a date beyond the calendar means "forever"
+    (``math.inf``), which is longer than any policy waits.
 
     Examples
     --------
@@ -119,11 +121,13 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
         return None
     text = value.strip()
     if _DIGITS.fullmatch(text):
-        return float(int(text))
+        return float(text) if len(text) <= 15 else math.inf
     try:
         when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+        if when.tzinfo is None:  # "-0000" zones: RFC 9110 dates are UTC
+            when = when.replace(tzinfo=UTC)
+        return max(0.0, (when - now).total_seconds())
+    except OverflowError:
+        return math.inf
+    except (TypeError, ValueError, IndexError, AttributeError):
         return None
-    if when.tzinfo is None:  # "-0000" zones: RFC 9110 dates are UTC
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - now).total_seconds())

@@ -2,8 +2,11 @@
 
 Three defences, one place:
 
-* CSV cells that a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``,
-  tab or carriage return) get a leading apostrophe (OWASP "CSV injection").
+* CSV cells that a spreadsheet would run as a formula get a leading apostrophe (OWASP "CSV
+  injection"): a text cell that starts with tab or carriage return, or whose first character
+  after leading whitespace is ``=``, ``+``, ``-`` or ``@``. A text cell that is a plain number
+  (``-1.5``, ``+3``) is left alone, and so are numeric columns. :func:`write_csv` is the one CSV
+  writer: it quotes every text cell, so a CR, LF or any other line break stays inside its cell.
 * URLs in reports are defanged (``hxxps://evil[.]example/...``) so that nobody clicks them.
 * HTML escaping is left to the renderer (nbconvert/pandas ``to_html`` escape by default);
   :func:`defang` output is plain text and still gets escaped.
@@ -11,14 +14,30 @@ Three defences, one place:
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 
 import pandas as pd
 
-__all__ = ["FORMULA_PREFIXES", "defang", "neutralise_cell", "neutralise_frame", "write_csv"]
+from audit.atomic import atomic_output
+
+__all__ = [
+    "CSV_DATE_FORMAT",
+    "FORMULA_PREFIXES",
+    "defang",
+    "neutralise_cell",
+    "neutralise_frame",
+    "write_csv",
+]
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+#: ISO format of times in every CSV.
+CSV_DATE_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+# Live: starts with TAB/CR, or =+-@ after any leading whitespace (\s covers every line break).
+_LIVE = re.compile(r"[\t\r]|\s*[=+\-@]")
+_NUMBER = re.compile(r"\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\s*")
 
 _SCHEME = re.compile(r"^\s*(h)(tt)(ps?)(:)", re.IGNORECASE)
 _OTHER_SCHEME = re.compile(r"^\s*([a-z][a-z0-9+.-]*):", re.IGNORECASE)
@@ -29,10 +48,10 @@ def neutralise_cell(value: object) -> object:
 
     >>> neutralise_cell('=HYPERLINK("http://x")')
     '\\'=HYPERLINK("http://x")'
-    >>> neutralise_cell("inc_1")
-    'inc_1'
+    >>> neutralise_cell("  @SUM(1+1)"), neutralise_cell("-1.5"), neutralise_cell("inc_1")
+    ("'  @SUM(1+1)", '-1.5', 'inc_1')
     """
-    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+    if isinstance(value, str) and _LIVE.match(value) and not _NUMBER.fullmatch(value):
         return "'" + value
     return value
 
@@ -42,14 +61,46 @@ def neutralise_frame(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     for col in out.columns:
         s = out[col]
-        if pd.api.types.is_string_dtype(s) or s.dtype == object:
-            out[col] = s.map(neutralise_cell)
+        if s.dtype == object:
+            out[col] = s.map(lambda v: neutralise_cell(v if isinstance(v, str) else _text(v)))
+        elif pd.api.types.is_string_dtype(s):
+            live = s.str.match(_LIVE) & ~s.str.fullmatch(_NUMBER)
+            if live.any():
+                out[col] = s.mask(live.fillna(False).astype(bool), "'" + s)
     return out
 
 
+def _text(value: object) -> object:
+    """A non-string object cell as the CSV shows it (tuples, lists: their ``str``)."""
+    if value is None or isinstance(value, int | float | bool):
+        return value
+    try:
+        if pd.isna(value):
+            return value
+    except (TypeError, ValueError):
+        pass
+    if isinstance(value, pd.Timestamp):
+        return value.strftime(CSV_DATE_FORMAT)
+    return str(value)
+
+
 def write_csv(df: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Write a frame as CSV (UTF-8, ISO times) with every text cell neutralised."""
-    neutralise_frame(df).to_csv(path, index=False, date_format="%Y-%m-%dT%H:%M:%S.%fZ")
+    """Write a frame as CSV: the one CSV writer of the toolkit.
+
+    UTF-8, one header row, times as ISO 8601 (``CSV_DATE_FORMAT``), every text cell neutralised
+    (:func:`neutralise_cell`) and quoted, numbers unquoted. Quoting every text cell keeps CR, LF
+    and every other line break inside its cell for any reader, including spreadsheets and
+    ``csv.reader(open(path, newline=""))``. Written to a temporary file and renamed into place.
+    """
+    frame = neutralise_frame(df)
+    with atomic_output(path, newline="") as f:
+        frame.to_csv(
+            f,
+            index=False,
+            date_format=CSV_DATE_FORMAT,
+            quoting=csv.QUOTE_NONNUMERIC,
+            lineterminator="\n",
+        )
 
 
 def defang(url: object) -> object:

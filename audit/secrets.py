@@ -8,22 +8,111 @@ Format (documented in ``docs/formats.md``)::
 A secret is current from its ``valid_from`` until the next one's. ``valid_from`` may be absent on
 the first secret only (current since forever). Secret values never appear in a repr, a message or
 an exception: errors name the subscription, the position and the variable instead.
+
+A subscription named twice (or a field named twice in one entry) is an error: JSON's
+last-key-wins rule would silently drop secrets. A file that group or others may access gives a
+:class:`SecretsWarning` naming the file and its mode, as ssh does. Every secret value read is
+registered with :func:`audit.redaction.register_sensitive`, so that messages never show it.
+
+Writers (:func:`add_secret`) lock ``<file>.lock`` beside the real file (``fcntl.flock``),
+re-read the file under the lock and merge, so concurrent rotations all keep their secret. A
+secrets file given as a symbolic link is updated at its target, which keeps mode 0600.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Mapping
+import stat
+import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from audit.atomic import write_json_atomic
+try:  # POSIX
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+from audit.atomic import real_target, write_json_atomic
 from audit.errors import SecretsError
+from audit.redaction import register_sensitive
 from audit.timeutil import parse_iso_ns
 
-__all__ = ["SecretStore", "SigningSecret", "add_secret", "read_secrets"]
+__all__ = [
+    "SecretStore",
+    "SecretsWarning",
+    "SigningSecret",
+    "add_secret",
+    "load_secrets_json",
+    "read_secrets",
+    "secret_values",
+]
+
+
+class SecretsWarning(UserWarning):
+    """The secrets file can be read by other users (group or others have access)."""
+
+
+class _Object(dict):
+    """A decoded JSON object that remembers which keys appeared more than once."""
+
+    repeated: list
+
+
+def _object(pairs: list) -> _Object:
+    obj = _Object(pairs)
+    obj.repeated = []
+    if len(obj) < len(pairs):
+        seen: set = set()
+        for k, _ in pairs:
+            if k in seen:
+                obj.repeated.append(k)
+            seen.add(k)
+    return obj
+
+
+def load_secrets_json(text: str, p: Path) -> object:
+    """Decode the file's JSON; a key named twice in one object is an error naming it."""
+    try:
+        raw = json.loads(text, object_pairs_hook=_object)
+    except json.JSONDecodeError as e:
+        # The position only: the message of json would quote the text, which holds secrets.
+        raise SecretsError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno})") from None
+    except RecursionError:
+        raise SecretsError(f"{p}: JSON nested too deeply") from None
+    if isinstance(raw, _Object):
+        if raw.repeated:
+            raise SecretsError(
+                f"{p}: subscription {raw.repeated[0]!r} is named twice; merge its secrets into "
+                "one list (JSON keeps only the last)"
+            )
+        for sub, items in raw.items():
+            for i, item in enumerate(items if isinstance(items, list) else []):
+                if isinstance(item, _Object) and item.repeated:
+                    field_name = item.repeated[0]
+                    shown = repr(field_name) if field_name in _FIELDS else "a field"
+                    raise SecretsError(f"{p}: {sub!r} entry {i + 1} names {shown} twice")
+    return raw
+
+
+_FIELDS = ("secret", "secret_env", "valid_from")
+
+
+def _check_mode(p: Path) -> None:
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        return
+    if stat.S_ISREG(mode) and mode & 0o077:
+        warnings.warn(
+            f"{p}: secrets file is accessible by group or others (mode {stat.S_IMODE(mode):04o});"
+            f" run: chmod 600 {p}",
+            SecretsWarning,
+            stacklevel=3,
+        )
 
 
 @dataclass(frozen=True)
@@ -117,13 +206,27 @@ def read_secrets(path: str | os.PathLike, environ: Mapping[str, str] | None = No
         raise SecretsError(f"{p}: secrets file not found") from None
     except (OSError, UnicodeDecodeError) as e:
         raise SecretsError(f"{p}: cannot read secrets file ({type(e).__name__})") from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as e:
-        # The position only: the message of json would quote the text, which holds secrets.
-        raise SecretsError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno})") from None
+    _check_mode(p)
+    raw = load_secrets_json(text, p)
     store = _parse(raw, where=str(p), environ=os.environ if environ is None else environ)
+    register_sensitive(s.key.decode("utf-8", "replace") for s in store.all_secrets())
     return SecretStore(store.by_subscription, path=str(p))
+
+
+def secret_values(path: str | os.PathLike | None) -> list[str]:
+    """The secret values of a secrets file, best effort ([] when it cannot be read), no warning.
+
+    For refusing parameter files that hold a secret (:func:`audit.redaction.refuse_known_secrets`).
+    """
+    if path is None:
+        return []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            store = read_secrets(path)
+    except (SecretsError, OSError, ValueError):
+        return []
+    return [s.key.decode("utf-8", "replace") for s in store.all_secrets()]
 
 
 def _parse(raw: object, *, where: str, environ: Mapping[str, str]) -> SecretStore:
@@ -186,44 +289,107 @@ def _parse(raw: object, *, where: str, environ: Mapping[str, str]) -> SecretStor
     return SecretStore(out)
 
 
+@contextlib.contextmanager
+def _locked(target: Path) -> Iterator[None]:
+    """Hold an exclusive OS lock on ``<target>.lock`` (created 0600, never a symlink)."""
+    lock = target.with_name(target.name + ".lock")
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(lock, flags, 0o600)
+    except OSError as e:
+        raise SecretsError(f"{lock}: cannot open the lock file ({e.strerror})") from None
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:  # pragma: no cover - Windows: a byte-range lock, retried until granted
+            import msvcrt
+
+            while True:
+                try:
+                    msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+                    break
+                except OSError:
+                    continue
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def add_secret(
     path: str | os.PathLike, subscription_id: str, secret: str, valid_from: datetime
 ) -> None:
-    """Append a newly issued secret to the secrets file, atomically and with mode 0600.
+    """Add a newly issued secret to the secrets file, atomically, under a lock, mode 0600.
 
     The file is created when missing. Existing entries (including ``secret_env`` ones) are kept
-    as written. The new file is written beside the old one and renamed over it, so a crash
-    leaves either the old or the new file, never half of one.
+    as written. The file is re-read under an exclusive lock and the new entry merged in, so
+    concurrent writers never lose each other's secrets; entries stay ordered by ``valid_from``
+    (a tie moves the new one 1 microsecond later). A new secret more than
+    :data:`CLOCK_BEHIND_S` older than the newest one already saved is refused (the clock is
+    behind, and the secret would look replaced). A symbolic link is followed: the target is
+    rewritten (temporary file, then rename) and the link kept.
     """
-    p = Path(path)
-    data: dict = {}
-    if p.exists():
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            raise SecretsError(f"{p}: existing secrets file is not valid JSON") from None
-        if not isinstance(data, dict):
-            raise SecretsError(f"{p}: expected an object mapping subscription id to a list")
     if valid_from.tzinfo is None:
         raise ValueError("valid_from must be timezone-aware")
-    entries = data.setdefault(subscription_id, [])
-    if not isinstance(entries, list):
-        raise SecretsError(f"{p}: {subscription_id!r} must map to a list of secrets")
-    stamp = valid_from.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-    new_ns = parse_iso_ns(stamp)[0]
+    target = real_target(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(target):
+        data: dict = {}
+        if target.exists():
+            try:
+                text = target.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                raise SecretsError(f"{target}: existing secrets file cannot be read") from None
+            data = load_secrets_json(text, target) if text.strip() else {}
+            if not isinstance(data, dict):
+                raise SecretsError(
+                    f"{target}: expected an object mapping subscription id to a list"
+                )
+        entries = data.setdefault(subscription_id, [])
+        if not isinstance(entries, list):
+            raise SecretsError(f"{target}: {subscription_id!r} must map to a list of secrets")
+        _merge(target, subscription_id, entries, secret, valid_from)
+        write_json_atomic(target, _plain(data), mode=0o600)
+
+
+#: How far (seconds) a new secret's time may lie before the newest saved one: concurrent
+#: rotations finish in any order; beyond this the clock is behind.
+CLOCK_BEHIND_S = 600
+
+
+def _merge(p: Path, sub: str, entries: list, secret: str, valid_from: datetime) -> None:
+    times: list[int | None] = []
     for i, item in enumerate(entries):
         vf = item.get("valid_from") if isinstance(item, dict) else None
         try:
-            later = vf is not None and parse_iso_ns(vf)[0] >= new_ns
+            times.append(None if vf is None else parse_iso_ns(vf)[0])
         except ValueError:
-            raise SecretsError(
-                f"{p}: {subscription_id!r} entry {i + 1}: bad 'valid_from'"
-            ) from None
-        if later:
-            raise SecretsError(
-                f"{p}: {subscription_id!r} already has a secret valid from {vf}, not before "
-                f"{stamp}; is the clock behind?"
-            )
-    entries.append({"secret": secret, "valid_from": stamp})
-    p.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(p, data, mode=0o600)
+            raise SecretsError(f"{p}: {sub!r} entry {i + 1}: bad 'valid_from'") from None
+    new_ns = parse_iso_ns(_stamp(valid_from))[0]
+    known = [t for t in times if t is not None]
+    if known and new_ns < max(known) - CLOCK_BEHIND_S * 10**9:
+        raise SecretsError(
+            f"{p}: {sub!r} already has a secret valid from {_stamp_ns(max(known))}, long after "
+            f"{_stamp_ns(new_ns)}; is the clock behind?"
+        )
+    while new_ns in known:
+        new_ns += 1000
+    pos = sum(1 for t in times if t is None or t < new_ns)
+    entries.insert(pos, {"secret": secret, "valid_from": _stamp_ns(new_ns)})
+
+
+def _stamp(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _stamp_ns(ns: int) -> str:
+    seconds, rest = divmod(ns, 10**9)
+    return _stamp(datetime.fromtimestamp(seconds, UTC).replace(microsecond=rest // 1000))
+
+
+def _plain(value: object) -> object:
+    """The decoded JSON as plain dicts and lists, for writing back."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value

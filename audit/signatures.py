@@ -244,6 +244,8 @@ def verify_columns(
     (``|received - timestamp| > tolerance_s``), ``no_secret``; then ``valid`` (matches the
     secret current at receipt), ``rotated_secret`` (matches only a secret replaced before
     receipt) or ``signature_mismatch``. Rows whose prior verdict is ``unreadable`` keep it.
+    A prior ``detail`` on a readable row (an odd unrelated field the loader ignored) is kept
+    after the verdict's own detail, joined by ``"; "``.
     A row without a subscription id is checked against every subscription's secrets, and the
     subscription whose secret matched fills it in. Missing values are None (or NaN, or NaT's
     int64 sentinel for ``received_ns``).
@@ -261,8 +263,10 @@ def verify_columns(
     skews: list = [None] * n
     matched_ids: list = [None] * n
     subs = [s if type(s) is str else None for s in subscription_ids]
+    notes = {i: d for i, d in enumerate(prior_details) if type(d) is str and d}
     for i in range(n):
         if verdicts[i] == "unreadable":
+            notes.pop(i, None)
             continue
         signature = signatures[i]
         sig = check_signature_header(signature if type(signature) is str else None)
@@ -313,4 +317,7 @@ def verify_columns(
         else:
             verdicts[i] = "signature_mismatch"
             details[i] = f"matches secret {matched_ids[i]}, not yet issued at receipt"
+    for i, note in notes.items():
+        new = details[i]
+        details[i] = note if new is None or note.startswith(new) else f"{new}; {note}"
     return VerifiedColumns(verdicts, details, hmac_ok, skews, matched_ids, subs)

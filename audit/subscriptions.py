@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import glob
 import json
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,13 @@ import pandas as pd
 from audit.errors import InputError, LoadError
 from audit.timeutil import parse_iso_ns
 
-__all__ = ["SNAPSHOT_COLUMNS", "load_snapshots", "secret_exposed", "unwrap_listing"]
+__all__ = [
+    "SNAPSHOT_COLUMNS",
+    "SnapshotWarning",
+    "load_snapshots",
+    "secret_exposed",
+    "unwrap_listing",
+]
 
 #: Columns of the frame returned by :func:`load_snapshots`, in order.
 SNAPSHOT_COLUMNS = (
@@ -161,6 +168,8 @@ def _read_snapshot(path: Path) -> tuple[int, list[dict[str, Any]]]:
         ) from None
     try:
         doc = json.loads(raw.decode("utf-8-sig"))
+    except RecursionError:
+        raise LoadError(f"{path}: not a snapshot: JSON nested too deeply") from None
     except UnicodeDecodeError:
         raise LoadError(f"{path}: not a snapshot: not UTF-8 text") from None
     except json.JSONDecodeError as e:
@@ -186,29 +195,38 @@ def _read_snapshot(path: Path) -> tuple[int, list[dict[str, Any]]]:
     return fetched_ns, items
 
 
-def _row(item: dict[str, Any], where: str) -> dict[str, Any]:
+class SnapshotWarning(UserWarning):
+    """A snapshot file was loaded, but some listed fields were odd and left empty."""
+
+
+def _row(item: dict[str, Any], odd: list[str]) -> dict[str, Any]:
+    """One listed subscription as a row; a field of the wrong type becomes empty (noted)."""
     row: dict[str, Any] = {}
     for col, key in _STRING_FIELDS.items():
         v = item.get(key)
         if v is not None and not isinstance(v, str):
-            raise LoadError(f"{where}: {key!r} must be a string, found {_kind(v)}")
+            odd.append(f"{key!r} is {_kind(v)}")
+            v = None
         row[col] = v
     events = item.get("events")
     if events is not None:
         if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
-            raise LoadError(f"{where}: 'events' must be a list of strings")
+            odd.append("'events' is not a list of strings (read as an empty list)")
+            events = []
         events = tuple(events)
     row["events"] = events
     active = item.get("active")
     if active is not None and not isinstance(active, bool):
-        raise LoadError(f"{where}: 'active' must be true or false, found {_kind(active)}")
+        odd.append(f"'active' is {_kind(active)}")
+        active = None
     row["active"] = active
     created = item.get("createdAt")
     if created is not None:
         try:
             created, _ = parse_iso_ns(created)
         except ValueError:
-            raise LoadError(f"{where}: 'createdAt' is not an ISO 8601 time") from None
+            odd.append("'createdAt' is not an ISO 8601 time")
+            created = None
     row["created_at"] = created
     row["secret_exposed"] = secret_exposed(item)
     return row
@@ -242,8 +260,10 @@ def load_snapshots(paths: Iterable[str | Path] | str | Path) -> pd.DataFrame:
     InputError
         A path does not exist or a pattern matches nothing.
     LoadError
-        One line naming the file: not JSON, not of the snapshot shape, or a listed field of the
-        wrong type.
+        One line naming the file: not JSON or not of the snapshot shape. A listed field of the
+        wrong type (``events`` not a list of strings, ``active`` not a boolean, ...) is left
+        empty (``events``: an empty tuple) with one :class:`SnapshotWarning` per file naming
+        the fields.
 
     Examples
     --------
@@ -254,11 +274,21 @@ def load_snapshots(paths: Iterable[str | Path] | str | Path) -> pd.DataFrame:
     fetched: list[int] = []
     for path in snapshot_files(paths):
         fetched_ns, items = _read_snapshot(path)
+        odd: list[str] = []
         for i, item in enumerate(items):
-            row = _row(item, f"{path}: listing item {i + 1}")
+            notes: list[str] = []
+            row = _row(item, notes)
+            odd.extend(f"item {i + 1}: {n}" for n in notes)
             row["source"] = str(path)
             rows.append(row)
             fetched.append(fetched_ns)
+        if odd:
+            more = f"; and {len(odd) - 5} more" if len(odd) > 5 else ""
+            warnings.warn(
+                f"{path}: odd listing fields left empty: {'; '.join(odd[:5])}{more}",
+                SnapshotWarning,
+                stacklevel=2,
+            )
     df = pd.DataFrame(
         {
             "fetched_at": _utc(fetched),

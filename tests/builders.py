@@ -43,5 +43,7 @@ def write_jsonl(path: Path, records: list[object]) -> Path:
 
 
 def write_secrets(path: Path, data: dict) -> Path:
+    """A secrets file with mode 0600, as it should be (others get a SecretsWarning)."""
     path.write_text(json.dumps(data), encoding="utf-8")
+    path.chmod(0o600)
     return path

@@ -275,7 +275,7 @@ def test_broken_secrets_file_is_refused_before_creating(served, fake, tmp_path, 
     bad.write_text("{not json")
     code, _, err = create(capsys, bad)
     assert code == 3
-    assert err.startswith(f"audit: error: {bad}: existing secrets file is not readable JSON")
+    assert err.startswith(f"audit: error: {bad}: not valid JSON")
     assert fake.subscriptions == {}
 
 

@@ -88,6 +88,7 @@ def test_bad_secrets_file_is_one_line_without_the_secret(
     path = tmp_path / "bad.json"
     if secrets_text is not None:
         path.write_text(secrets_text)
+        path.chmod(0o600)
     assert main(["verify", str(log), "--secrets", str(path), "--out", str(tmp_path / "v.csv")]) == 3
     err = capsys.readouterr().err
     assert message in err

@@ -32,7 +32,9 @@ BODY = '{"id":"evt_1","event":"incident.created","data":{"incidentId":"inc_1"}}'
             "headers must be an object or a list",
         ),
         (
-            json.dumps({"received_at": "2026-10-01T00:00:00Z", "headers": [["a"]], "body": BODY}),
+            json.dumps(
+                {"received_at": "2026-10-01T00:00:00Z", "headers": [["a", "b", "c"]], "body": BODY}
+            ),
             "headers must be an object or a list",
         ),
         (
@@ -57,11 +59,6 @@ BODY = '{"id":"evt_1","event":"incident.created","data":{"incidentId":"inc_1"}}'
             json.dumps({"received_at": "2026-10-01T00:00:00Z", "headers": {}, "body": 5}),
             "body is not a string",
         ),
-        (
-            json.dumps(capture(BODY, response_status="fast")),
-            "response_status is not an integer",
-        ),
-        (json.dumps(capture(BODY, response_ms="slow")), "response_ms is not a number"),
         (json.dumps(capture(BODY, subscription_id=7)), "subscription_id is not a string"),
         # A lone surrogate cannot be the text of a real (UTF-8) body.
         ('{"received_at": 1, "headers": {}, "body": "\\ud800"}', "not valid JSON"),
@@ -253,8 +250,6 @@ def test_parallel_chunks_give_the_same_frame_as_one_process(tmp_path, monkeypatc
         ("received_at", 1790812805123, "received_at is out of range"),  # milliseconds
         ("received_at", "9999-01-01T00:00:00Z", "received_at is out of range"),
         ("received_at", "0001-01-01T00:00:00Z", "received_at is out of range"),
-        ("response_status", 99999999999999999999, "response_status is not"),
-        ("response_status", 42, "not an HTTP status"),
     ],
 )
 def test_out_of_range_values_are_unreadable_rows_not_a_crash(tmp_path, field, value, reason):

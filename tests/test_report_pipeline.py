@@ -225,6 +225,7 @@ def test_period_accepts_ascii_digits_only(text):
 def test_bad_period_or_notebook_creates_nothing(tmp_path, capsys):
     secrets = tmp_path / "s.json"
     secrets.write_text("{}")
+    secrets.chmod(0o600)  # a group-readable secrets file adds a warning line (issue 9)
     out = tmp_path / "r"
     assert main(_args(secrets, secrets, out, period="２０２６-10")) == 3
     assert main(_args(secrets, secrets, out, "--notebook", str(tmp_path / "no.ipynb"))) == 3

@@ -10,12 +10,12 @@ import time
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from audit.findings import run_controls
-from audit.demo import simulate
 
 from audit.analysis import run_analyses
 from audit.cli import main
+from audit.demo import simulate
 from audit.errors import InputError
+from audit.findings import run_controls
 from audit.ingest.query import load_analysis_inputs, load_deliveries
 from audit.ingest.store import Store, ingest, secrets_fingerprints
 from audit.secrets import SecretStore, read_secrets

@@ -224,22 +224,32 @@ def test_not_a_snapshot_is_a_one_line_load_error_naming_the_file(tmp_path, conte
 
 
 @pytest.mark.parametrize(
-    ("item", "reason"),
+    ("item", "reason", "column", "empty"),
     [
-        ({"id": 7}, "'id' must be a string, found a number"),
-        ({"id": "wh_1", "url": ["https://x"]}, "'url' must be a string, found a list"),
-        ({"id": "wh_1", "events": "incident.created"}, "'events' must be a list of strings"),
-        ({"id": "wh_1", "events": ["incident.created", 3]}, "'events' must be a list of strings"),
-        ({"id": "wh_1", "active": "true"}, "'active' must be true or false, found a string"),
-        ({"id": "wh_1", "createdAt": "soon"}, "'createdAt' is not an ISO 8601 time"),
+        ({"id": 7}, "item 2: 'id' is a number", "subscription_id", None),
+        ({"id": "wh_1", "url": ["https://x"]}, "item 2: 'url' is a list", "url", None),
+        ({"id": "wh_1", "events": "incident.created"}, "item 2: 'events' is not", "events", ()),
+        ({"id": "wh_1", "events": ["incident.created", 3]}, "'events' is not a list", "events", ()),
+        ({"id": "wh_1", "active": "true"}, "item 2: 'active' is a string", "active", None),
+        ({"id": "wh_1", "createdAt": "soon"}, "'createdAt' is not an ISO 8601", "created_at", None),
     ],
 )
-def test_listed_fields_of_the_wrong_type_name_file_and_item(tmp_path, item, reason):
+def test_listed_fields_of_the_wrong_type_are_emptied_with_a_warning(
+    tmp_path, item, reason, column, empty
+):
+    # Issue 9: a snapshot must never break later analyses; the odd field is left empty and
+    # one warning names the file and the field.
+    from audit.subscriptions import SnapshotWarning
+
     f = _write(tmp_path / "s.json", _snapshot([{"id": "wh_0"}, item]))
-    with pytest.raises(LoadError, match="listing item 2") as err:
-        load_snapshots([f])
-    assert str(err.value).startswith(f"{f}: ")
-    assert reason in str(err.value)
+    with pytest.warns(SnapshotWarning) as caught:
+        df = load_snapshots([f])
+    assert len(caught) == 1
+    msg = str(caught[0].message)
+    assert msg.startswith(f"{f}: ") and reason in msg
+    assert len(df) == 2
+    value = df[column].iloc[1]
+    assert value == empty if empty is not None else pd.isna(value)
 
 
 # -- property: any listing survives the trip through a snapshot file in any shape ------------------

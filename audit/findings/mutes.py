@@ -10,6 +10,7 @@ import pandas as pd
 from audit.errors import InputError, SchemaError
 from audit.findings.catalogue import load_catalogue
 from audit.findings.controls.base import evidence_json
+from audit.redaction import refuse_known_secrets
 from audit.timeutil import parse_iso_ns
 
 __all__ = ["MUTE_COLUMNS", "apply_mutes", "read_mutes"]
@@ -42,7 +43,9 @@ def read_mutes(path: str | Path) -> pd.DataFrame:
     """
     p = Path(path)
     try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+        refuse_known_secrets(p, text)  # a secret never belongs here (issue 9)
+        raw = json.loads(text)
     except FileNotFoundError:
         raise InputError(f"{p}: mutes file not found") from None
     except (OSError, UnicodeDecodeError) as e:

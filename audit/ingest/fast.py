@@ -245,12 +245,10 @@ def _fast(rec: dict, source, line, wanted, keyed, tol_ns, envelope, compare, pla
             plans[names] = plan
     if plan is None:
         return None
-    hdr: dict[str, str] = {}
-    for name, key in plan:
-        value = headers[name]
+    for value in headers.values():  # any odd value (even an unrelated header's): exact path
         if type(value) is not str:
             return None
-        hdr[key] = value
+    hdr = {key: headers[name] for name, key in plan}
     signature, timestamp = hdr.get("signature"), hdr.get("timestamp")
     if (
         signature is None
