@@ -25,14 +25,14 @@ from audit.deliveries import events_table, infer_attempts
 from audit.errors import AuditError
 from audit.findings import run_controls
 from audit.incidents import incidents_table, status_intervals
-from audit.load import Captures, load_captures
+from audit.ingest.load import Captures, load_captures
+from audit.ingest.secrets import SecretStore, read_secrets
+from audit.ingest.signatures import VERDICTS, sign, verify
+from audit.ingest.verification import audit_signatures, verdict_counts, verify_frame
 from audit.report import parse_period, run_report
-from audit.secrets import SecretStore, read_secrets
-from audit.signatures import VERDICTS, sign, verify
 from audit.subscriptions import load_snapshots
 from audit.survival import kaplan_meier, km_quantile
 from audit.takedown import takedown_durations
-from audit.verification import audit_signatures, verdict_counts, verify_frame
 
 __all__ = [
     "VERDICTS",

@@ -22,8 +22,8 @@ import click
 
 from audit.client import REDACTED, IssuedSecret, RetryPolicy, ServiceClient, redact_secrets
 from audit.errors import InputError, OutputError, SecretsError
+from audit.ingest.secrets import add_secret, load_secrets_json
 from audit.redaction import for_terminal, json_for_terminal, register_sensitive, scrub
-from audit.secrets import add_secret, load_secrets_json
 from audit.spec import EVENTS
 from audit.subscriptions import secret_exposed, unwrap_listing
 

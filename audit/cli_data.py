@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from audit.findings.catalogue import SEVERITIES
+from audit.ingest.verification import VERDICT_COLUMNS, verdict_counts
 from audit.spec import DEFAULT_HEADER_PREFIX
-from audit.verification import VERDICT_COLUMNS, verdict_counts
 
 COMMANDS: list[click.Command] = []
 
@@ -196,8 +196,8 @@ def _refuse_secrets_in(path: Path | None, secrets_path: str) -> None:
     """Refuse (before any kernel starts) a params or mutes file holding a known secret value."""
     if path is None or not path.is_file():
         return
+    from audit.ingest.secrets import secret_values
     from audit.redaction import refuse_known_secrets
-    from audit.secrets import secret_values
 
     try:
         text = path.read_text(encoding="utf-8", errors="replace")

@@ -101,7 +101,7 @@ install_log_filter([__name__, *HTTP_LOGGERS])
 class IssuedSecret:
     """A signing secret the service just issued (creation or rotation).
 
-    The value is hidden from ``repr``; save it (e.g. with :func:`audit.secrets.add_secret`)
+    The value is hidden from ``repr``; save it (e.g. with :func:`audit.ingest.secrets.add_secret`)
     because the service never shows it again.
 
     Attributes

@@ -219,7 +219,7 @@ def _check_columns(deliveries: object) -> pd.DataFrame:
     if missing:
         raise SchemaError(
             f"deliveries lacks column(s): {', '.join(missing)}; verify it first "
-            "(audit.verification.verify_frame or audit_signatures)"
+            "(audit.ingest.verification.verify_frame or audit_signatures)"
         )
     for name in ("event_timestamp", "received_at"):
         if not isinstance(deliveries[name].dtype, pd.DatetimeTZDtype):

@@ -188,7 +188,7 @@ DELIVERIES = Table(
         _c("matched_secret", "str", "<subscription>#<n>: the n-th issued secret that matched"),
     ),
 )
-"""Loaded and verified deliveries: one row per input record (``audit.load``)."""
+"""Loaded and verified deliveries: one row per input record (``audit.ingest.load``)."""
 
 #: Incident ``data`` keys extracted once at ingest: (key, column).
 DATA_FIELDS: tuple[tuple[str, str], ...] = (

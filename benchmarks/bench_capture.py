@@ -20,9 +20,9 @@ from pathlib import Path
 
 import httpx
 
+from audit.ingest.signatures import sign
 from audit.receiver import CaptureRecord, CaptureWriter, receiver_app
 from audit.receiver.reference import bind, make_server
-from audit.signatures import sign
 
 SECRET = "whsec_bench_capture"
 

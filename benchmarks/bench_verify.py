@@ -94,7 +94,7 @@ def naive(log: Path, secrets_path: Path) -> int:
 
 
 def ours(log: Path, secrets_path: Path, analysis: bool = False) -> int:
-    from audit.verification import audit_signatures
+    from audit.ingest.verification import audit_signatures
 
     result = audit_signatures([log], secrets_path)
     df = result.deliveries

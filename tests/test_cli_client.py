@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from audit import cli_client
 from audit.cli import cli, main
-from audit.secrets import read_secrets
+from audit.ingest.secrets import read_secrets
+from audit.ingest.signatures import sign, verify
 from audit.service.fake import FakeService
-from audit.signatures import sign, verify
 from audit.subscriptions import load_snapshots
 
 KEY = "ak_cli_test_5e4d3c2b1a"

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from audit.cli import main
-from audit.signatures import sign
+from audit.ingest.signatures import sign
 from tests.builders import capture, write_jsonl, write_secrets
 
 SECRET = "whsec_do_not_leak_0123456789"

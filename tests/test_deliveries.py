@@ -184,7 +184,7 @@ def test_rates_and_latency_summaries():
 
 def test_demo_outage_events_are_exhausted(tmp_path):
     from audit.demo import simulate
-    from audit.verification import audit_signatures
+    from audit.ingest.verification import audit_signatures
 
     sim = simulate(tmp_path / "d", seed=7, days=10, incidents=40)
     truth = json.loads(sim.truth.read_text())

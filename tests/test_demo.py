@@ -1,7 +1,8 @@
 """Tests of the demo-data simulator: determinism, the spec's delivery rules, the planted faults.
 
-The captures are parsed here with a few lines of plain JSON handling (not with ``audit.load``), so
-these tests check the files themselves. Positions quoted as known answers were computed by hand
+The captures are parsed here with a few lines of plain JSON handling (not with
+``audit.ingest.load``), so these tests check the files themselves. Positions quoted as known
+answers were computed by hand
 from the rules in the module docstring: for 2026-10-01 and 31 days, day 31 // 2 = 15 (16 October)
 for the outage and day round(0.6 * 31) = 19 (20 October) for the rotation; 2026-10-01T00:00:00Z is
 Unix 1790812800 (``date -u -d 2026-10-01 +%s``).
@@ -25,8 +26,8 @@ from hypothesis import strategies as st
 
 from audit.demo import plan_faults, simulate
 from audit.errors import InputError, ParameterError
-from audit.secrets import read_secrets
-from audit.signatures import verify
+from audit.ingest.secrets import read_secrets
+from audit.ingest.signatures import verify
 from audit.spec import (
     EVENTS,
     INCIDENT_CLASSES,

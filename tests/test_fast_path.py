@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit.capture import parse_jsonl
+from audit.ingest.capture import parse_jsonl
 from audit.ingest.fast import verify_jsonl
 from audit.ingest.records import verify_chunk
-from audit.secrets import SecretStore
-from audit.signatures import sign, verify_columns
+from audit.ingest.secrets import SecretStore
+from audit.ingest.signatures import sign, verify_columns
 from audit.spec import header_names
 from tests import test_load, test_signatures
 from tests.builders import capture
@@ -251,7 +251,7 @@ def test_the_demo_data_agrees(tmp_path):
     from audit.demo import simulate
 
     sim = simulate(tmp_path / "d", seed=3, days=8, incidents=30)
-    from audit.secrets import read_secrets
+    from audit.ingest.secrets import read_secrets
 
     secrets = read_secrets(sim.secrets)
     for path in sim.captures:

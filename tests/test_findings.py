@@ -980,7 +980,7 @@ def demo(tmp_path_factory):
     sim = simulate(root, seed=7)
     truth = json.loads(sim.truth.read_text())
     a = analyze(sim.captures, sim.secrets, snapshots=sim.snapshots, as_of=truth["period"]["end"])
-    from audit.secrets import read_secrets
+    from audit.ingest.secrets import read_secrets
 
     ages = read_secrets(sim.secrets).latest_valid_from()
     start, end = pd.Timestamp(truth["period"]["start"]), pd.Timestamp(truth["period"]["end"])

@@ -19,12 +19,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from audit.cli import main
+from audit.ingest.signatures import sign
 from audit.report.inputs import load_inputs
 from audit.report.params import check_params, parse_period
 from audit.report.pipeline import compute
 from audit.report.rundir import write_tables
 from audit.safe import neutralise_cell, write_csv
-from audit.signatures import sign
 from tests.builders import write_jsonl, write_secrets
 
 SECRET = "csv-test-secret"

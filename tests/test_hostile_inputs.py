@@ -15,13 +15,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from audit.compressed import inflate
 from audit.errors import InputError, LoadError, OutputError, SecretsError
-from audit.load import load_captures
+from audit.ingest.compressed import inflate
+from audit.ingest.load import load_captures
+from audit.ingest.secrets import SecretStore, read_secrets
+from audit.ingest.signatures import sign
+from audit.ingest.verification import verify_frame
 from audit.paths import PathWarning
-from audit.secrets import SecretStore, read_secrets
-from audit.signatures import sign
-from audit.verification import verify_frame
 from tests.builders import capture, write_jsonl
 
 BODY = '{"id":"evt_1","event":"incident.created","timestamp":"2026-10-01T00:00:00Z","data":{}}'
@@ -60,7 +60,7 @@ def test_a_gzip_bomb_is_refused_with_bounded_memory(tmp_path):
     script = f"""
 import json, resource, sys
 from audit.errors import LoadError
-from audit.load import load_captures
+from audit.ingest.load import load_captures
 try:
     load_captures([{str(bomb)!r}], workers=1)
     outcome = "loaded"

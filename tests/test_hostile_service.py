@@ -24,9 +24,9 @@ from audit.cli import main
 from audit.cli_client import write_snapshot
 from audit.client import ServiceClient
 from audit.errors import InputError, LoadError, RetryableError, ServiceError
+from audit.ingest.secrets import read_secrets
 from audit.redaction import REDACTED, redact_secrets
 from audit.retry import RetryPolicy, parse_retry_after
-from audit.secrets import read_secrets
 from audit.service.fake import FakeService
 from audit.subscriptions import load_snapshots
 

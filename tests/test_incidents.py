@@ -1,7 +1,8 @@
 """Tests for audit.incidents: folding valid events into incidents, status intervals.
 
-Deliveries are written as capture JSONL, signed with :func:`audit.signatures.sign`, loaded and
-verified the way the CLI does (``load_captures`` then ``verify_frame``), so only what really
+Deliveries are written as capture JSONL, signed with
+:func:`audit.ingest.signatures.sign`, loaded and verified the way the CLI does
+(``load_captures`` then ``verify_frame``), so only what really
 verifies can reach the fold. Expected values are worked out by hand from the event times in
 the comments (T0 = 2026-10-01 00:00 UTC; "+m" means m minutes after T0). The demo-data test
 checks the fold against the simulator's own record of the final states (``truth.json``).
@@ -31,12 +32,12 @@ from audit.incidents import (
     incidents_table,
     status_intervals,
 )
-from audit.load import load_captures
-from audit.secrets import SecretStore
-from audit.signatures import sign
+from audit.ingest.load import load_captures
+from audit.ingest.secrets import SecretStore
+from audit.ingest.signatures import sign
+from audit.ingest.verification import audit_signatures, verify_frame
 from audit.spec import CLIENT_WAIT_STATUSES
 from audit.takedown import takedown_durations
-from audit.verification import audit_signatures, verify_frame
 from tests.builders import capture, write_jsonl
 
 # Test-only signing secrets (never real ones).

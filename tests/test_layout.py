@@ -19,7 +19,7 @@ STAGES = {
     "audit.errors": 0,
     "audit.spec": 0,
     "audit.timeutil": 0,
-    "audit.signatures": 1,
+    "audit.ingest.signatures": 1,
     "audit.survival": 2,
     "audit.takedown": 2,
     "audit.deliveries": 2,

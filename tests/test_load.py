@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from audit.errors import InputError, LoadError
-from audit.load import LoadWarning, load_captures
+from audit.ingest.load import LoadWarning, load_captures
 from tests.builders import capture, write_jsonl
 
 BODY = '{"id":"evt_1","event":"incident.created","data":{"incidentId":"inc_1"}}'
@@ -220,9 +220,9 @@ def test_har_that_is_not_json_is_a_load_error(tmp_path):
 
 
 def test_parallel_chunks_give_the_same_frame_as_one_process(tmp_path, monkeypatch):
-    from audit import load
-    from audit.secrets import SecretStore
-    from audit.signatures import sign
+    from audit.ingest import load
+    from audit.ingest.secrets import SecretStore
+    from audit.ingest.signatures import sign
 
     store = SecretStore.from_values({"wh_1": [("k", None)]})
     recs = []
@@ -274,9 +274,9 @@ def test_a_utf8_bom_is_not_part_of_the_first_record(tmp_path):
 
 
 def test_an_empty_subscription_id_is_inferred(tmp_path):
-    from audit.secrets import SecretStore
-    from audit.signatures import sign
-    from audit.verification import verify_frame
+    from audit.ingest.secrets import SecretStore
+    from audit.ingest.signatures import sign
+    from audit.ingest.verification import verify_frame
 
     rec = capture(BODY, signature=sign("k", "1790812800", BODY.encode()), subscription_id="")
     df = load_captures([write_jsonl(tmp_path / "l.jsonl", [rec])]).deliveries

@@ -15,7 +15,7 @@ from audit.ingest.parallel import plan_pieces
 from audit.ingest.query import load_deliveries
 from audit.ingest.store import ingest
 from audit.ingest.verdicts import verify_logs
-from audit.verification import VERDICT_COLUMNS, audit_signatures
+from audit.ingest.verification import VERDICT_COLUMNS, audit_signatures
 from tests.test_fast_path import valid
 from tests.test_signatures import SECRET
 

@@ -24,7 +24,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from audit.cli import main
-from audit.load import load_captures
+from audit.ingest.load import load_captures
+from audit.ingest.secrets import read_secrets
+from audit.ingest.signatures import sign
 from audit.receiver import (
     CaptureMiddleware,
     CaptureRecord,
@@ -32,8 +34,6 @@ from audit.receiver import (
     WSGICaptureMiddleware,
     capture_log,
 )
-from audit.secrets import read_secrets
-from audit.signatures import sign
 from tests.receiver_servers import serve_asgi, serve_wsgi
 
 SECRET = "whsec_capture_test_secret"
@@ -280,7 +280,7 @@ def test_wsgi_line_is_fsynced_before_the_answer_leaves(tmp_path, monkeypatch):
 CRASH_SCRIPT = r"""
 import asyncio, io, os, sys, time
 from audit.receiver import CaptureMiddleware, WSGICaptureMiddleware
-from audit.signatures import sign
+from audit.ingest.signatures import sign
 
 folder, kind = sys.argv[1], sys.argv[2]
 body = '{"id":"evt_crash","data":{"incidentId":"test_crash","n":"Grüße 🎣"}}'.encode()

@@ -21,12 +21,12 @@ from audit.analysis import analyze
 from audit.cli import main
 from audit.errors import InputError, UnreachableError
 from audit.findings import FINDING_COLUMNS, run_controls
-from audit.load import load_captures
+from audit.ingest.load import load_captures
+from audit.ingest.secrets import read_secrets
+from audit.ingest.signatures import verify
 from audit.receiver import CHECKS, CheckResult, ProbeResult, receiver_app, run_probe
 from audit.receiver.probe_plan import UNICODE_NOTE, ProbeContext, prepare
 from audit.receiver.probe_report import findings_frame, junit_xml, probe_catalogue, probe_html
-from audit.secrets import read_secrets
-from audit.signatures import verify
 from tests.receiver_servers import serve_asgi
 
 OLD = "whsec_previous_secret_value_1"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from audit.cli import main
-from audit.signatures import sign
+from audit.ingest.signatures import sign
 from tests.builders import capture, write_jsonl, write_secrets
 from tests.test_reports import hostile  # noqa: F401  (fixture)
 

@@ -13,8 +13,8 @@ import pytest
 
 from audit.cli import main
 from audit.errors import ParameterError
+from audit.ingest.signatures import sign
 from audit.report import build_index, parse_period
-from audit.signatures import sign
 from tests.builders import write_jsonl, write_secrets
 
 pytestmark = pytest.mark.slow

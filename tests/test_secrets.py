@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from audit.errors import SecretsError
-from audit.secrets import add_secret, read_secrets
+from audit.ingest.secrets import add_secret, read_secrets
 from audit.timeutil import ns_to_iso, parse_iso_ns
 
 

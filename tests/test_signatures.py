@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from audit.load import load_captures
-from audit.secrets import SecretStore
-from audit.signatures import sign, verify
-from audit.verification import verify_frame
+from audit.ingest.load import load_captures
+from audit.ingest.secrets import SecretStore
+from audit.ingest.signatures import sign, verify
+from audit.ingest.verification import verify_frame
 from tests.builders import capture, write_jsonl
 
 SECRET = "whsec_test_secret_1"
@@ -295,9 +295,9 @@ def test_the_timestamp_header_is_signed_as_received(tmp_path):
 
 def test_fused_and_separate_verification_agree_on_the_demo(tmp_path):
     from audit.demo import simulate
-    from audit.load import load_captures
-    from audit.secrets import read_secrets
-    from audit.verification import audit_signatures
+    from audit.ingest.load import load_captures
+    from audit.ingest.secrets import read_secrets
+    from audit.ingest.verification import audit_signatures
 
     sim = simulate(tmp_path / "d", seed=3, days=8, incidents=30)
     fused = audit_signatures(sim.captures, sim.secrets).deliveries

@@ -17,10 +17,10 @@ from audit.demo import simulate
 from audit.errors import InputError
 from audit.findings import run_controls
 from audit.ingest.query import load_analysis_inputs, load_deliveries
+from audit.ingest.secrets import SecretStore, read_secrets
+from audit.ingest.signatures import sign
 from audit.ingest.store import Store, ingest, secrets_fingerprints
-from audit.secrets import SecretStore, read_secrets
-from audit.signatures import sign
-from audit.verification import VERDICT_COLUMNS, audit_signatures
+from audit.ingest.verification import VERDICT_COLUMNS, audit_signatures
 from tests.builders import capture, write_jsonl, write_secrets
 
 T0 = 1790812800  # 2026-10-01T00:00:00Z

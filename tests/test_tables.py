@@ -8,7 +8,7 @@ import pytest
 
 from audit import incidents
 from audit.errors import SchemaError
-from audit.load import load_captures
+from audit.ingest.load import load_captures
 from audit.tables import DATA_FIELDS, DELIVERIES, STORED_DELIVERIES, Column
 from tests.builders import capture, write_jsonl
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from audit.demo.envelope import dump, envelope, iso, new_uuid, signed_headers
 from audit.demo.lifecycle import Event
 from audit.demo.plan import CLIENT, DAY, FaultPlan, H
-from audit.signatures import sign
+from audit.ingest.signatures import sign
 from audit.spec import DELIVERY_TIMEOUT_MS, INCIDENT_EVENTS, MAX_ATTEMPTS, RETRY_DELAYS_S
 
 __all__ = ["DeliveryRun", "Record"]

@@ -150,7 +150,7 @@ def run_controls(
         Overrides of the catalogue's parameter defaults, by name (e.g. ``{"ttt_median_h": 12}``).
     secrets_age
         Each subscription's newest secret's ``valid_from`` in ns since the epoch, None for
-        "since forever" (:meth:`audit.secrets.SecretStore.latest_valid_from`). Without it,
+        "since forever" (:meth:`audit.ingest.secrets.SecretStore.latest_valid_from`). Without it,
         SIG-04 skips. Never secret values.
     mutes
         A frame from :func:`read_mutes`; expiry is compared with ``analysis.as_of``.

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import orjson
 
-from audit.capture import _NO_ENVELOPE, COLUMNS, NAT, _in_range, _time_ns, parse_jsonl
+from audit.ingest.capture import _NO_ENVELOPE, COLUMNS, NAT, _in_range, _time_ns, parse_jsonl
 from audit.ingest.extract import EXTRACTED
 from audit.ingest.extract import extract as _extract
-from audit.secrets import SecretStore
-from audit.signatures import verify_columns
+from audit.ingest.secrets import SecretStore
+from audit.ingest.signatures import verify_columns
 from audit.spec import SIGNATURE_HEX_LEN, SIGNATURE_PREFIX
 from audit.timeutil import parse_iso_ns
 

@@ -22,8 +22,8 @@ import pyarrow as pa
 
 from audit.ingest import records
 from audit.ingest.fast import _keyed, verify_jsonl
-from audit.load import default_workers
-from audit.secrets import SecretStore
+from audit.ingest.load import default_workers
+from audit.ingest.secrets import SecretStore
 
 __all__ = ["Piece", "map_pieces", "plan_pieces"]
 

@@ -16,12 +16,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from audit.capture import NAT, parse_har, parse_jsonl
 from audit.errors import LoadError
+from audit.ingest.capture import NAT, parse_har, parse_jsonl
 from audit.ingest.extract import body_columns
 from audit.ingest.fast import verify_jsonl
-from audit.secrets import SecretStore
-from audit.signatures import verify_columns
+from audit.ingest.secrets import SecretStore
+from audit.ingest.signatures import verify_columns
 from audit.tables import STORED_DELIVERIES
 
 __all__ = ["body_columns", "read_chunks", "stored_table", "verify_chunk"]

@@ -44,9 +44,9 @@ from audit.atomic import write_json_atomic
 from audit.errors import InputError
 from audit.ingest import parallel, records
 from audit.ingest.fast import verify_jsonl
+from audit.ingest.load import expand_paths
 from audit.ingest.parts import PartWriter, lock_file, unlock_file
-from audit.load import expand_paths
-from audit.secrets import SecretStore, read_secrets
+from audit.ingest.secrets import SecretStore, read_secrets
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 
 __all__ = ["IngestResult", "Store", "ingest", "secrets_fingerprints"]

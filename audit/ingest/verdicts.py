@@ -11,16 +11,16 @@ from dataclasses import dataclass
 import pandas as pd
 import pyarrow as pa
 
-from audit.capture import parse_har
 from audit.errors import LoadError
 from audit.ingest import parallel, records
+from audit.ingest.capture import parse_har
 from audit.ingest.extract import EXTRACTED, body_columns
+from audit.ingest.load import LoadWarning, expand_paths
 from audit.ingest.query import frame_from_arrow
-from audit.load import LoadWarning, expand_paths
-from audit.secrets import read_secrets
-from audit.signatures import verify_columns
+from audit.ingest.secrets import read_secrets
+from audit.ingest.signatures import verify_columns
+from audit.ingest.verification import VERDICT_COLUMNS
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
-from audit.verification import VERDICT_COLUMNS
 
 __all__ = ["LogRows", "read_logs", "verify_logs"]
 

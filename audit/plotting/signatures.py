@@ -9,11 +9,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from audit.errors import ParameterError
+from audit.ingest.signatures import VERDICTS
+from audit.ingest.verification import verdict_counts
 from audit.metrics import plain_label, require_columns
 from audit.plotting.base import date_axis, naive_utc, new_figure, no_data, percent_text, safe_label
-from audit.signatures import VERDICTS
 from audit.spec import CLOCK_TOLERANCE_S
-from audit.verification import verdict_counts
 
 __all__ = ["plot_clock_skew", "plot_verdict_counts"]
 
@@ -121,7 +121,8 @@ def plot_verdict_counts(
     Parameters
     ----------
     deliveries : pandas.DataFrame
-        The verified deliveries (``verdict``); counted by :func:`audit.verification.verdict_counts`.
+        The verified deliveries (``verdict``); counted by
+        :func:`audit.ingest.verification.verdict_counts`.
     log : bool, optional
         Log x axis; by default when the largest count is at least 100 times the smallest.
     title : str, optional

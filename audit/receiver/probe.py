@@ -21,6 +21,7 @@ import httpx
 
 from audit import __version__
 from audit.errors import InputError, UnreachableError
+from audit.ingest.secrets import read_secrets
 from audit.receiver.probe_plan import (
     ACCEPT,
     Check,
@@ -31,7 +32,6 @@ from audit.receiver.probe_plan import (
     select_checks,
 )
 from audit.request_checks import require_https_unless_loopback
-from audit.secrets import read_secrets
 from audit.spec import DEFAULT_HEADER_PREFIX, DELIVERY_TIMEOUT_S
 
 __all__ = ["USER_AGENT", "CheckResult", "ProbeResult", "check_target", "plan", "run_probe"]

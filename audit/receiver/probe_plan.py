@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from audit.errors import InputError
-from audit.signatures import digest, sign
+from audit.ingest.signatures import digest, sign
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, TEST_EVENT, header_names
 
 __all__ = ["CHECKS", "Check", "Prepared", "ProbeContext", "prepare", "select_checks"]

@@ -4,7 +4,7 @@
 :class:`~audit.receiver.asgi.CaptureMiddleware`; :func:`serve` runs it with uvicorn (the
 ``audit[receiver]`` extra). It verifies the raw body bytes against the subscription's current
 secret (the one whose ``valid_from`` has passed on the receiving clock; the previous secret is
-invalid at once, spec 4.6) with :func:`audit.signatures.verify`, as of the receipt time the
+invalid at once, spec 4.6) with :func:`audit.ingest.signatures.verify`, as of the receipt time the
 capture line records, so ``audit verify`` on the folder gives the verdict it answered by.
 The secrets file is re-read when it changes, so a rotation takes effect without a restart.
 """
@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from audit.errors import InputError, SecretsError
+from audit.ingest.secrets import SecretStore, SigningSecret, read_secrets
+from audit.ingest.signatures import verify
 from audit.receiver.asgi import RECEIVED_AT_KEY, CaptureMiddleware, Message, Receive, Scope, Send
 from audit.receiver.capture_log import CaptureWriter
-from audit.secrets import SecretStore, SigningSecret, read_secrets
-from audit.signatures import verify
 from audit.spec import DEFAULT_HEADER_PREFIX, header_names
 
 __all__ = ["CurrentSecret", "receiver_app", "serve"]

@@ -67,8 +67,8 @@ def load_inputs(
         No log given, or a path that does not exist or cannot be read (one line naming it).
     """
     from audit.findings import read_mutes
-    from audit.load import load_captures
-    from audit.secrets import read_secrets
+    from audit.ingest.load import load_captures
+    from audit.ingest.secrets import read_secrets
     from audit.subscriptions import load_snapshots, snapshot_files
 
     if not logs:

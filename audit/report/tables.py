@@ -55,7 +55,7 @@ def _km_all(durations: pd.DataFrame) -> pd.DataFrame:
 def report_tables(analysis: Analysis, period: Period) -> dict[str, pd.DataFrame]:
     """Every table of the run folder, by name (see ``docs/report.md``)."""
     from audit.deliveries import latency_summary, success_rates
-    from audit.verification import verdict_counts
+    from audit.ingest.verification import verdict_counts
 
     tables = dict(analysis.tables())
     d = analysis.deliveries

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from audit.signatures import sign
+from audit.ingest.signatures import sign
 from audit.spec import DEFAULT_HEADER_PREFIX, EVENTS
 
 __all__ = ["LISTING_SHAPES", "Dropped", "FakeState", "Fault", "Issued", "RecordedRequest", "iso"]

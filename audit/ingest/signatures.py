@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from audit.secrets import SecretStore, SigningSecret
+from audit.ingest.secrets import SecretStore, SigningSecret
 from audit.spec import CLOCK_TOLERANCE_S, SIGNATURE_HEX_LEN, SIGNATURE_PREFIX
 
 __all__ = [
@@ -251,7 +251,8 @@ def verify_columns(
     int64 sentinel for ``received_ns``).
 
     This is the one place verdicts are computed for stored deliveries; the frame-level entry
-    points (:func:`audit.verification.verify_frame`, :func:`audit.load.load_captures` with
+    points (:func:`audit.ingest.verification.verify_frame`,
+    :func:`audit.ingest.load.load_captures` with
     ``secrets=``) call it.
     """
     tol_ns = round(tolerance_s * 1e9)

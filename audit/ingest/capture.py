@@ -1,8 +1,8 @@
 """Parse capture records (JSON Lines, HAR entries) into column lists.
 
 This is the loader's hot loop. It imports neither pandas nor numpy, so worker processes that run
-it start fast; :mod:`audit.load` turns the lists into a frame. Each record becomes one row; one
-that cannot be read becomes a row with verdict ``unreadable`` and the reason in ``detail``.
+it start fast; :mod:`audit.ingest.load` turns the lists into a frame. Each record becomes one
+row; one that cannot be read becomes a row with verdict ``unreadable`` and the reason in ``detail``.
 """
 
 from __future__ import annotations

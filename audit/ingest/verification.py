@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from audit.load import frame_from_columns, load_captures
-from audit.secrets import SecretStore, read_secrets
-from audit.signatures import VERDICTS, verify_columns
+from audit.ingest.load import frame_from_columns, load_captures
+from audit.ingest.secrets import SecretStore, read_secrets
+from audit.ingest.signatures import VERDICTS, verify_columns
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
 
 __all__ = [
@@ -78,7 +78,7 @@ def verify_frame(
 ) -> pd.DataFrame:
     """Verify every loaded delivery as of its own ``received_at``, across secret rotations.
 
-    The rules are those of :func:`audit.signatures.verify_columns` (the one implementation).
+    The rules are those of :func:`audit.ingest.signatures.verify_columns` (the one implementation).
 
     Returns
     -------

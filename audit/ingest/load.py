@@ -7,7 +7,8 @@ HAR that is not JSON) raises :class:`~audit.errors.LoadError` naming the file.
 
 Which files a folder or glob yields is decided by :mod:`audit.paths` (rotated names, one warning
 for skipped entries, loop-safe ``**``, unreadable folders are errors); gzip is inflated as a
-stream within the limits of :mod:`audit.compressed` (a gzip bomb is an error naming the file).
+stream within the limits of :mod:`audit.ingest.compressed` (a gzip bomb is an error naming the
+file).
 
 Large inputs are parsed (and, given ``secrets``, verified) in worker processes, one chunk of
 lines each; the rows come back in input order, so the result does not depend on ``workers``.
@@ -32,12 +33,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from audit.capture import NAT, parse_har, parse_jsonl
-from audit.compressed import ExpansionLimits, inflate
 from audit.errors import LoadError
+from audit.ingest.capture import NAT, parse_har, parse_jsonl
+from audit.ingest.compressed import ExpansionLimits, inflate
+from audit.ingest.secrets import SecretStore
+from audit.ingest.signatures import verify_columns
 from audit.paths import expand, is_har_name
-from audit.secrets import SecretStore
-from audit.signatures import verify_columns
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 
 __all__ = ["Captures", "LoadWarning", "expand_paths", "frame_from_columns", "load_captures"]
@@ -212,14 +213,14 @@ def load_captures(
     header_prefix
         Brand part of the delivery header names (``X-PhishFort`` by default).
     secrets
-        When given, every record is also verified (as :func:`audit.verification.verify_frame`
+        When given, every record is also verified (as :func:`audit.ingest.verification.verify_frame`
         does) while it is parsed, which saves a second pass over the bodies.
     tolerance_s
         Clock tolerance for that verification.
     workers
         Worker processes for large inputs; 1 parses in-process. Default: the usable CPUs.
     max_expanded_bytes, max_expansion_ratio
-        Limits on gzip expansion per file (see :mod:`audit.compressed`); default from
+        Limits on gzip expansion per file (see :mod:`audit.ingest.compressed`); default from
         ``AUDIT_MAX_EXPANDED_BYTES`` / ``AUDIT_MAX_EXPANSION_RATIO``, else 2 GiB and 200.
 
     Returns
