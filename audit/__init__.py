@@ -19,20 +19,20 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from audit.analysis import Analysis, analyze, run_analyses
+from audit.analysis.analyze import Analysis, analyze, run_analyses
+from audit.analysis.deliveries import events_table, infer_attempts
+from audit.analysis.incidents import incidents_table, status_intervals
+from audit.analysis.subscriptions import load_snapshots
+from audit.analysis.survival import kaplan_meier, km_quantile
+from audit.analysis.takedown import takedown_durations
 from audit.client import ServiceClient
-from audit.deliveries import events_table, infer_attempts
 from audit.errors import AuditError
 from audit.findings import run_controls
-from audit.incidents import incidents_table, status_intervals
 from audit.ingest.load import Captures, load_captures
 from audit.ingest.secrets import SecretStore, read_secrets
 from audit.ingest.signatures import VERDICTS, sign, verify
 from audit.ingest.verification import audit_signatures, verdict_counts, verify_frame
 from audit.report import parse_period, run_report
-from audit.subscriptions import load_snapshots
-from audit.survival import kaplan_meier, km_quantile
-from audit.takedown import takedown_durations
 
 __all__ = [
     "VERDICTS",

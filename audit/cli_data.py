@@ -330,7 +330,7 @@ def analyze(
 ) -> None:
     """Verify, then write deliveries, events, incidents, status intervals, takedown and
     subscription tables (Parquet, or CSV with --format csv), and print a short summary."""
-    from audit.analysis import analyze as run
+    from audit.analysis.analyze import analyze as run
 
     _need_logs(logs, store_dir)
     if secrets_path is None and store_dir is None:
@@ -352,7 +352,7 @@ def analyze(
 
 def summary_text(result) -> str:
     """A few lines an analyst reads first (pure formatting of the analysis tables)."""
-    from audit.survival import kaplan_meier, km_quantile
+    from audit.analysis.survival import kaplan_meier, km_quantile
 
     d, e, inc = result.deliveries, result.events, result.incidents
     valid = d[d["verdict"] == "valid"]

@@ -16,7 +16,7 @@ it follows, each from the spec:
   12 files and under 10485760 bytes per attachment request. Delivery URLs must be HTTPS and
   event types known ones. The checks are in :mod:`audit.request_checks`.
 * Answers are unwrapped from ``{data, message}``; the listing shape is not published, so
-  :func:`audit.subscriptions.unwrap_listing` accepts every plausible one.
+  :func:`audit.analysis.subscriptions.unwrap_listing` accepts every plausible one.
 
 Errors all derive from :class:`audit.errors.ServiceError` (refusals on bad arguments from
 :class:`audit.errors.InputError`)::
@@ -44,6 +44,7 @@ from typing import Any
 import httpx
 
 from audit import __version__
+from audit.analysis.subscriptions import unwrap_listing
 from audit.errors import (
     InputError,
     PayloadTooLarge,
@@ -79,7 +80,6 @@ from audit.retry import (
     parse_retry_after,
 )
 from audit.spec import API_VERSION_PATH, TERMINAL_STATUSES
-from audit.subscriptions import unwrap_listing
 
 __all__ = [
     "REDACTED",
@@ -136,7 +136,7 @@ class Listing:
 
     @property
     def items(self) -> list[dict[str, Any]]:
-        """The listed subscriptions (see :func:`audit.subscriptions.unwrap_listing`)."""
+        """The listed subscriptions (see :func:`audit.analysis.subscriptions.unwrap_listing`)."""
         return unwrap_listing(self.body)
 
 

@@ -101,7 +101,7 @@ def ours(log: Path, secrets_path: Path, analysis: bool = False) -> int:
     if analysis:
         import warnings
 
-        from audit.analysis import run_analyses
+        from audit.analysis.analyze import run_analyses
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

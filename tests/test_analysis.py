@@ -93,7 +93,7 @@ def test_bad_as_of_is_one_line(demo, capsys):
 
 
 def test_analyze_uses_only_what_was_received_by_as_of(tmp_path):
-    from audit.analysis import analyze
+    from audit.analysis.analyze import analyze
 
     sim = simulate(tmp_path / "d", seed=5, days=8, incidents=30)
     as_of = pd.Timestamp("2026-10-03T00:00:00Z")

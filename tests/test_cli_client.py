@@ -14,11 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 from audit import cli_client
+from audit.analysis.subscriptions import load_snapshots
 from audit.cli import cli, main
 from audit.ingest.secrets import read_secrets
 from audit.ingest.signatures import sign, verify
 from audit.service.fake import FakeService
-from audit.subscriptions import load_snapshots
 
 KEY = "ak_cli_test_5e4d3c2b1a"
 

@@ -12,7 +12,7 @@ import json
 import pandas as pd
 import pytest
 
-from audit.deliveries import events_table, infer_attempts, latency_summary, success_rates
+from audit.analysis.deliveries import events_table, infer_attempts, latency_summary, success_rates
 
 T0 = pd.Timestamp("2026-10-01T00:00:00Z")
 FAR = T0 + pd.Timedelta(days=1)

@@ -1,8 +1,9 @@
 """Compliance controls: a pass and a fail case for every control, the runner, mutes, the demo.
 
 Small frames are built by hand: verified delivery rows (the verdict is given, as
-``verify_frame`` would set it) go through :func:`audit.analysis.run_analyses`, and listing
-snapshots are written as files and read by :func:`audit.subscriptions.load_snapshots`. Times
+``verify_frame`` would set it) go through :func:`audit.analysis.analyze.run_analyses`, and listing
+snapshots are written as files and read by :func:`audit.analysis.subscriptions.load_snapshots`.
+Times
 count from T0 = 2026-10-01 00:00 UTC; the period is the 10 days from T0 and ``as_of`` is its
 end. Expected figures are worked out by hand in the comments (quantiles: linear interpolation,
 h = (n - 1) q); the finding uid's known answer comes from ``sha256sum``; the demo's expected
@@ -23,7 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audit.analysis import Analysis, analyze, run_analyses
+from audit.analysis.analyze import Analysis, analyze, run_analyses
+from audit.analysis.subscriptions import load_snapshots
 from audit.demo import simulate
 from audit.errors import InputError, ParameterError
 from audit.findings import (
@@ -40,9 +42,8 @@ from audit.findings.catalogue import parameter_ranges
 from audit.findings.controls import FAMILIES, control_id
 from audit.findings.controls.sig import sig_03
 from audit.spec import INCIDENT_EVENTS
-from audit.subscriptions import load_snapshots
 
-pytestmark = pytest.mark.filterwarnings("ignore::audit.survival.SmallSampleWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::audit.analysis.survival.SmallSampleWarning")
 
 T0 = pd.Timestamp("2026-10-01T00:00:00Z")
 END = T0 + pd.Timedelta(days=10)

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from audit.analysis.subscriptions import load_snapshots
 from audit.cli import main
 from audit.cli_client import write_snapshot
 from audit.client import ServiceClient
@@ -28,7 +29,6 @@ from audit.ingest.secrets import read_secrets
 from audit.redaction import REDACTED, redact_secrets
 from audit.retry import RetryPolicy, parse_retry_after
 from audit.service.fake import FakeService
-from audit.subscriptions import load_snapshots
 
 KEY = "key-in-the-reason-phrase-0123456789"
 SECRET = "whsec_known-secret-value-abcdef"

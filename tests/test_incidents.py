@@ -1,4 +1,4 @@
-"""Tests for audit.incidents: folding valid events into incidents, status intervals.
+"""Tests for audit.analysis.incidents: folding valid events into incidents, status intervals.
 
 Deliveries are written as capture JSONL, signed with
 :func:`audit.ingest.signatures.sign`, loaded and verified the way the CLI does
@@ -21,9 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit.demo import simulate
-from audit.errors import ParameterError, SchemaError
-from audit.incidents import (
+from audit.analysis.incidents import (
     COUNT_KEYS,
     EVENT_COLUMNS,
     INCIDENT_TABLE_COLUMNS,
@@ -32,12 +30,14 @@ from audit.incidents import (
     incidents_table,
     status_intervals,
 )
+from audit.analysis.takedown import takedown_durations
+from audit.demo import simulate
+from audit.errors import ParameterError, SchemaError
 from audit.ingest.load import load_captures
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import sign
 from audit.ingest.verification import audit_signatures, verify_frame
 from audit.spec import CLIENT_WAIT_STATUSES
-from audit.takedown import takedown_durations
 from tests.builders import capture, write_jsonl
 
 # Test-only signing secrets (never real ones).

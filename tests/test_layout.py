@@ -20,10 +20,10 @@ STAGES = {
     "audit.spec": 0,
     "audit.timeutil": 0,
     "audit.ingest.signatures": 1,
-    "audit.survival": 2,
-    "audit.takedown": 2,
-    "audit.deliveries": 2,
-    "audit.metrics": 2,
+    "audit.analysis.survival": 2,
+    "audit.analysis.takedown": 2,
+    "audit.analysis.deliveries": 2,
+    "audit.analysis.metrics": 2,
     "audit.findings": 3,
     "audit.plotting": 4,
 }
@@ -70,7 +70,7 @@ def test_the_check_sees_a_backward_import(tmp_path: Path):
     f.write_text("from audit.plotting import plot_clock_skew\nimport audit.findings.runner\n")
     imported = _imports(f)
     assert imported == {"audit.plotting", "audit.findings.runner"}
-    assert _stage("audit.findings.runner") == 3 > _stage("audit.metrics")
+    assert _stage("audit.findings.runner") == 3 > _stage("audit.analysis.metrics")
 
 
 @pytest.mark.parametrize(

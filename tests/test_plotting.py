@@ -20,12 +20,12 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from audit import metrics as M
 from audit import plotting as P
-from audit.deliveries import events_table, infer_attempts
+from audit.analysis import metrics as M
+from audit.analysis.deliveries import events_table, infer_attempts
+from audit.analysis.survival import SmallSampleWarning, kaplan_meier_by
+from audit.analysis.takedown import takedown_durations
 from audit.errors import ParameterError, SchemaError
-from audit.survival import SmallSampleWarning, kaplan_meier_by
-from audit.takedown import takedown_durations
 
 T0 = pd.Timestamp("2026-10-01T00:00:00Z")
 AS_OF = pd.Timestamp("2026-10-05T00:00:00Z")
@@ -620,5 +620,5 @@ def test_plotting_keeps_its_drawing_api_and_only_draws():
             for p in params
         ]
         assert got == expected, name
-    # the frames live in audit.metrics; plotting exports only drawing
+    # the frames live in audit.analysis.metrics; plotting exports only drawing
     assert set(P.__all__) == {*PLOT_SIGNATURES, "NO_DATA", "log_bins"}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from audit.analysis import analyze
+from audit.analysis.analyze import analyze
 from audit.cli import main
 from audit.errors import InputError, UnreachableError
 from audit.findings import FINDING_COLUMNS, run_controls

@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from audit.analysis import run_analyses
+from audit.analysis.analyze import run_analyses
 from audit.cli import main
 from audit.demo import simulate
 from audit.errors import InputError

@@ -10,8 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from audit.analysis.subscriptions import (
+    SNAPSHOT_COLUMNS,
+    load_snapshots,
+    secret_exposed,
+    unwrap_listing,
+)
 from audit.errors import InputError, LoadError
-from audit.subscriptions import SNAPSHOT_COLUMNS, load_snapshots, secret_exposed, unwrap_listing
 
 DATA = Path(__file__).parent / "data" / "snapshots"
 SUBS = [{"id": "wh_1", "url": "https://hooks.example/a"}, {"id": "wh_2"}]
@@ -239,7 +244,7 @@ def test_listed_fields_of_the_wrong_type_are_emptied_with_a_warning(
 ):
     # Issue 9: a snapshot must never break later analyses; the odd field is left empty and
     # one warning names the file and the field.
-    from audit.subscriptions import SnapshotWarning
+    from audit.analysis.subscriptions import SnapshotWarning
 
     f = _write(tmp_path / "s.json", _snapshot([{"id": "wh_0"}, item]))
     with pytest.warns(SnapshotWarning) as caught:

@@ -6,7 +6,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from audit import incidents
+from audit.analysis import incidents
 from audit.errors import SchemaError
 from audit.ingest.load import load_captures
 from audit.tables import DATA_FIELDS, DELIVERIES, STORED_DELIVERIES, Column

@@ -1,4 +1,5 @@
-"""Tests for audit.survival (Kaplan–Meier estimates, quantiles) and audit.takedown (durations).
+"""Tests for audit.analysis.survival (Kaplan–Meier estimates, quantiles) and
+audit.analysis.takedown (durations).
 
 Known answers come from outside the code under test:
 
@@ -28,7 +29,8 @@ Known answers come from outside the code under test:
       print(k.percentile(0.10), qth_survival_times(0.10, k.confidence_interval_))'
 
   lifelines' ``KaplanMeierFitter`` uses Greenwood's variance on the log(-log) scale.
-  (lifelines differs from audit.takedown in two documented conventions, neither of which the
+  (lifelines differs from audit.analysis.takedown in two documented conventions, neither of which
+  the
   6-MP data exercises: a curve exactly equal to 1 - q, and the band where S reaches 0.)
 
 Small cases marked "by hand" were worked out on paper from the product-limit definition.
@@ -45,8 +47,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit.errors import ParameterError, SchemaError
-from audit.survival import (
+from audit.analysis.survival import (
     KM_COLUMNS,
     KMQuantile,
     SmallSampleWarning,
@@ -54,7 +55,8 @@ from audit.survival import (
     kaplan_meier_by,
     km_quantile,
 )
-from audit.takedown import EXCLUSION_REASONS, takedown_durations, takedown_summary
+from audit.analysis.takedown import EXCLUSION_REASONS, takedown_durations, takedown_summary
+from audit.errors import ParameterError, SchemaError
 
 Z95 = 1.959963984540054  # standard normal 0.975 quantile
 
@@ -700,7 +702,7 @@ def test_group_column_dtype_does_not_depend_on_emptiness() -> None:
         pd.testing.assert_series_equal(a.dtypes, b.dtypes)
 
 
-@pytest.mark.parametrize("name", ["audit.survival", "audit.takedown"])
+@pytest.mark.parametrize("name", ["audit.analysis.survival", "audit.analysis.takedown"])
 def test_all_is_complete(name: str) -> None:
     import importlib
 

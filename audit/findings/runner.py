@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from audit.analysis import Analysis
+from audit.analysis.analyze import Analysis
 from audit.errors import ParameterError
 from audit.findings.catalogue import SEVERITIES, Control, load_catalogue, resolve_params
 from audit.findings.controls import CONTROLS, ControlFunction
@@ -140,7 +140,7 @@ def run_controls(
     Parameters
     ----------
     analysis
-        From :func:`audit.analysis.analyze` or :func:`audit.analysis.run_analyses`.
+        From :func:`audit.analysis.analyze.analyze` or :func:`audit.analysis.analyze.run_analyses`.
     period_start, period_end
         The period judged, ``[start, end)``, timezone-aware. Deliveries count when received in
         it, events when first received in it, incidents when created in it (TKD-03/04 also

@@ -18,7 +18,8 @@ _NOT_PARSED = object()
 def extract(body: bytes | None, env: object = _NOT_PARSED) -> tuple:
     """What analyses read from one body (values in :data:`EXTRACTED` order): its sha256, the
     envelope fingerprint (sha256 of the canonical JSON of ``event`` and ``data``), the known
-    ``data`` fields and how many had the wrong JSON type (the rules of :mod:`audit.incidents`).
+    ``data`` fields and how many had the wrong JSON type (the rules of
+    :mod:`audit.analysis.incidents`).
     ``env`` is the body already parsed (None when it is not JSON), to parse it only once."""
     data: object = None
     if body is None:

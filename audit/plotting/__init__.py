@@ -4,8 +4,10 @@ Every function builds its figure with ``matplotlib.figure.Figure()``, never thro
 global state, no display, nothing saved or shown (the caller decides, e.g. ``fig.savefig(...)``
 or returning the figure as a notebook cell's value). Empty input gives a figure that says
 "no data". The functions here only draw: the frames a figure shows are computed in
-:mod:`audit.metrics` (:func:`~audit.metrics.km_steps`, :func:`~audit.metrics.daily_failure_rate`,
-:func:`~audit.metrics.retry_delays`) or by the analysis modules, which the ``plot_*`` functions
+:mod:`audit.analysis.metrics` (:func:`~audit.analysis.metrics.km_steps`,
+:func:`~audit.analysis.metrics.daily_failure_rate`,
+:func:`~audit.analysis.metrics.retry_delays`) or by the analysis modules, which the ``plot_*``
+functions
 call, so that tests check numbers rather than pixels.
 
 Text drawn from data (groups, subscription ids) is shortened and has ``$`` escaped so that it

@@ -8,8 +8,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from audit.metrics import utc_times
-from audit.survival import MISSING_GROUP
+from audit.analysis.metrics import utc_times
+from audit.analysis.survival import MISSING_GROUP
 
 __all__ = [
     "FIGSIZE",

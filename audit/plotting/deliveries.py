@@ -11,9 +11,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
-from audit.deliveries import Tolerance, latency_summary
+from audit.analysis.deliveries import Tolerance, latency_summary
+from audit.analysis.metrics import RETRY_KINDS, daily_failure_rate, require_columns, retry_delays
 from audit.errors import ParameterError
-from audit.metrics import RETRY_KINDS, daily_failure_rate, require_columns, retry_delays
 from audit.plotting.base import date_axis, duration_text, naive_utc, new_figure, no_data, safe_label
 from audit.spec import DELIVERY_TIMEOUT_MS, MAX_ATTEMPTS, RETRY_DELAYS_S
 
@@ -26,7 +26,8 @@ def plot_daily_failure_rate(attempts: pd.DataFrame, *, title: str | None = None)
     Parameters
     ----------
     attempts : pandas.DataFrame
-        From :func:`audit.deliveries.infer_attempts`; aggregated by :func:`daily_failure_rate`.
+        From :func:`audit.analysis.deliveries.infer_attempts`; aggregated by
+        :func:`daily_failure_rate`.
     title : str, optional
         Axes title; default "Daily delivery failure rate".
 
@@ -74,7 +75,7 @@ def plot_retry_delays(
     Parameters
     ----------
     attempts : pandas.DataFrame
-        From :func:`audit.deliveries.infer_attempts`; selected by :func:`retry_delays`.
+        From :func:`audit.analysis.deliveries.infer_attempts`; selected by :func:`retry_delays`.
     tolerance : Tolerance, optional
         Drawn as a grey band around each scheduled delay; default ``Tolerance()`` (the one
         ``infer_attempts`` uses by default).
@@ -204,14 +205,15 @@ def plot_latency_distributions(
     Left: ``response_ms`` of the valid deliveries, with the 5 s delivery timeout as a red line.
     Right: ``emission_latency_s`` of the non-test events (first receipt minus the envelope's
     timestamp). Dashed lines mark the medians and dotted lines the 95th percentiles, taken from
-    :func:`audit.deliveries.latency_summary` so that the figure agrees with the report's table.
+    :func:`audit.analysis.deliveries.latency_summary` so that the figure agrees with the report's
+    table.
 
     Parameters
     ----------
     attempts : pandas.DataFrame
-        From :func:`audit.deliveries.infer_attempts` (``verdict``, ``response_ms``).
+        From :func:`audit.analysis.deliveries.infer_attempts` (``verdict``, ``response_ms``).
     events : pandas.DataFrame
-        From :func:`audit.deliveries.events_table` (``is_test``, ``emission_latency_s``).
+        From :func:`audit.analysis.deliveries.events_table` (``is_test``, ``emission_latency_s``).
     title : str, optional
         Figure title; default "Delivery latencies".
 

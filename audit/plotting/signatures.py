@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from audit.analysis.metrics import plain_label, require_columns
 from audit.errors import ParameterError
 from audit.ingest.signatures import VERDICTS
 from audit.ingest.verification import verdict_counts
-from audit.metrics import plain_label, require_columns
 from audit.plotting.base import date_axis, naive_utc, new_figure, no_data, percent_text, safe_label
 from audit.spec import CLOCK_TOLERANCE_S
 

@@ -6,7 +6,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
-from audit.metrics import km_steps
+from audit.analysis.metrics import km_steps
 from audit.plotting.base import new_figure, no_data, safe_label
 
 __all__ = ["plot_takedown_curves"]
@@ -20,7 +20,7 @@ def plot_takedown_curves(
     Parameters
     ----------
     km : pandas.DataFrame
-        From :func:`audit.survival.kaplan_meier_by` (times in seconds).
+        From :func:`audit.analysis.survival.kaplan_meier_by` (times in seconds).
     unit : {"s", "min", "h", "d"}, default "h"
         Unit of the x axis.
     title : str, optional

@@ -66,10 +66,10 @@ def load_inputs(
     InputError
         No log given, or a path that does not exist or cannot be read (one line naming it).
     """
+    from audit.analysis.subscriptions import load_snapshots, snapshot_files
     from audit.findings import read_mutes
     from audit.ingest.load import load_captures
     from audit.ingest.secrets import read_secrets
-    from audit.subscriptions import load_snapshots, snapshot_files
 
     if not logs:
         raise InputError("give at least one capture file, folder or glob")

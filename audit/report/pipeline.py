@@ -146,7 +146,7 @@ def compute(inputs: Inputs, params: ReportParams, period: Period) -> Computed:
 
     Listing snapshots fetched after ``as_of`` are left out, like records received after it.
     """
-    from audit.analysis import run_analyses
+    from audit.analysis.analyze import run_analyses
     from audit.findings import run_controls
 
     subs = inputs.subscriptions

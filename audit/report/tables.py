@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from audit.analysis import Analysis
+from audit.analysis.analyze import Analysis
 from audit.report.params import Period
 
 __all__ = ["deliveries_in_period", "in_period", "report_tables"]
@@ -45,7 +45,7 @@ def _safe(fn, *args, **kwargs) -> pd.DataFrame:
 
 
 def _km_all(durations: pd.DataFrame) -> pd.DataFrame:
-    from audit.survival import kaplan_meier
+    from audit.analysis.survival import kaplan_meier
 
     if durations.empty:
         return pd.DataFrame()
@@ -54,7 +54,7 @@ def _km_all(durations: pd.DataFrame) -> pd.DataFrame:
 
 def report_tables(analysis: Analysis, period: Period) -> dict[str, pd.DataFrame]:
     """Every table of the run folder, by name (see ``docs/report.md``)."""
-    from audit.deliveries import latency_summary, success_rates
+    from audit.analysis.deliveries import latency_summary, success_rates
     from audit.ingest.verification import verdict_counts
 
     tables = dict(analysis.tables())

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from audit.analysis import Analysis
+from audit.analysis.analyze import Analysis
 from audit.spec import TEST_EVENT
 
 __all__ = [

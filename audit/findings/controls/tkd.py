@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from audit.analysis.survival import SMALL_SAMPLE_N, kaplan_meier, km_quantile
 from audit.findings.controls.base import (
     DONE_STATUSES,
     MAX_EXAMPLES,
@@ -20,7 +21,6 @@ from audit.findings.controls.base import (
     verdict,
 )
 from audit.spec import CLIENT_WAIT_STATUSES
-from audit.survival import SMALL_SAMPLE_N, kaplan_meier, km_quantile
 
 _NO_INCIDENT = "No incident was created in the period or is open at as_of."
 

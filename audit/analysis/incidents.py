@@ -606,7 +606,7 @@ def incidents_table(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.Data
     --------
     >>> as_of = pd.Timestamp("2026-11-01", tz="UTC")
     >>> inc = incidents_table(verified, as_of=as_of)  # doctest: +SKIP
-    >>> from audit.takedown import takedown_durations
+    >>> from audit.analysis.takedown import takedown_durations
     >>> durations, exclusions, _ = takedown_durations(inc, as_of=as_of)  # doctest: +SKIP
     """
     as_of = as_utc(as_of)

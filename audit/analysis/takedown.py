@@ -6,7 +6,7 @@ right-censored at ``min(closed_at, as_of)``: a median over taken-down incidents 
 biased low. Rows whose duration cannot be computed, or would be negative, are excluded *and
 counted* (see :func:`takedown_durations`).
 
-The estimator itself (Kaplan–Meier, quantiles, by group) is :mod:`audit.survival`.
+The estimator itself (Kaplan–Meier, quantiles, by group) is :mod:`audit.analysis.survival`.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import Literal, NamedTuple
 
 import pandas as pd
 
-from audit.errors import ParameterError, SchemaError
-from audit.survival import (
+from audit.analysis.survival import (
     check_alpha,
     duration_groups,
     kaplan_meier,
     km_quantile,
     warn_small_groups,
 )
+from audit.errors import ParameterError, SchemaError
 from audit.timeutil import as_utc
 
 __all__ = [

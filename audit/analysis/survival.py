@@ -1,7 +1,8 @@
 """Survival analysis: Kaplan–Meier curves, quantiles with confidence limits, by group.
 
 Generic over time-to-event data given as ``(duration, observed)``: an observation that has not
-had the event yet is right-censored (``observed`` False). :mod:`audit.takedown` turns incidents
+had the event yet is right-censored (``observed`` False). :mod:`audit.analysis.takedown` turns
+incidents
 into such durations.
 
 The estimator follows lifelines' design (time-to-event data as ``(duration, observed)``,

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from audit.analysis.survival import MISSING_GROUP
 from audit.errors import ParameterError, SchemaError
-from audit.survival import MISSING_GROUP
 
 __all__ = [
     "RETRY_KINDS",
@@ -73,7 +73,7 @@ def km_steps(km: pd.DataFrame, *, unit: str = "h") -> pd.DataFrame:
     Parameters
     ----------
     km : pandas.DataFrame
-        From :func:`audit.survival.kaplan_meier_by` (``group``, ``time`` in seconds,
+        From :func:`audit.analysis.survival.kaplan_meier_by` (``group``, ``time`` in seconds,
         ``at_risk``, ``censored``, ``survival``, ``ci_lower``, ``ci_upper``); without a
         ``group`` column every row belongs to group ``"all"`` (e.g. from ``kaplan_meier``).
     unit : {"s", "min", "h", "d"}, default "h"
@@ -95,7 +95,7 @@ def km_steps(km: pd.DataFrame, *, unit: str = "h") -> pd.DataFrame:
     'group  time  survival\\n    a   0.0       1.0\\n    a   1.0       0.5\\n    a   2.0       0.5'
     """
     cols = ["time", "at_risk", "censored", "survival", "ci_lower", "ci_upper"]
-    require_columns(km, cols, "km", "audit.survival.kaplan_meier_by()")
+    require_columns(km, cols, "km", "audit.analysis.survival.kaplan_meier_by()")
     scale = _unit_scale(unit)
     out_cols = ["group", "n", "time", "survival", "ci_lower", "ci_upper", "censored"]
     if km.empty:
@@ -136,7 +136,8 @@ def daily_failure_rate(attempts: pd.DataFrame, *, fill_days: bool = True) -> pd.
     """Share of valid delivery attempts that did not succeed, per UTC day and subscription.
 
     An attempt is a row with an ``attempt_no`` (a ``valid`` delivery, see
-    :func:`audit.deliveries.infer_attempts`); it failed when ``success`` is false (not 2xx, or
+    :func:`audit.analysis.deliveries.infer_attempts`); it failed when ``success`` is false (not
+    2xx, or
     answered after the 5 s timeout). Attempts whose answer was not captured (``success`` NA)
     are counted in ``attempts`` but left out of the rate. ``webhook.test`` deliveries count:
     they are deliveries too.
@@ -144,7 +145,7 @@ def daily_failure_rate(attempts: pd.DataFrame, *, fill_days: bool = True) -> pd.
     Parameters
     ----------
     attempts : pandas.DataFrame
-        From :func:`audit.deliveries.infer_attempts`.
+        From :func:`audit.analysis.deliveries.infer_attempts`.
     fill_days : bool, default True
         Add a row, with zero counts and a NaN rate, for every day between the first and the
         last and every subscription seen, so that a line plot shows gaps instead of bridging.
@@ -162,7 +163,9 @@ def daily_failure_rate(attempts: pd.DataFrame, *, fill_days: bool = True) -> pd.
     >>> rates.pivot(index="day", columns="subscription_id", values="failure_rate")
     ... # doctest: +SKIP
     """
-    require_columns(attempts, _ATTEMPT_COLS, "attempts", "audit.deliveries.infer_attempts()")
+    require_columns(
+        attempts, _ATTEMPT_COLS, "attempts", "audit.analysis.deliveries.infer_attempts()"
+    )
     out_cols = ["day", "subscription_id", "attempts", "answered", "failed", "failure_rate"]
     a = attempts[attempts["attempt_no"].notna()] if len(attempts) else attempts
     if a.empty:
@@ -208,7 +211,7 @@ def retry_delays(attempts: pd.DataFrame) -> pd.DataFrame:
     Parameters
     ----------
     attempts : pandas.DataFrame
-        From :func:`audit.deliveries.infer_attempts`.
+        From :func:`audit.analysis.deliveries.infer_attempts`.
 
     Returns
     -------
@@ -225,7 +228,7 @@ def retry_delays(attempts: pd.DataFrame) -> pd.DataFrame:
     ... # doctest: +SKIP
     """
     cols = ["attempt_no", "delay_s", "expected_delay_s", "on_schedule", "missing_before"]
-    require_columns(attempts, cols, "attempts", "audit.deliveries.infer_attempts()")
+    require_columns(attempts, cols, "attempts", "audit.analysis.deliveries.infer_attempts()")
     out_cols = ["subscription_id", "event_id", "attempt_no", "delay_s", "expected_delay_s"]
     out_cols += ["missing_before", "kind"]
     if attempts.empty:

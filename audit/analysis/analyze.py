@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pandas as pd
 
+from audit.analysis.deliveries import ATTEMPT_COLUMNS, events_table, infer_attempts
+from audit.analysis.incidents import incidents_table, status_intervals
+from audit.analysis.subscriptions import load_snapshots
+from audit.analysis.survival import kaplan_meier_by
+from audit.analysis.takedown import takedown_durations, takedown_summary
 from audit.atomic import write_parquet_atomic
-from audit.deliveries import ATTEMPT_COLUMNS, events_table, infer_attempts
 from audit.errors import ParameterError
-from audit.incidents import incidents_table, status_intervals
 from audit.ingest.verification import VERDICT_COLUMNS
 from audit.safe import write_csv
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
-from audit.subscriptions import load_snapshots
-from audit.survival import kaplan_meier_by
-from audit.takedown import takedown_durations, takedown_summary
 from audit.timeutil import as_utc
 
 __all__ = ["Analysis", "analyze", "parse_as_of", "run_analyses"]
