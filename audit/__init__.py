@@ -25,7 +25,6 @@ from audit.analysis.incidents import incidents_table, status_intervals
 from audit.analysis.subscriptions import load_snapshots
 from audit.analysis.survival import kaplan_meier, km_quantile
 from audit.analysis.takedown import takedown_durations
-from audit.client import ServiceClient
 from audit.errors import AuditError
 from audit.findings import run_controls
 from audit.ingest.load import Captures, load_captures
@@ -33,6 +32,7 @@ from audit.ingest.secrets import SecretStore, read_secrets
 from audit.ingest.signatures import VERDICTS, sign, verify
 from audit.ingest.verification import audit_signatures, verdict_counts, verify_frame
 from audit.report import parse_period, run_report
+from audit.service.client import ServiceClient
 
 __all__ = [
     "VERDICTS",

@@ -21,10 +21,10 @@ from typing import Any
 import click
 
 from audit.analysis.subscriptions import secret_exposed, unwrap_listing
-from audit.client import REDACTED, IssuedSecret, RetryPolicy, ServiceClient, redact_secrets
 from audit.errors import InputError, OutputError, SecretsError
 from audit.ingest.secrets import add_secret, load_secrets_json
 from audit.redaction import for_terminal, json_for_terminal, register_sensitive, scrub
+from audit.service.client import REDACTED, IssuedSecret, RetryPolicy, ServiceClient, redact_secrets
 from audit.spec import EVENTS
 
 __all__ = ["COMMANDS", "snapshot", "webhooks", "write_snapshot"]

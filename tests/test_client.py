@@ -14,15 +14,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from audit.client import (
-    REDACTED,
-    IssuedSecret,
-    RetryPolicy,
-    ServiceClient,
-    check_events,
-    parse_retry_after,
-    redact_secrets,
-)
 from audit.errors import (
     InputError,
     LimitError,
@@ -30,6 +21,15 @@ from audit.errors import (
     RetryableError,
     ServiceError,
     TerminalError,
+)
+from audit.service.client import (
+    REDACTED,
+    IssuedSecret,
+    RetryPolicy,
+    ServiceClient,
+    check_events,
+    parse_retry_after,
+    redact_secrets,
 )
 
 KEY = "ak_live_9f8e7d6c5b4a"

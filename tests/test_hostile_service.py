@@ -23,12 +23,12 @@ import pytest
 from audit.analysis.subscriptions import load_snapshots
 from audit.cli import main
 from audit.cli_client import write_snapshot
-from audit.client import ServiceClient
 from audit.errors import InputError, LoadError, RetryableError, ServiceError
 from audit.ingest.secrets import read_secrets
 from audit.redaction import REDACTED, redact_secrets
-from audit.retry import RetryPolicy, parse_retry_after
+from audit.service.client import ServiceClient
 from audit.service.fake import FakeService
+from audit.service.retry import RetryPolicy, parse_retry_after
 
 KEY = "key-in-the-reason-phrase-0123456789"
 SECRET = "whsec_known-secret-value-abcdef"

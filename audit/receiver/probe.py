@@ -31,7 +31,7 @@ from audit.receiver.probe_plan import (
     prepare,
     select_checks,
 )
-from audit.request_checks import require_https_unless_loopback
+from audit.service.request_checks import require_https_unless_loopback
 from audit.spec import DEFAULT_HEADER_PREFIX, DELIVERY_TIMEOUT_S
 
 __all__ = ["USER_AGENT", "CheckResult", "ProbeResult", "check_target", "plan", "run_probe"]

@@ -11,10 +11,10 @@ it follows, each from the spec:
   honouring ``Retry-After`` (seconds or an HTTP date); 400, 401, 403, 404, 413 and 422 are
   terminal (section 7). A request that may have reached the service before the connection
   failed is not repeated when repeating it could create something twice (a subscription, an
-  attachment). The rules are in :mod:`audit.retry`.
+  attachment). The rules are in :mod:`audit.service.retry`.
 * Published limits are checked before a byte is sent (section 8): 5 subscriptions per client,
   12 files and under 10485760 bytes per attachment request. Delivery URLs must be HTTPS and
-  event types known ones. The checks are in :mod:`audit.request_checks`.
+  event types known ones. The checks are in :mod:`audit.service.request_checks`.
 * Answers are unwrapped from ``{data, message}``; the listing shape is not published, so
   :func:`audit.analysis.subscriptions.unwrap_listing` accepts every plausible one.
 
@@ -60,7 +60,7 @@ from audit.redaction import (
     register_sensitive,
     scrub,
 )
-from audit.request_checks import (
+from audit.service.request_checks import (
     FileSpec,
     check_attachment_count,
     check_attachment_sizes,
@@ -72,7 +72,7 @@ from audit.request_checks import (
     check_subscription_room,
     path_segment,
 )
-from audit.retry import (
+from audit.service.retry import (
     MAYBE_SENT_ERRORS,
     NOT_SENT_ERRORS,
     RetryPolicy,
