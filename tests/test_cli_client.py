@@ -13,9 +13,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from audit import cli_client
 from audit.analysis.subscriptions import load_snapshots
 from audit.cli import cli, main
+from audit.cli import client as cli_client
 from audit.ingest.secrets import read_secrets
 from audit.ingest.signatures import sign, verify
 from audit.service.fake import FakeService

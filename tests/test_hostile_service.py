@@ -22,7 +22,7 @@ import pytest
 
 from audit.analysis.subscriptions import load_snapshots
 from audit.cli import main
-from audit.cli_client import write_snapshot
+from audit.cli.client import write_snapshot
 from audit.errors import InputError, LoadError, RetryableError, ServiceError
 from audit.ingest.secrets import read_secrets
 from audit.redaction import REDACTED, redact_secrets

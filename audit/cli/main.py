@@ -25,9 +25,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from audit import cli_client, cli_data, cli_receiver, cli_store
+    from audit.cli import client, data, receiver, store
 
-    for module in (cli_data, cli_store, cli_client, cli_receiver):
+    for module in (data, store, client, receiver):
         for cmd in module.COMMANDS:
             cli.add_command(cmd)
 

@@ -74,7 +74,7 @@ def verify(
     LOGS are capture files (JSONL, .gz, HAR), folders or globs. With --store and no LOGS,
     every record of the store is written.
     """
-    from audit.cli_store import check_table_path, write_table
+    from audit.cli.store import check_table_path, write_table
 
     _need_logs(logs, store_dir)
     if secrets_path is None and (logs or store_dir is None):
