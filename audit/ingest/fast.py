@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import orjson
 
-from audit.ingest.capture import _NO_ENVELOPE, COLUMNS, NAT, _in_range, _time_ns, parse_jsonl
 from audit.ingest.extract import EXTRACTED
 from audit.ingest.extract import extract as _extract
+from audit.ingest.formats.base import _NO_ENVELOPE, COLUMNS, NAT, _in_range, _time_ns, parse_jsonl
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import verify_columns
 from audit.spec import SIGNATURE_HEX_LEN, SIGNATURE_PREFIX

@@ -34,8 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.errors import LoadError
-from audit.ingest.capture import NAT, parse_har, parse_jsonl
 from audit.ingest.compressed import ExpansionLimits, inflate
+from audit.ingest.formats.base import NAT, parse_har, parse_jsonl
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import verify_columns
 from audit.paths import expand, is_har_name

@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.errors import LoadError
-from audit.ingest.capture import NAT, parse_har, parse_jsonl
 from audit.ingest.extract import body_columns
 from audit.ingest.fast import verify_jsonl
+from audit.ingest.formats.base import NAT, parse_har, parse_jsonl
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import verify_columns
 from audit.tables import STORED_DELIVERIES

@@ -13,8 +13,8 @@ import pyarrow as pa
 
 from audit.errors import LoadError
 from audit.ingest import parallel, records
-from audit.ingest.capture import parse_har
 from audit.ingest.extract import EXTRACTED, body_columns
+from audit.ingest.formats.base import parse_har
 from audit.ingest.load import LoadWarning, expand_paths
 from audit.ingest.query import frame_from_arrow
 from audit.ingest.secrets import read_secrets

@@ -1,0 +1,1 @@
+"""Capture formats: one module per format, found by file suffix."""
