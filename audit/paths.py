@@ -1,12 +1,16 @@
-"""Turn the paths a user gives (files, folders, globs) into the capture files to read.
+"""Turn the paths a user gives (files, folders, globs) into the files to read: the one expander.
 
-The rules (stated for users in ``docs/formats.md``, "Which files are read"):
+Capture logs (:func:`audit.ingest.load.expand_paths`) and listing snapshots
+(:func:`audit.analysis.subscriptions.snapshot_files`) are both found here; each caller names the
+suffixes its folders yield. The rules (stated for users in ``docs/formats.md``, "Which files are
+read"):
 
 * A file named on the command line is read whatever its name.
-* A folder is searched recursively for capture logs: names ending in ``.jsonl``, ``.ndjson`` or
-  ``.har``, optionally followed by a logrotate suffix (``.1``, ``.2``, ... or a dateext
-  ``-YYYYMMDD[HH]``) and then optionally ``.gz``: ``x.jsonl``, ``x.jsonl.1``, ``x.jsonl.2.gz``,
-  ``x.har-20261001.gz``. Hidden files and folders (``.name``) are skipped.
+* A folder is searched recursively for names ending in one of the caller's suffixes (capture
+  logs: those of :data:`audit.ingest.formats.FORMATS`), optionally followed by a logrotate
+  suffix (``.1``, ``.2``, ... or a dateext ``-YYYYMMDD[HH]``) and then optionally ``.gz``:
+  ``x.jsonl``, ``x.jsonl.1``, ``x.jsonl.2.gz``, ``x.har-20261001.gz``. Hidden files and folders
+  (``.name``) are skipped.
 * Symbolic links are followed, but a folder is entered once only (by device and inode), so a
   symlink loop ends the walk instead of repeating it; ``**`` in a glob uses the same walk.
 * Other files in a searched folder (``.json``, ``.log``...), dangling symlinks and symlink loops
@@ -27,10 +31,8 @@ from pathlib import Path
 
 from audit.errors import InputError
 
-__all__ = ["LOG_NAME", "PathWarning", "expand", "is_har_name"]
+__all__ = ["PathWarning", "expand", "name_pattern"]
 
-#: Capture log names picked up in folders (case-insensitive): format, rotation, compression.
-LOG_NAME = re.compile(r".+\.(jsonl|ndjson|har)(\.[0-9]+|-[0-9]{8,10})?(\.gz)?", re.IGNORECASE)
 _MAGIC = re.compile(r"[*?[]")
 #: At most this many names are spelled out in the skipped-files warning.
 _SHOWN = 20
@@ -40,20 +42,22 @@ class PathWarning(UserWarning):
     """Files in a searched folder were not read (other names, dangling links, loops)."""
 
 
-def is_har_name(name: str) -> bool:
-    """Whether a file name is a HAR capture (``.har``, rotated or gzipped).
+def name_pattern(suffixes: Iterable[str]) -> re.Pattern[str]:
+    """The file names a folder search picks up (case-insensitive): suffix, rotation, ``.gz``.
 
-    >>> is_har_name("x.har.2.gz"), is_har_name("x.jsonl.1")
-    (True, False)
+    >>> p = name_pattern(["jsonl", "har"])
+    >>> [bool(p.fullmatch(n)) for n in ("x.har.2.gz", "x.JSONL-20261001", "x.json", "x.jsonl.")]
+    [True, True, False, False]
     """
-    m = LOG_NAME.fullmatch(name)
-    return bool(m) and m.group(1).lower() == "har"
+    alternatives = "|".join(re.escape(s.lstrip(".")) for s in suffixes)
+    return re.compile(rf".+\.({alternatives})(\.[0-9]+|-[0-9]{{8,10}})?(\.gz)?", re.IGNORECASE)
 
 
 class _Walk:
     """A loop-safe recursive folder walk that records what it skipped."""
 
-    def __init__(self) -> None:
+    def __init__(self, recursive: bool = True) -> None:
+        self.recursive = recursive
         self.skipped: list[str] = []
         self._entered: set[tuple[int, int]] = set()
 
@@ -94,7 +98,8 @@ class _Walk:
                     continue
                 raise _unreadable(path, e) from None
             if stat.S_ISDIR(st.st_mode):
-                self._enter(path, out)
+                if self.recursive:
+                    self._enter(path, out)
             elif stat.S_ISREG(st.st_mode):
                 out.append(path)
             else:
@@ -164,13 +169,25 @@ def _glob(raw: str, walk: _Walk) -> list[Path]:
     return sorted(current, key=str)
 
 
-def expand(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """Capture files named by files, folders and globs, each once (by real path), in order.
+def expand(
+    paths: Iterable[str | os.PathLike],
+    suffixes: Iterable[str],
+    *,
+    what: str = "capture log",
+    empty_folder_ok: bool = False,
+    recursive: bool = True,
+) -> list[Path]:
+    """Files named by files, folders and globs, each once (by real path), in order.
 
-    Raises :class:`~audit.errors.InputError` for a path that matches nothing or cannot be read,
-    and warns once (:class:`PathWarning`) about everything a folder walk skipped.
+    A folder yields the files whose names end in one of ``suffixes`` (:func:`name_pattern`);
+    ``what`` names them in errors. A folder that holds none is an error unless
+    ``empty_folder_ok``; its subfolders are searched unless not ``recursive``. Raises
+    :class:`~audit.errors.InputError` for a path that matches nothing or cannot be read, and
+    warns once (:class:`PathWarning`) about everything a folder walk skipped.
     """
-    walk = _Walk()
+    suffixes = tuple(s.lstrip(".") for s in suffixes)
+    names = name_pattern(suffixes)
+    walk = _Walk(recursive)
     out: list[Path] = []
     seen: set[Path] = set()
     for raw in paths:
@@ -178,14 +195,13 @@ def expand(paths: Iterable[str | os.PathLike]) -> list[Path]:
         if p.is_dir():
             found = []
             for f in walk.files(p):
-                if LOG_NAME.fullmatch(f.name):
+                if names.fullmatch(f.name):
                     found.append(f)
                 else:
-                    walk.skipped.append(f"{f} (not a capture log name)")
-            if not found:
-                raise InputError(
-                    f"{p}: folder holds no capture log (*.jsonl, *.ndjson, *.har, rotated or .gz)"
-                )
+                    walk.skipped.append(f"{f} (not a {what} name)")
+            if not found and not empty_folder_ok:
+                listed = ", ".join(f"*.{s}" for s in suffixes)
+                raise InputError(f"{p}: folder holds no {what} ({listed}, rotated or .gz)")
         elif p.is_file():
             found = [p]
         elif p.is_symlink():
@@ -193,7 +209,7 @@ def expand(paths: Iterable[str | os.PathLike]) -> list[Path]:
         elif _MAGIC.search(str(raw)):
             found = _glob(str(raw), walk)
             if not found:
-                raise InputError(f"{raw}: no file matches this glob")
+                raise InputError(f"{raw}: no {what} matches this glob")
         else:
             raise InputError(f"{raw}: no such file or folder")
         for f in found:

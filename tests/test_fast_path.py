@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from audit.ingest.fast import verify_jsonl
-from audit.ingest.formats.base import parse_jsonl
+from audit.ingest.formats.jsonl import parse_jsonl
 from audit.ingest.records import verify_chunk
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import sign, verify_columns

@@ -190,7 +190,7 @@ def test_empty_inputs_give_an_empty_frame_with_the_declared_dtypes(tmp_path):
 
 
 def test_missing_path_and_unmatched_glob_are_input_errors(tmp_path):
-    with pytest.raises(InputError, match="no such snapshot file or folder"):
+    with pytest.raises(InputError, match="no such file or folder"):
         load_snapshots([tmp_path / "nope.json"])
     with pytest.raises(InputError, match="no snapshot file matches"):
         load_snapshots([str(tmp_path / "*.json")])

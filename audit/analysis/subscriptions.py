@@ -12,7 +12,6 @@ A snapshot file is ``{"fetched_at": "<ISO time>", "base_url": "...", "response":
 
 from __future__ import annotations
 
-import glob
 import json
 import warnings
 from collections.abc import Iterable
@@ -21,7 +20,8 @@ from typing import Any
 
 import pandas as pd
 
-from audit.errors import InputError, LoadError
+from audit.errors import LoadError
+from audit.paths import expand
 from audit.timeutil import parse_iso_ns
 
 __all__ = [
@@ -54,7 +54,6 @@ _STRING_FIELDS = {
     "description": "description",
     "last_delivery_status": "lastDeliveryStatus",
 }
-_GLOB_CHARS = frozenset("*?[")
 
 
 def unwrap_listing(body: Any) -> list[dict[str, Any]]:
@@ -128,35 +127,14 @@ def _kind(value: object) -> str:
 
 
 def snapshot_files(paths: Iterable[str | Path]) -> list[Path]:
-    """Files named by ``paths`` (files, folders' ``*.json``, globs), each once, in order."""
+    """Files named by ``paths`` (files, folders' ``*.json``, globs), each once, in order.
+
+    The rules are those of :func:`audit.paths.expand`, except that a folder is not searched
+    recursively and a folder without snapshots yields none.
+    """
     if isinstance(paths, str | Path):
         paths = [paths]
-    out: list[Path] = []
-    seen: set[Path] = set()
-
-    def add(p: Path) -> None:
-        key = p.resolve()
-        if key not in seen:
-            seen.add(key)
-            out.append(p)
-
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir():
-            for f in sorted(p.glob("*.json")):
-                if f.is_file():
-                    add(f)
-        elif p.is_file():
-            add(p)
-        elif _GLOB_CHARS & set(str(raw)):
-            matches = sorted(m for m in glob.glob(str(raw)) if Path(m).is_file())
-            if not matches:
-                raise InputError(f"{raw}: no snapshot file matches this pattern")
-            for m in matches:
-                add(Path(m))
-        else:
-            raise InputError(f"{raw}: no such snapshot file or folder")
-    return out
+    return expand(paths, ("json",), what="snapshot file", empty_folder_ok=True, recursive=False)
 
 
 def _read_snapshot(path: Path) -> tuple[int, list[dict[str, Any]]]:

@@ -28,7 +28,8 @@ import orjson
 
 from audit.ingest.extract import EXTRACTED
 from audit.ingest.extract import extract as _extract
-from audit.ingest.formats.base import _NO_ENVELOPE, COLUMNS, NAT, _in_range, _time_ns, parse_jsonl
+from audit.ingest.formats.base import _NO_ENVELOPE, COLUMNS, NAT, _in_range, _time_ns
+from audit.ingest.formats.jsonl import parse_jsonl
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import verify_columns
 from audit.spec import SIGNATURE_HEX_LEN, SIGNATURE_PREFIX

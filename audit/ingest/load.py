@@ -35,16 +35,15 @@ import pyarrow.compute as pc
 
 from audit.errors import LoadError
 from audit.ingest.compressed import ExpansionLimits, inflate
-from audit.ingest.formats.base import NAT, parse_har, parse_jsonl
+from audit.ingest.formats import FORMATS, format_of
+from audit.ingest.formats.base import NAT
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import verify_columns
-from audit.paths import expand, is_har_name
+from audit.paths import expand
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 
 __all__ = ["Captures", "LoadWarning", "expand_paths", "frame_from_columns", "load_captures"]
 
-#: File names picked up when a folder is given (rotated names too: see :mod:`audit.paths`).
-LOG_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".har", ".har.gz")
 #: Inputs smaller than this (uncompressed bytes) are parsed in-process.
 PARALLEL_MIN_BYTES = 16 * 2**20
 _CHUNK_MIN_BYTES = 4 * 2**20
@@ -74,15 +73,16 @@ class Captures:
 
 
 def expand_paths(
-    paths: Iterable[str | os.PathLike], suffixes: tuple[str, ...] = LOG_SUFFIXES
+    paths: Iterable[str | os.PathLike], suffixes: tuple[str, ...] | None = None
 ) -> list[Path]:
     """Turn files, folders (searched recursively for capture logs) and globs into files.
 
     The rules are those of :func:`audit.paths.expand` (rotated names, one warning for skipped
-    files, loop-safe ``**``). ``suffixes`` is kept for compatibility and ignored.
+    files, loop-safe ``**``); a folder yields the names of the registered capture formats
+    (:data:`audit.ingest.formats.FORMATS`) unless ``suffixes`` is given.
     Raises :class:`~audit.errors.InputError` for a path that matches nothing or cannot be read.
     """
-    return expand(paths)
+    return expand(paths, tuple(FORMATS) if suffixes is None else suffixes, what="capture log")
 
 
 def _read(path: Path, limits: ExpansionLimits | None = None) -> tuple[bytes, bytes]:
@@ -124,13 +124,7 @@ def _work(task: tuple, data: bytes | None = None) -> tuple[pa.RecordBatch, int, 
     kind, k, start, end, source, first_line, wanted, secrets, tolerance_s = task
     if data is None:
         data = _FORK_INPUTS[k][start:end]
-    if kind == "har":
-        try:
-            buf = parse_har(data, source, wanted)
-        except ValueError as e:
-            raise LoadError(f"{source}: not a HAR 1.2 file ({e})") from None
-    else:
-        buf = parse_jsonl(data, source, wanted, first_line)
+    buf = FORMATS[kind].parse(data, source, wanted, first_line)
     columns = buf.columns()
     if secrets is not None:
         columns.update(_verified(columns, secrets, tolerance_s))
@@ -246,13 +240,14 @@ def load_captures(
     tasks: list[tuple[int, tuple]] = []  # (file index, task)
     for k, (path, _, data) in enumerate(contents):
         source = str(path)
-        if is_har_name(path.name):
-            task = ("har", k, 0, len(data), source, 1, wanted, secrets, tolerance_s)
+        fmt = format_of(path.name)
+        if not fmt.SPLITS_AT_LINES:
+            task = (fmt.NAME, k, 0, len(data), source, 1, wanted, secrets, tolerance_s)
             tasks.append((k, task))
             continue
         share = max(1, round(pieces * len(data) / total)) if total else 1
         for start, end, first in _chunks(data, share):
-            task = ("jsonl", k, start, end, source, first, wanted, secrets, tolerance_s)
+            task = (fmt.NAME, k, start, end, source, first, wanted, secrets, tolerance_s)
             tasks.append((k, task))
     if pieces > 1 and len(tasks) > 1:
         with _FORK_LOCK:

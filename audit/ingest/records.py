@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 from audit.errors import LoadError
 from audit.ingest.extract import body_columns
 from audit.ingest.fast import verify_jsonl
-from audit.ingest.formats.base import NAT, parse_har, parse_jsonl
+from audit.ingest.formats import FORMATS
+from audit.ingest.formats.base import NAT
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import verify_columns
 from audit.tables import STORED_DELIVERIES
@@ -70,8 +71,8 @@ def read_chunks(
         raise LoadError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
 
 
-def read_har(path: Path) -> bytes:
-    """A HAR file's content (one JSON document: it is read whole)."""
+def read_whole(path: Path) -> bytes:
+    """A whole file's content, inflated if gzip (formats that are one document: HAR)."""
     try:
         blob = path.read_bytes()
         if blob[:2] == b"\x1f\x8b":
@@ -81,6 +82,10 @@ def read_har(path: Path) -> bytes:
     except OSError as e:
         raise LoadError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
     return blob.removeprefix(_BOM)
+
+
+#: The name the store uses for :func:`read_whole`.
+read_har = read_whole
 
 
 def stored_columns(columns: dict[str, list], names: list[str] | tuple[str, ...]) -> pa.Table:
@@ -121,21 +126,16 @@ def verify_chunk(
 ) -> tuple[pa.Table, int]:
     """Parse and verify one piece: (store table, naive times).
 
-    JSONL goes through the fast path (:mod:`audit.ingest.fast`, which hands every record
-    outside its shape to the exact validator) unless ``exact``; HAR through the exact path.
+    ``kind`` names a format of :data:`audit.ingest.formats.FORMATS`. JSONL goes through the
+    fast path (:mod:`audit.ingest.fast`, which hands every record outside its shape to the exact
+    validator) unless ``exact``; every other format through the exact path.
     """
     if kind == "jsonl" and not exact:
         columns, naive, _, _ = verify_jsonl(
             data, source, wanted, first_line, secrets, tolerance_s=tolerance_s, extract=True
         )
         return stored_table(columns, file_sha256), naive
-    if kind == "har":
-        try:
-            buf = parse_har(data, source, wanted)
-        except ValueError as e:
-            raise LoadError(f"{source}: not a HAR 1.2 file ({e})") from None
-    else:
-        buf = parse_jsonl(data, source, wanted, first_line)
+    buf = FORMATS[kind].parse(data, source, wanted, first_line)
     columns = buf.columns()
     columns["subscription_logged"] = [
         None if v == "unreadable" else s is not None

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 import pandas as pd
 import pyarrow as pa
 
-from audit.errors import LoadError
 from audit.ingest import parallel, records
 from audit.ingest.extract import EXTRACTED, body_columns
-from audit.ingest.formats.base import parse_har
+from audit.ingest.formats import format_of, jsonl
 from audit.ingest.load import LoadWarning, expand_paths
 from audit.ingest.query import frame_from_arrow
 from audit.ingest.secrets import read_secrets
@@ -57,14 +56,15 @@ def read_logs(
     workers = parallel.cpu_workers() if workers is None else max(1, workers)
     total = sum(f.stat().st_size for f in files)
     size = piece_bytes or parallel.default_piece_bytes(total, workers)
-    is_har = [f.name.lower().endswith((".har", ".har.gz")) for f in files]
-    jsonl = [f for f, har in zip(files, is_har, strict=True) if not har]
-    pieces = (p for f in jsonl for p in parallel.plan_pieces(f, piece_bytes=size))
+    # JSONL is read in pieces through the fast path; every other format whole (exact path).
+    whole = [format_of(f.name) is not jsonl for f in files]
+    lines = [f for f, w in zip(files, whole, strict=True) if not w]
+    pieces = (p for f in lines for p in parallel.plan_pieces(f, piece_bytes=size))
     names = list(columns)
     results = parallel.map_pieces(
         parallel.verdict_batch,
         pieces,
-        sources={str(f): str(f) for f in jsonl},
+        sources={str(f): str(f) for f in lines},
         wanted=wanted,
         secrets=secrets,
         tolerance_s=tolerance_s,
@@ -79,9 +79,9 @@ def read_logs(
         counts[piece.path][0] += table.num_rows
         counts[piece.path][1] += unreadable
         naive += naive_one
-    for f, har in zip(files, is_har, strict=True):
-        if har:
-            table, unreadable, naive_one = _har(f, wanted, secrets, tolerance_s, names)
+    for f, w in zip(files, whole, strict=True):
+        if w:
+            table, unreadable, naive_one = _whole(f, wanted, secrets, tolerance_s, names)
             by_file[str(f)].append(table)
             counts[str(f)] = [table.num_rows, unreadable]
             naive += naive_one
@@ -129,11 +129,8 @@ def _sha256(path) -> str:
     return h.hexdigest()
 
 
-def _har(path, wanted, secrets, tolerance_s, names) -> tuple[pa.Table, int, int]:
-    try:
-        buf = parse_har(records.read_har(path), str(path), wanted)
-    except ValueError as e:
-        raise LoadError(f"{path}: not a HAR 1.2 file ({e})") from None
+def _whole(path, wanted, secrets, tolerance_s, names) -> tuple[pa.Table, int, int]:
+    buf = format_of(path.name).parse(records.read_whole(path), str(path), wanted)
     cols = buf.columns()
     cols["subscription_logged"] = [
         None if v == "unreadable" else s is not None

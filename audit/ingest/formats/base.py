@@ -1,4 +1,7 @@
-"""Parse capture records (JSON Lines, HAR entries) into column lists.
+"""What every capture format shares: one record (a dict) checked and appended as one row.
+
+A format module (:mod:`audit.ingest.formats.jsonl`, :mod:`audit.ingest.formats.har`) turns its
+file into records and hands each to :func:`_record`, which fills a :class:`Buffer`.
 
 This is the loader's hot loop. It imports neither pandas nor numpy, so worker processes that run
 it start fast; :mod:`audit.ingest.load` turns the lists into a frame. Each record becomes one
@@ -9,16 +12,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import math
-import re
 from datetime import UTC, datetime
 
 import orjson
 
 from audit.timeutil import parse_iso_ns
 
-__all__ = ["COLUMNS", "NAT", "Buffer", "parse_har", "parse_jsonl"]
+__all__ = ["COLUMNS", "NAT", "Buffer"]
 
 #: The sentinel for a missing time (numpy's NaT as int64).
 NAT = -(2**63)
@@ -265,161 +266,3 @@ def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) ->
     )
     buf.naive_times += not had_offset
     return None
-
-
-# A JSON key whose last character-escape (\\uXXXX) is followed by the key's end: a header name
-# spelled with escapes could repeat another one that the parser merged (last key wins).
-_ESCAPED_KEY = re.compile(rb'\\u[0-9a-fA-F]{4}[^"\\]*"\s*:')
-
-
-def _may_repeat(raw: bytes, headers: dict, wanted: dict[str, str], seen: dict) -> bool:
-    """Cheap test: could the headers object name a delivery header twice (merged by orjson)?
-
-    orjson merges only keys that are equal after unescaping; names that differ in case stay
-    apart and :func:`_headers` joins them. So the line is re-read exactly when it holds a
-    present delivery header's exact prefix (``"X-PhishFort-``) more often than the object holds
-    delivery headers, or when a JSON key ends after a ``\\uXXXX`` escape. ``seen`` caches, per
-    parse, the delivery-header spellings and their quoted prefixes: a usual line costs a set
-    intersection, one ``bytes.count`` and one regex scan.
-    """
-    names, known = seen["names"], seen["known"]
-    if not known.issuperset(headers):  # a spelling not met before: classify it once
-        for name in headers:
-            if name not in known:
-                known.add(name)
-                if name.lower() in wanted:
-                    names.add(name)
-                    prefix = name[: seen["prefix_len"]]
-                    seen["markers"].add(b'"' + prefix.encode("utf-8", "surrogatepass"))
-    found = len(names.intersection(headers))
-    if found and sum(raw.count(m) for m in seen["markers"]) > found:
-        return True
-    return _ESCAPED_KEY.search(raw) is not None
-
-
-def _prefix_len(wanted: dict[str, str]) -> int:
-    """Length of the common prefix of the delivery header names (``x-phishfort-``: 12)."""
-    names = list(wanted)
-    prefix = names[0] if names else ""
-    for n in names[1:]:
-        while not n.startswith(prefix):
-            prefix = prefix[:-1]
-    return len(prefix)
-
-
-class _Pairs(dict):
-    """A JSON object that also keeps every (key, value) pair, repeated keys included."""
-
-    pairs: list
-
-
-def _keep_pairs(pairs: list) -> _Pairs:
-    obj = _Pairs(pairs)
-    obj.pairs = pairs
-    return obj
-
-
-def _header_pairs(raw: bytes, parsed: dict) -> object:
-    """The record's headers as ``[name, value]`` pairs, every repeated name kept."""
-    try:
-        rec = json.loads(raw, object_pairs_hook=_keep_pairs)
-    except (ValueError, RecursionError):
-        return parsed
-    hdr = rec.get("headers") if type(rec) is _Pairs else None
-    if type(hdr) is not _Pairs:
-        return parsed
-    return [[k, v] for k, v in hdr.pairs]
-
-
-def parse_jsonl(
-    data: bytes,
-    source: str,
-    wanted: dict[str, str],
-    first_line: int = 1,
-) -> Buffer:
-    """Parse JSON Lines bytes. Blank lines are not records (their numbers still count).
-
-    ``wanted`` maps lower-cased header names to column keys (see :func:`audit.spec.header_names`).
-    """
-    buf = Buffer()
-    envelope = _Envelopes()
-    seen = {"names": set(), "known": set(), "markers": set(), "prefix_len": _prefix_len(wanted)}
-    loads, decode_error = orjson.loads, orjson.JSONDecodeError
-    for line, raw in enumerate(data.split(b"\n"), first_line):
-        if not raw or raw.isspace():
-            continue
-        try:
-            rec = loads(raw)
-        except decode_error as e:
-            buf.add_unreadable(source, line, f"not valid JSON ({e})")
-            continue
-        if type(rec) is not dict:
-            buf.add_unreadable(source, line, "not a JSON object")
-            continue
-        hdr = rec.get("headers")
-        if type(hdr) is dict and hdr and _may_repeat(raw, hdr, wanted, seen):
-            rec["headers"] = _header_pairs(raw, hdr)
-        problem = _record(buf, source, line, rec, wanted, envelope)
-        if problem is not None:
-            buf.add_unreadable(source, line, problem)
-    return buf
-
-
-def parse_har(data: bytes, source: str, wanted: dict[str, str]) -> Buffer:
-    """Parse a HAR 1.2 file: each entry's request is one record, ``line`` is the entry index.
-
-    Raises ValueError (with a short reason) when the file is not HAR at all.
-    """
-    try:
-        har = orjson.loads(data)
-        entries = har["log"]["entries"]
-    except orjson.JSONDecodeError:
-        raise ValueError("not valid JSON") from None
-    except (KeyError, TypeError):
-        raise ValueError("no log.entries") from None
-    if type(entries) is not list:
-        raise ValueError("log.entries is not a list")
-    buf = Buffer()
-    envelope = _Envelopes()
-    for i, entry in enumerate(entries, 1):
-        rec = _har_record(entry)
-        problem = rec if type(rec) is str else _record(buf, source, i, rec, wanted, envelope)
-        if problem is not None:
-            buf.add_unreadable(source, i, problem)
-    return buf
-
-
-def _har_record(entry: object) -> dict | str:
-    """Map a HAR entry to a capture record. A missing ``postData`` is an empty body.
-
-    A ``postData`` without ``text`` (e.g. ``params`` only) is unreadable: the signed bytes are
-    not in the file. A response status of 0 means "no response" in HAR and is left empty.
-    """
-    if type(entry) is not dict or type(entry.get("request")) is not dict:
-        return "HAR entry has no request"
-    req = entry["request"]
-    headers = req.get("headers")
-    if type(headers) is not list or not all(type(h) is dict and "name" in h for h in headers):
-        return "HAR request headers are not a list of {name, value}"
-    post = req.get("postData") or {}
-    if type(post) is not dict:
-        return "HAR postData is not an object"
-    if post and "text" not in post:
-        what = "params only" if "params" in post else "no text"
-        return f"body bytes not in the HAR (postData has {what})"
-    text = post.get("text", "")
-    if type(text) is not str:
-        return "HAR postData.text is not a string"
-    rec: dict = {
-        "received_at": entry.get("startedDateTime"),
-        "headers": [[h["name"], h["value"]] if "value" in h else [h["name"]] for h in headers],
-        "url": req.get("url"),
-    }
-    rec["body_b64" if post.get("encoding") == "base64" else "body"] = text
-    resp = entry.get("response")
-    if type(resp) is dict and resp.get("status") not in (None, 0):
-        rec["response_status"] = resp["status"]
-    t = entry.get("time")
-    if type(t) in (int, float) and t >= 0:
-        rec["response_ms"] = t
-    return rec
