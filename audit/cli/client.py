@@ -14,7 +14,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from audit.errors import InputError, OutputError, SecretsError
 from audit.ingest.secrets import add_secret, load_secrets_json
 from audit.redaction import for_terminal, json_for_terminal, register_sensitive, scrub
 from audit.service.client import REDACTED, IssuedSecret, RetryPolicy, ServiceClient, redact_secrets
+from audit.service.wire import iso, snapshot_document, snapshot_stem
 from audit.spec import EVENTS
 
 __all__ = ["COMMANDS", "snapshot", "webhooks", "write_snapshot"]
@@ -141,11 +142,7 @@ def _save_secret(path: Path, issued: IssuedSecret, *, rotated: bool) -> str:
             f"lost; fix the file, then run: audit webhooks rotate-secret "
             f"{issued.subscription_id} --secrets {path}"
         ) from None
-    return _iso(issued.issued_at)
-
-
-def _iso(t: datetime) -> str:
-    return t.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return iso(issued.issued_at, "microseconds")
 
 
 def _warn(message: str) -> None:
@@ -390,13 +387,13 @@ def write_snapshot(
     """
     redacted, count = redact_secrets(body, also=scrub)
     n = len(unwrap_listing(redacted))
-    doc = {"fetched_at": _iso(fetched_at), "base_url": base_url, "response": redacted}
+    doc = snapshot_document(redacted, base_url=base_url, fetched_at=fetched_at)
     folder = Path(out_dir)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise OutputError(f"{folder}: cannot create the folder ({e.strerror})") from None
-    stem = f"webhooks-{fetched_at.astimezone(UTC):%Y%m%dT%H%M%SZ}"
+    stem = snapshot_stem(fetched_at)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=folder)
     except OSError as e:

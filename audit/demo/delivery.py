@@ -7,10 +7,10 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from audit.demo.envelope import dump, envelope, iso, new_uuid, signed_headers
 from audit.demo.lifecycle import Event
-from audit.demo.plan import CLIENT, DAY, FaultPlan, H
+from audit.demo.plan import CLIENT, DAY, FaultPlan, H, new_uuid
 from audit.ingest.signatures import sign
+from audit.service.wire import compact_json, envelope, iso, signed_headers
 from audit.spec import DELIVERY_TIMEOUT_MS, INCIDENT_EVENTS, MAX_ATTEMPTS, RETRY_DELAYS_S
 
 __all__ = ["DeliveryRun", "Record"]
@@ -115,7 +115,7 @@ class DeliveryRun:
         if kind == "tampered":
             env = json.loads(orig.text)
             env["data"]["url"] = "https://demobank-refund.example/claim"
-            rec.recv, rec.text = orig.recv + self.rng.uniform(3, 40), dump(env)
+            rec.recv, rec.text = orig.recv + self.rng.uniform(3, 40), compact_json(env)
         rec.did, rec.extra = orig.did, {"original_received_at": iso(orig.recv, "microseconds")}
         return rec
 

@@ -6,8 +6,8 @@ import math
 import random
 from dataclasses import dataclass
 
-from audit.demo.envelope import envelope, iso, new_uuid
-from audit.demo.plan import CLIENT, DAY, FaultPlan, H
+from audit.demo.plan import CLIENT, DAY, FaultPlan, H, new_uuid
+from audit.service.wire import envelope, iso
 from audit.spec import INCIDENT_EVENTS
 
 __all__ = ["Event", "incident_events", "webhook_tests"]

@@ -35,6 +35,8 @@ h) Loader exercise: a few ``received_at`` with a ``+02:00`` offset or as Unix se
 
 from __future__ import annotations
 
+import random
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
@@ -121,3 +123,8 @@ def plan_faults(start: date, days: int) -> FaultPlan:
         tests,
         tuple(planted),
     )
+
+
+def new_uuid(rng: random.Random) -> str:
+    """A version-4 UUID drawn from ``rng`` (deterministic for a seed)."""
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))

@@ -20,7 +20,6 @@ from datetime import date
 from pathlib import Path
 
 from audit.demo.delivery import DeliveryRun
-from audit.demo.envelope import iso
 from audit.demo.lifecycle import incident_events, webhook_tests
 from audit.demo.plan import SUBS, FaultPlan, H, plan_faults
 from audit.demo.write import (
@@ -31,6 +30,7 @@ from audit.demo.write import (
     write_snapshot,
 )
 from audit.errors import InputError, ParameterError
+from audit.service.wire import iso
 
 __all__ = ["FaultPlan", "SimulationResult", "plan_faults", "simulate"]
 

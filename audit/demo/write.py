@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 from audit.demo.delivery import DeliveryRun, Record
-from audit.demo.envelope import dump, iso
 from audit.demo.lifecycle import Event
 from audit.demo.plan import CLIENT, DAY, SUBS, FaultPlan
+from audit.service.wire import compact_json, iso, snapshot_document, snapshot_stem
 from audit.spec import DELIVERY_TIMEOUT_MS
 
 __all__ = [
@@ -42,7 +42,7 @@ def capture_line(rng: random.Random, rec: Record, style: str) -> str:
     else:
         out["body"] = rec.text
     out |= {"response_status": rec.status, "response_ms": rec.ms}
-    return dump(out)
+    return compact_json(out)
 
 
 def write_captures(rng, folder: Path, recs: list[Record]) -> tuple[list[Path], list[dict]]:
@@ -63,7 +63,7 @@ def write_captures(rng, folder: Path, recs: list[Record]) -> tuple[list[Path], l
         if i == int(0.81 * n):  # a probe the receiver logged without its body
             junk = {"received_at": iso(rec.recv, "microseconds"), "subscription_id": "wh_main"}
             junk |= {"url": SUBS["wh_main"][0], "headers": {"User-Agent": "Mozilla/5.0"}}
-            lines.append(dump(junk | {"response_status": 400, "response_ms": 1}))
+            lines.append(compact_json(junk | {"response_status": 400, "response_ms": 1}))
             unreadable.append({"line": len(lines), "reason": "neither body nor body_b64"})
             unreadable[-1]["file"] = f"captures/{name}"
         lines.append(capture_line(rng, rec, styles.get(i, "iso")))
@@ -103,10 +103,9 @@ def write_snapshot(folder: Path, plan: FaultPlan, outcomes: list, at: float) -> 
         subs.append(
             sub | {"createdAt": iso(subscription_created_at(plan, sid)), "lastDeliveryStatus": last}
         )
-    body = {"fetched_at": iso(at, "seconds"), "base_url": "https://api.phishfort.example"}
-    body["response"] = {"data": subs, "message": "Success"}
-    stamp = datetime.fromtimestamp(at, UTC).strftime("%Y%m%dT%H%M%SZ")
-    return write_json(folder / f"webhooks-{stamp}.json", body)
+    listing = {"data": subs, "message": "Success"}
+    doc = snapshot_document(listing, base_url="https://api.phishfort.example", fetched_at=int(at))
+    return write_json(folder / f"{snapshot_stem(at)}.json", doc)
 
 
 def window(a: float, b: float, **more: object) -> dict:

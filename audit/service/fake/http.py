@@ -30,7 +30,8 @@ from typing import Any
 import httpx
 
 from audit.service.fake.server import ServedFake
-from audit.service.fake.state import Dropped, FakeState, Issued, RecordedRequest, iso
+from audit.service.fake.state import Dropped, FakeState, Issued, RecordedRequest
+from audit.service.wire import iso
 from audit.spec import (
     EVENTS,
     MAX_ATTACHMENTS,

@@ -6,7 +6,6 @@ No HTTP here: :class:`~audit.service.fake.http.FakeService` answers requests fro
 
 from __future__ import annotations
 
-import json
 import secrets as _random_secrets
 import threading
 import uuid
@@ -16,7 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from audit.ingest.signatures import sign
-from audit.spec import DEFAULT_HEADER_PREFIX, EVENTS
+from audit.service.wire import envelope, iso, signed_headers
+from audit.spec import EVENTS
 
 __all__ = ["LISTING_SHAPES", "Dropped", "FakeState", "Fault", "Issued", "RecordedRequest", "iso"]
 
@@ -66,11 +66,6 @@ class Dropped(Exception):
 
     def __init__(self, kind: str):
         self.kind = kind
-
-
-def iso(t: datetime) -> str:
-    """A UTC time as the service writes it: ISO 8601 with milliseconds and ``Z``."""
-    return t.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class FakeState:
@@ -190,7 +185,8 @@ class FakeState:
         Returns
         -------
         (headers, body)
-            The four ``X-PhishFort-*`` headers and the raw body bytes that were signed.
+            The delivery headers (:func:`audit.service.wire.signed_headers`) and the raw body
+            bytes that were signed.
 
         Examples
         --------
@@ -205,19 +201,8 @@ class FakeState:
         with self._lock:
             sub = self.subscriptions[subscription_id]
             secret = self._secrets[subscription_id][-1].secret
-        envelope = {
-            "id": event_id or f"evt_{uuid.uuid4()}",
-            "event": event,
-            "timestamp": iso(datetime.fromtimestamp(timestamp, UTC)),
-            "data": {"clientId": sub["clientId"], **data},
-        }
-        body = json.dumps(envelope, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        p = DEFAULT_HEADER_PREFIX
-        headers = {
-            f"{p}-Signature": sign(secret, timestamp, body),
-            f"{p}-Event": event,
-            f"{p}-Delivery-Id": str(uuid.uuid4()),
-            f"{p}-Timestamp": str(timestamp),
-            "Content-Type": "application/json",
-        }
+        eid = event_id or f"evt_{uuid.uuid4()}"
+        body = envelope(eid, event, timestamp, {"clientId": sub["clientId"], **data}).encode()
+        signature = sign(secret, timestamp, body)
+        headers = dict(signed_headers(event, str(uuid.uuid4()), timestamp, signature))
         return headers, body
