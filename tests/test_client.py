@@ -113,6 +113,14 @@ def test_list_webhooks_accepts_each_listing_shape(body):
     assert req.headers["x-api-key"] == KEY
 
 
+def test_requests_name_the_installed_version_in_the_user_agent():
+    import audit
+
+    service = Service(ok([]))
+    client_for(service)[0].list_webhooks()
+    assert service.requests[0].headers["user-agent"] == f"audit/{audit.__version__}"
+
+
 def test_unrecognised_listing_is_a_service_error():
     c, _ = client_for(Service(ok({"a": [], "b": []})))
     with pytest.raises(ServiceError, match="unrecognised listing"):

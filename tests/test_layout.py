@@ -65,6 +65,19 @@ def test_no_import_from_a_later_stage_or_from_the_side(path: Path):
         assert not imported.startswith(SIDE), f"{_module(path)} imports {imported} from the side"
 
 
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_module_imports_from_the_package_top(path: Path):
+    # ``from audit import x`` runs audit/__init__.py, which imports every stage: a cycle waiting
+    # to happen (the client once took ``__version__`` from there).
+    if path == ROOT / "__init__.py":
+        return
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tops = [
+        n.lineno for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "audit"
+    ]
+    assert tops == [], f"{_module(path)} imports from the package top at line(s) {tops}"
+
+
 def test_the_check_sees_a_backward_import(tmp_path: Path):
     f = tmp_path / "x.py"
     f.write_text("from audit.plotting import plot_clock_skew\nimport audit.findings.runner\n")

@@ -19,7 +19,6 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
-from audit import __version__
 from audit.errors import InputError, UnreachableError
 from audit.ingest.secrets import read_secrets
 from audit.receiver.probe_plan import (
@@ -33,11 +32,12 @@ from audit.receiver.probe_plan import (
 )
 from audit.service.request_checks import require_https_unless_loopback
 from audit.spec import DEFAULT_HEADER_PREFIX, DELIVERY_TIMEOUT_S
+from audit.version import package_version
 
 __all__ = ["USER_AGENT", "CheckResult", "ProbeResult", "check_target", "plan", "run_probe"]
 
 USER_AGENT = (
-    f"audit-probe/{__version__} (webhook receiver conformance probe; sends webhook.test "
+    f"audit-probe/{package_version()} (webhook receiver conformance probe; sends webhook.test "
     "events with test_ incident ids only)"
 )
 

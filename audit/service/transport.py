@@ -1,0 +1,327 @@
+"""The HTTP side of :class:`~audit.service.client.ServiceClient`: one request with the spec's
+retry rules, a deadline, a response size limit, and errors that never quote the API key.
+
+:class:`Transport` holds the connection and the rules; the client's operations (webhooks,
+attachments) call :meth:`Transport._request` and read answers with :func:`json_body` and
+:func:`unwrap`. The retry rules are in :mod:`audit.service.retry`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from audit.errors import (
+    InputError,
+    PayloadTooLarge,
+    RetryableError,
+    ServiceError,
+    TerminalError,
+)
+from audit.redaction import HTTP_LOGGERS, install_log_filter, register_sensitive, scrub
+from audit.service.request_checks import check_base_url
+from audit.service.retry import (
+    MAYBE_SENT_ERRORS,
+    NOT_SENT_ERRORS,
+    RetryPolicy,
+    is_retryable_status,
+    parse_retry_after,
+)
+from audit.spec import API_VERSION_PATH, TERMINAL_STATUSES
+from audit.version import package_version
+
+__all__ = ["Transport", "json_body", "unwrap", "user_agent"]
+
+#: Records of the client (``audit.service.client``) and of httpx are scrubbed of secrets.
+LOGGER = "audit.service.client"
+log = logging.getLogger(LOGGER)
+install_log_filter([LOGGER, *HTTP_LOGGERS])
+
+
+def user_agent() -> str:
+    """``audit/<installed version>`` (:func:`audit.version.package_version`)."""
+    return f"audit/{package_version()}"
+
+
+class Transport:
+    """The connection, the API key and the retry rules (the parameters of ``ServiceClient``)."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        transport: httpx.BaseTransport | None = None,
+        timeout: float | httpx.Timeout = 10.0,
+        deadline_s: float = 120.0,
+        max_response_bytes: int = 10_000_000,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.base_url = check_base_url(base_url)
+        if not isinstance(api_key, str) or not api_key.strip():
+            raise InputError("the API key is empty")
+        if any(c in api_key for c in "\r\n\0") or api_key != api_key.strip():
+            raise InputError("the API key contains whitespace or control characters")
+        self._api_key = api_key
+        register_sensitive(api_key)
+        if not (isinstance(deadline_s, int | float) and deadline_s > 0):
+            raise InputError("deadline_s must be a positive number of seconds")
+        if not (isinstance(max_response_bytes, int) and max_response_bytes > 0):
+            raise InputError("max_response_bytes must be a positive integer")
+        self.deadline_s = float(deadline_s)
+        #: Optional absolute end (``time.monotonic()``) for every request of this client.
+        self.deadline_at: float | None = None
+        self.max_response_bytes = max_response_bytes
+        self.retry = retry or RetryPolicy()
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._http = httpx.Client(
+            base_url=self.base_url + API_VERSION_PATH,
+            transport=transport,
+            timeout=timeout,
+            follow_redirects=False,
+            headers={"accept": "application/json", "user-agent": user_agent()},
+        )
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        files: Any = None,
+        data: Any = None,
+        repeatable: bool = True,
+    ) -> tuple[httpx.Response, datetime]:
+        """Send with the retry rules; return the 2xx response and the time it arrived."""
+        where = f"{method} {API_VERSION_PATH}{path}"
+        policy = self.retry
+        deadline = time.monotonic() + self.deadline_s
+        if self.deadline_at is not None:
+            deadline = min(deadline, self.deadline_at)
+        for attempt in range(1, policy.max_attempts + 1):
+            request = self._http.build_request(
+                method,
+                path,
+                json=json,
+                files=files,
+                data=data,
+                headers={"x-api-key": self._api_key},
+            )
+            try:
+                response = self._send(request, where, deadline)
+            except httpx.TransportError as e:
+                failure = f"{type(e).__name__}: {self._scrub(str(e)) or 'connection failed'}"
+                if isinstance(e, MAYBE_SENT_ERRORS) and not repeatable:
+                    raise ServiceError(
+                        f"{where}: {failure}; not repeated because the request may have reached "
+                        "the service (list before trying again)"
+                    ) from None
+                if not isinstance(e, NOT_SENT_ERRORS + MAYBE_SENT_ERRORS):
+                    raise ServiceError(f"{where}: {failure}") from None
+                status, server_message, wait = None, None, None
+            else:
+                received_at = self._clock()
+                status = response.status_code
+                log.debug("%s -> %d (attempt %d)", where, status, attempt)
+                if 200 <= status < 300:
+                    return response, received_at
+                server_message = self._server_message(response)
+                if status not in TERMINAL_STATUSES and not is_retryable_status(status):
+                    raise ServiceError(
+                        f"{where}: unexpected {_describe(response, server_message)}",
+                        status=status,
+                        server_message=server_message,
+                    )
+                if status in TERMINAL_STATUSES:
+                    raise self._terminal(where, response, server_message)
+                failure = _describe(response, server_message)
+                wait = parse_retry_after(response.headers.get("retry-after"), received_at)
+                if wait is not None and wait > policy.max_retry_after_s:
+                    asked = f"{wait:.0f} s" if wait < 1e12 else "an absurdly long time"
+                    raise RetryableError(
+                        f"{where}: {failure}; the service asked to wait {asked} "
+                        f"(Retry-After), longer than the {policy.max_retry_after_s:.0f} s this "
+                        "client waits",
+                        status=status,
+                        server_message=server_message,
+                    )
+            if attempt == policy.max_attempts:
+                raise RetryableError(
+                    f"{where}: {failure}, after {attempt} attempt{'s' if attempt > 1 else ''}",
+                    status=status,
+                    server_message=server_message,
+                )
+            if wait is None:
+                wait = policy.backoff_s(attempt, self._rng)
+            if time.monotonic() + wait > deadline:
+                raise RetryableError(
+                    f"{where}: {failure}; no time left for another attempt within the "
+                    f"{self.deadline_s:.0f} s deadline",
+                    status=status,
+                    server_message=server_message,
+                )
+            log.warning(
+                "%s: %s; retrying in %.2f s (attempt %d of %d)",
+                where,
+                failure,
+                wait,
+                attempt + 1,
+                policy.max_attempts,
+            )
+            self._sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _send(self, request: httpx.Request, where: str, deadline: float) -> httpx.Response:
+        """Send one request and read its body within the size limit and the deadline."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ServiceError(f"{where}: the {self.deadline_s:.0f} s deadline passed")
+        timeout = self._http.timeout
+        request.extensions["timeout"] = httpx.Timeout(
+            connect=_min(timeout.connect, left),
+            read=_min(timeout.read, left),
+            write=_min(timeout.write, left),
+            pool=_min(timeout.pool, left),
+        ).as_dict()
+        response = self._http.send(request, stream=True)
+        try:
+            chunks, size = [], 0
+            for chunk in response.iter_bytes():  # decoded: the limit counts decompressed bytes
+                size += len(chunk)
+                if size > self.max_response_bytes:
+                    raise ServiceError(
+                        f"{where}: response body larger than {self.max_response_bytes} bytes "
+                        "(after decompression); abandoned",
+                        status=response.status_code,
+                    )
+                if time.monotonic() > deadline:
+                    raise ServiceError(
+                        f"{where}: the answer did not arrive within the {self.deadline_s:.0f} s "
+                        "deadline",
+                        status=response.status_code,
+                    )
+                chunks.append(chunk)
+            response._content = b"".join(chunks)  # what httpx's own read() sets
+        finally:
+            response.close()
+        return response
+
+    def _scrub(self, text: str) -> str:
+        return scrub(text, [self._api_key])
+
+    def _server_message(self, response: httpx.Response) -> str | None:
+        """The error body's message: scrubbed of the key and secrets first, then shortened."""
+        try:
+            body = response.json()
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            text = self._scrub(" ".join(response.content.decode("utf-8", "replace").split()))
+            return text[:200] or None
+        if isinstance(body, dict):
+            for key in ("message", "error"):
+                v = body.get(key)
+                if isinstance(v, str) and v:
+                    return self._scrub(" ".join(v.split()))[:500]
+                if isinstance(v, dict) and isinstance(v.get("message"), str):
+                    return self._scrub(" ".join(v["message"].split()))[:500]
+        return None
+
+    def _terminal(
+        self, where: str, response: httpx.Response, server_message: str | None
+    ) -> TerminalError:
+        status = response.status_code
+        if status == 413:
+            error = None
+            try:
+                body = response.json()
+            except (ValueError, UnicodeDecodeError):
+                body = None
+            if isinstance(body, dict) and isinstance(body.get("error"), str):
+                error = self._scrub(body["error"])
+            return PayloadTooLarge(
+                f"{where}: 413 {error or _reason(response) or 'Request Entity Too Large'}"
+                f"{_suffix(server_message)}",
+                status=status,
+                server_message=server_message,
+            )
+        return TerminalError(
+            f"{where}: {_describe(response, server_message)}",
+            status=status,
+            server_message=server_message,
+        )
+
+
+# -- responses
+
+
+def unwrap(body: Any) -> Any:
+    """``data`` of a ``{data, message}`` answer; other shapes (not published) as they are."""
+    if isinstance(body, dict) and "data" in body:
+        return body["data"]
+    return body
+
+
+def _min(value: float | None, left: float) -> float:
+    return left if value is None else min(value, left)
+
+
+def json_body(response: httpx.Response, where: str, *, allow_empty: bool = False) -> Any:
+    if not response.content.strip():
+        if allow_empty:
+            return None
+        raise ServiceError(
+            f"{where}: {_status_text(response)} with an empty body", status=response.status_code
+        )
+    try:
+        return json.loads(response.content)
+    except (ValueError, UnicodeDecodeError):
+        raise ServiceError(
+            f"{where}: {_status_text(response)} with a body that is not JSON",
+            status=response.status_code,
+        ) from None
+    except RecursionError:
+        raise ServiceError(
+            f"{where}: {_status_text(response)} with a JSON body nested too deeply to read",
+            status=response.status_code,
+        ) from None
+
+
+def _reason(response: httpx.Response) -> str:
+    """The reason phrase, with every known secret and the API key cut out (servers echo)."""
+    return scrub(" ".join(response.reason_phrase.split()))[:200]
+
+
+def _status_text(response: httpx.Response) -> str:
+    reason = _reason(response)
+    return f"{response.status_code} {reason}" if reason else str(response.status_code)
+
+
+def _describe(response: httpx.Response, server_message: str | None) -> str:
+    """``"503 Service Unavailable: <message>"``, without a message that repeats the reason."""
+    same = server_message and server_message.lower() == _reason(response).lower()
+    return _status_text(response) + ("" if same else _suffix(server_message))
+
+
+def _suffix(server_message: str | None) -> str:
+    return f": {server_message}" if server_message else ""
