@@ -23,6 +23,8 @@ INCIDENT_EVENTS: Final = (
     "incident.action_required",
 )
 TEST_EVENT: Final = "webhook.test"
+#: Test incidents' ids start with this (``webhook.test`` payloads use ``test_...``; section 4.5).
+TEST_INCIDENT_PREFIX: Final = "test_"
 EVENTS: Final = (*INCIDENT_EVENTS, TEST_EVENT)
 
 #: Incident status values (section 3.1).

@@ -182,6 +182,20 @@ def test_rates_and_latency_summaries():
     assert lat.loc["ack_latency_ms", "p50"] == 30.0  # median of 10, 30, 50
 
 
+def test_test_traffic_is_one_column_and_every_rate_leaves_it_out():
+    real = frame([(0, 204, 10)], event_id="e1")
+    test_incident = frame([(0, 503, 10)], event_id="e2").assign(incident_id="test_9")
+    ping = frame([(0, 503, 10)], event_id="e3").assign(event="webhook.test", incident_id=None)
+    a = infer_attempts(pd.concat([real, test_incident, ping], ignore_index=True), as_of=FAR)
+    assert col(a, "is_test") == [False, True, True]
+    e = events_table(a, as_of=FAR)
+    assert col(e, "is_test") == [False, True, True]
+    rates = success_rates(a, e).iloc[0]
+    # Only e1 counts: a failed first attempt to a test incident is not the service's failure.
+    assert (rates["first_attempts"], rates["first_attempt_success"]) == (1, 1.0)
+    assert (rates["events"], rates["event_success"]) == (1, 1.0)
+
+
 def test_demo_outage_events_are_exhausted(tmp_path):
     from audit.demo import simulate
     from audit.ingest.verification import audit_signatures

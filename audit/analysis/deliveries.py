@@ -18,7 +18,13 @@ import orjson
 import pandas as pd
 
 from audit.errors import ParameterError
-from audit.spec import DELIVERY_TIMEOUT_MS, MAX_ATTEMPTS, RETRY_DELAYS_S, TEST_EVENT
+from audit.spec import (
+    DELIVERY_TIMEOUT_MS,
+    MAX_ATTEMPTS,
+    RETRY_DELAYS_S,
+    TEST_EVENT,
+    TEST_INCIDENT_PREFIX,
+)
 from audit.timeutil import as_utc
 
 __all__ = [
@@ -28,11 +34,13 @@ __all__ = [
     "events_table",
     "expected_delay",
     "infer_attempts",
+    "is_test",
     "latency_summary",
     "success_rates",
 ]
 
 ATTEMPT_COLUMNS = (
+    "is_test",
     "attempt_no",
     "delay_s",
     "expected_delay_s",
@@ -41,6 +49,20 @@ ATTEMPT_COLUMNS = (
     "success",
 )
 OUTCOMES = ("delivered", "exhausted", "pending", "lost", "unknown")
+
+
+def is_test(event: pd.Series, incident_id: pd.Series) -> np.ndarray:
+    """The one rule for test traffic: a ``webhook.test`` event or a test incident (its id starts
+    with ``test_``). Computed once per delivery, as the ``is_test`` column of
+    :func:`infer_attempts`; the events table and the controls read that column.
+
+    >>> is_test(pd.Series(["webhook.test", "incident.created", None]),
+    ...         pd.Series([None, "test_1", "inc_1"])).tolist()
+    [True, True, False]
+    """
+    test_event = (event == TEST_EVENT).fillna(False).to_numpy(dtype=bool)
+    prefix = incident_id.str.startswith(TEST_INCIDENT_PREFIX).fillna(False)
+    return test_event | prefix.to_numpy(dtype=bool)
 
 
 class Tolerance:
@@ -87,9 +109,10 @@ def infer_attempts(
     never reached the receiver). When none matches, it is the next number and ``on_schedule``
     is false.
 
-    Returns every input row; the columns ``attempt_no`` (Int64), ``delay_s``,
-    ``expected_delay_s`` (Float64), ``on_schedule`` (boolean), ``missing_before`` (Int64) and
-    ``success`` (boolean) are filled for valid rows with an event id, NA elsewhere.
+    Returns every input row, with ``is_test`` (bool, :func:`is_test`) for every row; the columns
+    ``attempt_no`` (Int64), ``delay_s``, ``expected_delay_s`` (Float64), ``on_schedule``
+    (boolean), ``missing_before`` (Int64) and ``success`` (boolean) are filled for valid rows
+    with an event id, NA elsewhere.
 
     Examples
     --------
@@ -141,6 +164,7 @@ def infer_attempts(
     out["on_schedule"] = pd.array(on_sched, dtype="boolean")
     out["missing_before"] = pd.array(missing, dtype="Int64")
     out["success"] = _success(out["response_status"], out["response_ms"])
+    out["is_test"] = is_test(out["event"], out["incident_id"])
     for col in ("delay_s", "expected_delay_s", "on_schedule", "missing_before", "success"):
         out.loc[~valid, col] = pd.NA
     return out
@@ -184,7 +208,7 @@ def events_table(
     used = [
         *("subscription_id", "event_id", "received_at", "attempt_no", "success"),
         *("response_status", "on_schedule", "missing_before", "event", "event_timestamp"),
-        *("incident_id", "body" if "body" in attempts.columns else "fingerprint"),
+        *("incident_id", "is_test", "body" if "body" in attempts.columns else "fingerprint"),
     ]
     a = attempts.loc[attempts["attempt_no"].notna(), used].sort_values(
         ["subscription_id", "event_id", "received_at"], kind="stable"
@@ -231,6 +255,7 @@ def events_table(
             "event": first["event"],
             "event_timestamp": first["event_timestamp"],
             "incident_id": first["incident_id"],
+            "is_test": first["is_test"].astype(bool),
             "attempts": g.size(),
             "first_received_at": g["received_at"].min(),
             "last_received_at": g["received_at"].max(),
@@ -246,9 +271,6 @@ def events_table(
             "_body": first["body" if "body" in a.columns else "fingerprint"],
         }
     ).reset_index()
-    ev["is_test"] = (ev["event"] == TEST_EVENT) | ev["incident_id"].str.startswith("test_").fillna(
-        False
-    )
     if "body" in a.columns:
         ev["fingerprint"] = pd.Series([_fingerprint(b) for b in ev["_body"]], dtype="str")
     else:  # extracted once at ingest (the evidence store)
@@ -290,7 +312,7 @@ def success_rates(
     """
     real = events[~events["is_test"]]
     firsts = attempts[(attempts["attempt_no"] == 1) & attempts["success"].notna()]
-    firsts = firsts[firsts["event"] != TEST_EVENT]
+    firsts = firsts[~firsts["is_test"].astype(bool)]
     judged = real[real["outcome"].isin(["delivered", "exhausted", "lost"])]
 
     def key(df: pd.DataFrame, time_col: str) -> pd.Series:

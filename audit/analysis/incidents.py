@@ -46,8 +46,9 @@ import orjson
 import pandas as pd
 import pyarrow as pa
 
+from audit.analysis.deliveries import is_test
 from audit.errors import SchemaError
-from audit.spec import CLIENT_WAIT_STATUSES, TEST_EVENT
+from audit.spec import CLIENT_WAIT_STATUSES
 from audit.tables import DATA_FIELDS
 from audit.timeutil import as_utc
 
@@ -429,17 +430,15 @@ def _events(deliveries: pd.DataFrame, as_of: pd.Timestamp) -> tuple[pd.DataFrame
     extracted = "body" not in d.columns
     ev = d.iloc[idx[~dup]][[*EVENT_COLUMNS[:6], *(_EXTRACTED if extracted else ("body",))]]
 
-    is_test = (ev["event"] == TEST_EVENT).fillna(False).to_numpy(dtype=bool) | ev[
-        "incident_id"
-    ].str.startswith("test_").fillna(False).to_numpy(dtype=bool)
-    no_inc = ev["incident_id"].isna().to_numpy() & ~is_test
-    no_time = ev["event_timestamp"].isna().to_numpy() & ~is_test & ~no_inc
-    late = (ev["event_timestamp"] > as_of).fillna(False).to_numpy(dtype=bool) & ~is_test & ~no_inc
-    counts["test_events"] = int(is_test.sum())
+    test = is_test(ev["event"], ev["incident_id"])
+    no_inc = ev["incident_id"].isna().to_numpy() & ~test
+    no_time = ev["event_timestamp"].isna().to_numpy() & ~test & ~no_inc
+    late = (ev["event_timestamp"] > as_of).fillna(False).to_numpy(dtype=bool) & ~test & ~no_inc
+    counts["test_events"] = int(test.sum())
     counts["no_incident_id"] = int(no_inc.sum())
     counts["no_event_time"] = int(no_time.sum())
     counts["after_as_of"] = int(late.sum())
-    ev = ev[~(is_test | no_inc | no_time | late)]
+    ev = ev[~(test | no_inc | no_time | late)]
     counts["events"] = len(ev)
     if ev.empty:
         return _empty(_EVENT_DTYPES), counts

@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 
 from audit.analysis.analyze import Analysis
-from audit.spec import TEST_EVENT
 
 __all__ = [
     "DONE_STATUSES",
@@ -29,7 +28,6 @@ __all__ = [
     "groups",
     "ids",
     "in_period",
-    "is_test",
     "iso",
     "pct",
     "quantiles",
@@ -215,12 +213,6 @@ def quantiles(values: pd.Series) -> dict[str, float]:
         "p99": float(q.iloc[2]),
         "max": float(values.max()),
     }
-
-
-def is_test(frame: pd.DataFrame) -> pd.Series:
-    """``webhook.test`` deliveries and test incidents (``incidentId`` starting ``test_``)."""
-    test = (frame["event"] == TEST_EVENT).fillna(False).astype(bool)
-    return test | frame["incident_id"].str.startswith("test_").fillna(False).astype(bool)
 
 
 def groups(frame: pd.DataFrame, column: str, missing: str) -> list[tuple[str, pd.DataFrame]]:

@@ -10,7 +10,6 @@ from audit.findings.controls.base import (
     counts,
     delivery_examples,
     ids,
-    is_test,
     pct,
     quantiles,
     skip,
@@ -56,7 +55,7 @@ def dlv_02(s: Scope) -> Outcome:
     a captured answer; test deliveries are left out.
     """
     res, limit, v = "all deliveries", s.params["min_first_attempt_success"], s.valid
-    firsts = v[(v["attempt_no"] == 1).fillna(False).astype(bool) & ~is_test(v)]
+    firsts = v[(v["attempt_no"] == 1).fillna(False).astype(bool) & ~v["is_test"].astype(bool)]
     known = firsts[firsts["success"].notna()]
     if known.empty:
         what = "with a response_status " if len(firsts) else ""
