@@ -68,6 +68,21 @@ TERMINAL_STATUSES: Final = frozenset({400, 401, 403, 404, 413, 422})
 API_VERSION_PATH: Final = "/v1"
 
 
+def schedule_text(delays: tuple[int, ...] = RETRY_DELAYS_S) -> str:
+    """The retry schedule as the docs and the report quote it: the delays before attempts 2-n.
+
+    >>> schedule_text()
+    '30 s, 2 min, 10 min, 1 h'
+    """
+
+    def one(s: int) -> str:
+        if s % 3600 == 0:
+            return f"{s // 3600} h"
+        return f"{s // 60} min" if s % 60 == 0 else f"{s} s"
+
+    return ", ".join(one(s) for s in delays[1:])
+
+
 def header_names(prefix: str = DEFAULT_HEADER_PREFIX) -> dict[str, str]:
     """Return the four delivery header names for a brand prefix, lower-cased for matching.
 

@@ -11,6 +11,7 @@ import pandas as pd
 from audit.report.format import HTML
 from audit.report.plotting import embed, takedown_panels
 from audit.report.rundir import RunData
+from audit.spec import schedule_text
 
 __all__ = ["clock_skew", "daily_failures", "latency", "retry_delays", "takedown", "verdicts"]
 
@@ -102,7 +103,7 @@ def retry_delays(run: RunData) -> HTML:
     return embed(
         plot_retry_delays(_period_deliveries(run)),
         "Scatter of the delay before each retry, by attempt number, against the published "
-        f"schedule (30 s, 2 min, 10 min, 1 h); {off} attempt(s) off schedule.",
+        f"schedule ({schedule_text()}); {off} attempt(s) off schedule.",
     )
 
 

@@ -12,6 +12,7 @@ import pandas as pd
 
 from audit.analysis.analyze import Analysis
 from audit.report.params import Period
+from audit.spec import MAX_ATTEMPTS
 
 __all__ = ["deliveries_in_period", "in_period", "report_tables"]
 
@@ -75,7 +76,7 @@ def report_tables(analysis: Analysis, period: Period) -> dict[str, pd.DataFrame]
     tables["undelivered_events"] = real[real["outcome"].isin(["exhausted", "lost"])]
     tables["off_schedule_attempts"] = period_d[
         (period_d["on_schedule"] == False).fillna(False).astype(bool)  # noqa: E712
-        | (period_d["attempt_no"] > 5).fillna(False).astype(bool)
+        | (period_d["attempt_no"] > MAX_ATTEMPTS).fillna(False).astype(bool)
     ]
     tables["retried_after_success"] = period_e[
         period_e["retry_after_success"].fillna(False).astype(bool)
