@@ -1,21 +1,14 @@
 """One declared schema per table: column -> dtype, nullable, meaning.
 
-A :class:`Table` is data: the store's Parquet schema (:meth:`Table.arrow_schema`), empty frames
-(:meth:`Table.empty`) and checks (:meth:`Table.validate`) all come from the same declaration, so
-a column cannot mean one thing in a frame and another in a file. ``docs/tables.md`` describes the
-same columns for readers.
+Each table is a :class:`~audit.schema.Table` (see :mod:`audit.schema` for the dtype names): the
+store's Parquet schema, empty frames, rows by name and checks all come from the declaration
+here, so a column cannot mean one thing in a frame and another in a file. ``docs/tables.md``
+describes the same columns for readers and is tested against them.
 
-Dtype names (pandas dtype / Arrow type):
-
-========  ==========================  ===========================
-``str``   ``str`` (missing = NaN)     ``string``
-``int``   ``int64``                   ``int64``
-``Int``   ``Int64`` (nullable)        ``int64``
-``Float`` ``Float64`` (nullable)      ``float64``
-``bool``  ``boolean`` (nullable)      ``bool``
-``time``  ``datetime64[ns, UTC]``     ``timestamp[ns, UTC]``
-``bytes`` ``object`` (bytes)          ``large_binary``
-========  ==========================  ===========================
+The tables: :data:`DELIVERIES` (loaded and verified), :data:`STORED_DELIVERIES` (the evidence
+store), :data:`ATTEMPTS` (the columns attempt inference adds), :data:`EVENTS`,
+:data:`INCIDENTS`, :data:`STATUS_INTERVALS`, :data:`SUBSCRIPTIONS` and :data:`FINDINGS`.
+:data:`TABLES` lists them by name; ``docs/tables.md`` is tested against them.
 
 >>> DELIVERIES.column("verdict").meaning
 'see docs/tables.md, Verdicts'
@@ -25,137 +18,21 @@ Dtype names (pandas dtype / Arrow type):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from audit.schema import Column, Table
 
-import numpy as np
-import pandas as pd
-import pyarrow as pa
-
-from audit.errors import SchemaError
-
-__all__ = ["DELIVERIES", "STORED_DELIVERIES", "Column", "Table"]
-
-_STR = pd.StringDtype(na_value=np.nan)
-_PANDAS: dict[str, object] = {
-    "str": _STR,
-    "int": np.dtype("int64"),
-    "Int": pd.Int64Dtype(),
-    "Float": pd.Float64Dtype(),
-    "bool": pd.BooleanDtype(),
-    "time": pd.DatetimeTZDtype("ns", "UTC"),
-    "bytes": np.dtype(object),
-}
-_ARROW: dict[str, pa.DataType] = {
-    "str": pa.string(),
-    "int": pa.int64(),
-    "Int": pa.int64(),
-    "Float": pa.float64(),
-    "bool": pa.bool_(),
-    "time": pa.timestamp("ns", tz="UTC"),
-    "bytes": pa.large_binary(),
-}
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column: ``name``, ``dtype`` (a key of the table above), ``nullable``, ``meaning``."""
-
-    name: str
-    dtype: str
-    nullable: bool
-    meaning: str
-
-    def __post_init__(self) -> None:
-        if self.dtype not in _PANDAS:
-            raise ValueError(f"column {self.name}: unknown dtype {self.dtype!r}")
-
-
-@dataclass(frozen=True)
-class Table:
-    """A named, ordered set of columns."""
-
-    name: str
-    columns: tuple[Column, ...]
-
-    @property
-    def names(self) -> list[str]:
-        """Column names in order."""
-        return [c.name for c in self.columns]
-
-    def column(self, name: str) -> Column:
-        """The column called ``name`` (KeyError if it is not declared)."""
-        for c in self.columns:
-            if c.name == name:
-                return c
-        raise KeyError(name)
-
-    def dtypes(self) -> dict[str, object]:
-        """Column name -> pandas dtype."""
-        return {c.name: _PANDAS[c.dtype] for c in self.columns}
-
-    def arrow_schema(self) -> pa.Schema:
-        """The Arrow (and Parquet) schema, with each column's meaning as field metadata."""
-        return pa.schema(
-            [
-                pa.field(c.name, _ARROW[c.dtype], c.nullable, {"meaning": c.meaning})
-                for c in self.columns
-            ]
-        )
-
-    def empty(self) -> pd.DataFrame:
-        """A frame with no rows and every column in its declared dtype."""
-        return pd.DataFrame({c.name: pd.Series([], dtype=_PANDAS[c.dtype]) for c in self.columns})
-
-    def extend(self, name: str, *columns: Column) -> Table:
-        """A new table with these columns after this one's."""
-        return Table(name, (*self.columns, *columns))
-
-    def problems(self, df: pd.DataFrame) -> list[str]:
-        """Every way ``df`` departs from the schema (missing columns, dtypes, nulls)."""
-        out = []
-        for c in self.columns:
-            if c.name not in df.columns:
-                out.append(f"missing column {c.name!r}")
-                continue
-            s = df[c.name]
-            want = _PANDAS[c.dtype]
-            if c.dtype == "time":
-                ok = isinstance(s.dtype, pd.DatetimeTZDtype) and str(s.dtype.tz) == "UTC"
-            elif c.dtype == "str":
-                ok = pd.api.types.is_string_dtype(s.dtype) and s.dtype != object
-            else:
-                ok = s.dtype == want
-            if not ok:
-                out.append(f"column {c.name!r} has dtype {s.dtype}, expected {want}")
-            if not c.nullable and len(s) and bool(s.isna().any()):
-                out.append(f"column {c.name!r} has {int(s.isna().sum())} missing value(s)")
-        return out
-
-    def validate(self, df: pd.DataFrame) -> pd.DataFrame:
-        """Return ``df`` unchanged, or raise one SchemaError listing every problem.
-
-        >>> DELIVERIES.validate(pd.DataFrame({"source": [1]}))
-        Traceback (most recent call last):
-        ...
-        audit.errors.SchemaError: deliveries: column 'source' has dtype int64, expected str; ...
-        """
-        found = self.problems(df)
-        if found:
-            raise SchemaError(f"{self.name}: " + "; ".join(found))
-        return df
-
-    def conform(self, df: pd.DataFrame) -> pd.DataFrame:
-        """The declared columns of ``df`` in order, cast to their declared dtypes."""
-        out = {}
-        for c in self.columns:
-            s = df[c.name]
-            if c.dtype == "time":
-                out[c.name] = s.astype(_PANDAS["time"])
-            elif c.dtype != "bytes" and s.dtype != _PANDAS[c.dtype]:
-                out[c.name] = s.astype(_PANDAS[c.dtype])
-            else:
-                out[c.name] = s
-        return pd.DataFrame(out, index=df.index)
+__all__ = [
+    "ATTEMPTS",
+    "DELIVERIES",
+    "EVENTS",
+    "FINDINGS",
+    "INCIDENTS",
+    "STATUS_INTERVALS",
+    "STORED_DELIVERIES",
+    "SUBSCRIPTIONS",
+    "TABLES",
+    "Column",
+    "Table",
+]
 
 
 def _c(name: str, dtype: str, meaning: str, nullable: bool = True) -> Column:
@@ -224,3 +101,148 @@ STORED_DELIVERIES = DELIVERIES.extend(
 """Rows of the evidence store (``audit.ingest.store``): deliveries plus what analyses read
 instead of parsing bodies again. Partitioned by ``month`` (``YYYY-MM`` of ``received_at``,
 ``none`` for unreadable records without a time)."""
+
+
+ATTEMPTS = Table(
+    "attempts",
+    (
+        _c("is_test", "flag", "webhook.test or a test_ incident: the one rule", nullable=False),
+        _c("attempt_no", "Int", "inferred from timing against the schedule"),
+        _c("delay_s", "Float", "seconds since the previous observed attempt"),
+        _c("expected_delay_s", "Float", "scheduled delay for the number assigned"),
+        _c("on_schedule", "bool", "the observed delay matched the schedule"),
+        _c("missing_before", "Int", "attempts skipped (never reached the receiver)"),
+        _c("success", "bool", "2xx within the delivery timeout; empty when not captured"),
+    ),
+)
+"""The columns :func:`audit.analysis.deliveries.infer_attempts` adds to the deliveries."""
+
+EVENTS = Table(
+    "events",
+    (
+        _c("subscription_id", "str", "the subscription delivered to", nullable=False),
+        _c("event_id", "str", "envelope id", nullable=False),
+        _c("event", "str", "envelope event"),
+        _c("event_timestamp", "time", "envelope timestamp"),
+        _c("incident_id", "str", "envelope data.incidentId"),
+        _c("is_test", "flag", "webhook.test or a test_ incident", nullable=False),
+        _c("fingerprint", "str", "sha256 of canonical JSON of event and data"),
+        _c("attempts", "int", "attempts observed", nullable=False),
+        _c("first_received_at", "time", "first receipt"),
+        _c("last_received_at", "time", "last receipt"),
+        _c("emission_latency_s", "Float", "first receipt minus event time, seconds"),
+        _c("outcome", "str", "delivered, exhausted, pending, lost or unknown", nullable=False),
+        _c("delivered_at", "time", "first successful attempt"),
+        _c("accepted_count", "int", "2xx answers, however slow", nullable=False),
+        _c("retry_after_success", "flag", "an attempt arrived after a timely 2xx", False),
+        _c("too_many_attempts", "flag", "an attempt number above the schedule's", False),
+        _c("off_schedule", "int", "attempts not on schedule", nullable=False),
+        _c("missing_attempts", "int", "attempts that never reached the receiver", False),
+        _c("last_attempt_no", "int", "the last attempt's number", nullable=False),
+    ),
+)
+"""One row per (subscription, event id) of the valid deliveries (``events_table``)."""
+
+INCIDENTS = Table(
+    "incidents",
+    (
+        _c("incident_id", "str", "data.incidentId", nullable=False),
+        *(
+            _c(name, "str", f"data.{key}, last value sent")
+            for key, name in (
+                ("clientId", "client_id"),
+                ("incidentClass", "incident_class"),
+                ("incidentType", "incident_type"),
+                ("source", "source"),
+                ("status", "status"),
+                ("domain", "domain"),
+                ("url", "url"),
+                ("safeDomain", "safe_domain"),
+                ("subject", "subject"),
+                ("reportedBy", "reported_by"),
+                ("waitForClient", "wait_for_client"),
+            )
+        ),
+        _c("created_at", "time", "data.timestamp, else the first created or first event"),
+        _c("created_at_inferred", "flag", "created_at is not data.timestamp", nullable=False),
+        _c("created_at_source", "str", "where created_at came from"),
+        _c("burn_started_at", "time", "data.burnStartedTimestamp"),
+        _c("takedown_at", "time", "data.takedownTimestamp, else the change to takedown_success"),
+        _c("closed_at", "time", "the change to closed"),
+        _c("first_event_at", "time", "first event time"),
+        _c("last_event_at", "time", "last event time"),
+        _c("last_history_update_at", "time", "data.lastHistoryUpdateTimestamp"),
+        _c("time_to_takedown_s", "float", "takedown_at minus created_at, seconds"),
+        _c("taken_down", "flag", "takedown_at is known", nullable=False),
+        _c("awaiting_client_s", "float", "time in a status waiting on the client, seconds"),
+        _c("events", "int", "valid events folded", nullable=False),
+        _c("suspected_missed_events", "int", "statuses seen but never announced", False),
+        _c("missed_statuses", "str", "those statuses, comma-separated"),
+    ),
+)
+"""One row per incident, folded from valid events (``incidents_table``)."""
+
+STATUS_INTERVALS = Table(
+    "status_intervals",
+    (
+        _c("incident_id", "str", "data.incidentId", nullable=False),
+        _c("status", "str", "the status held", nullable=False),
+        _c("start", "time", "when it began", nullable=False),
+        _c("end", "time", "when it ended (as_of for the current one)", nullable=False),
+        _c("duration_s", "float", "end minus start, seconds", nullable=False),
+        _c("announced", "flag", "a status_changed event carried it", nullable=False),
+        _c("current", "flag", "the last interval, open until as_of", nullable=False),
+    ),
+)
+"""Each incident's statuses over time (``status_intervals``)."""
+
+SUBSCRIPTIONS = Table(
+    "subscriptions",
+    (
+        _c("fetched_at", "time", "when the listing was fetched", nullable=False),
+        _c("subscription_id", "str", "listed id", nullable=False),
+        _c("client_id", "str", "listed clientId"),
+        _c("url", "str", "listed delivery URL"),
+        _c("events", "list", "listed event types", nullable=False),
+        _c("active", "bool", "listed active flag"),
+        _c("description", "str", "listed description"),
+        _c("created_at", "time", "listed createdAt"),
+        _c("last_delivery_status", "str", "listed lastDeliveryStatus"),
+        _c("secret_exposed", "flag", "a secret field was listed (never kept)", nullable=False),
+        _c("source", "str", "the snapshot file", nullable=False),
+    ),
+)
+"""One row per subscription per ``GET /webhooks`` snapshot (``load_snapshots``)."""
+
+FINDINGS = Table(
+    "findings",
+    (
+        _c("finding_uid", "str", "stable id of check, resource and period", nullable=False),
+        _c("check_id", "str", "the control, e.g. SIG-01", nullable=False),
+        _c("title", "str", "the control's title", nullable=False),
+        _c("severity", "str", "from the catalogue", nullable=False),
+        _c("status", "str", "pass, fail, info, skip, error or muted", nullable=False),
+        _c("reason", "str", "why, in words", nullable=False),
+        _c("resource", "str", "what was checked", nullable=False),
+        _c("evidence", "str", "JSON with the numbers behind the reason", nullable=False),
+        _c("remediation", "str", "what to do", nullable=False),
+        _c("period_start", "time", "the period checked, start", nullable=False),
+        _c("period_end", "time", "the period checked, end (exclusive)", nullable=False),
+    ),
+)
+"""One row per control and resource (``run_controls``)."""
+
+#: Every declared table by name.
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        DELIVERIES,
+        STORED_DELIVERIES,
+        ATTEMPTS,
+        EVENTS,
+        INCIDENTS,
+        STATUS_INTERVALS,
+        SUBSCRIPTIONS,
+        FINDINGS,
+    )
+}

@@ -1,9 +1,28 @@
-"""Shared builders: small capture records and files, written the way a receiver stores them."""
+"""Shared builders: small capture records and files, written the way a receiver stores them, and
+frames of the declared tables built row by row, by column name (``audit.tables``)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import pandas as pd
+
+from audit.tables import DELIVERIES, Table
+
+
+def rows_frame(table: Table, rows: list[dict]) -> pd.DataFrame:
+    """Rows given by column name as a frame of ``table``: every declared column, in order, in
+    its declared dtype. A name the table does not declare is a KeyError, never a silent extra
+    column, and no column can shift: nothing here is positional."""
+    return table.frame([table.row(**r) for r in rows])
+
+
+def deliveries_frame(rows: list[dict]) -> pd.DataFrame:
+    """Verified deliveries (:data:`audit.tables.DELIVERIES`) from rows by column name; ``line``
+    is numbered from 1 when not given."""
+    rows = [{"line": i, **r} for i, r in enumerate(rows, 1)]
+    return rows_frame(DELIVERIES, rows)
 
 
 def capture(

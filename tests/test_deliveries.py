@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from audit.analysis.deliveries import events_table, infer_attempts, latency_summary, success_rates
+from tests.builders import deliveries_frame
 
 T0 = pd.Timestamp("2026-10-01T00:00:00Z")
 FAR = T0 + pd.Timedelta(days=1)
@@ -21,7 +22,7 @@ FAR = T0 + pd.Timedelta(days=1)
 def frame(rows: list[tuple], *, event_id: str = "evt_a", verdict: str = "valid") -> pd.DataFrame:
     """rows: (seconds after T0, response_status, response_ms[, verdict])."""
     recs = []
-    for r in rows:
+    for r in rows:  # by column name: tests.builders.deliveries_frame declares the dtypes
         body = json.dumps(
             {"id": event_id, "event": "incident.created", "data": {"incidentId": "i"}}
         )
@@ -38,12 +39,10 @@ def frame(rows: list[tuple], *, event_id: str = "evt_a", verdict: str = "valid")
                 "verdict": r[3] if len(r) > 3 else verdict,
                 "body": body.encode(),
                 "skew_s": 0.5,
+                "source": "log.jsonl",
             }
         )
-    df = pd.DataFrame(recs)
-    df["response_status"] = df["response_status"].astype("Int64")
-    df["response_ms"] = df["response_ms"].astype("Float64")
-    return df
+    return deliveries_frame(recs)
 
 
 def run(rows, as_of=FAR, **kw):

@@ -42,6 +42,7 @@ from audit.findings.catalogue import parameter_ranges
 from audit.findings.controls import FAMILIES, control_id
 from audit.findings.controls.sig import sig_03
 from audit.spec import INCIDENT_EVENTS
+from tests.builders import deliveries_frame
 
 pytestmark = pytest.mark.filterwarnings("ignore::audit.analysis.survival.SmallSampleWarning")
 
@@ -107,18 +108,8 @@ def row(
 
 
 def frame(rows: list[dict]) -> pd.DataFrame:
-    """Rows as a verified deliveries frame, with the dtypes of ``docs/tables.md``."""
-    df = pd.DataFrame(rows, columns=list(row(0)))
-    df["line"] = range(1, len(df) + 1)
-    df["received_at"] = pd.to_datetime(df["received_at"], utc=True)
-    df["event_timestamp"] = pd.to_datetime(df["event_timestamp"], utc=True)
-    df["response_status"] = df["response_status"].astype("Int64")
-    df["response_ms"] = df["response_ms"].astype("Float64")
-    df["skew_s"] = df["skew_s"].astype("Float64")
-    text = ("source", "subscription_id", "delivery_id", "event_id", "event", "incident_id")
-    for c in (*text, "verdict", "matched_secret"):
-        df[c] = df[c].astype("str")
-    return df
+    """Rows as a verified deliveries frame, with the declared dtypes (``audit.tables``)."""
+    return deliveries_frame([{k: v for k, v in r.items() if k != "line"} for r in rows])
 
 
 def analysis(

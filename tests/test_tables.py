@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -9,8 +12,20 @@ import pytest
 from audit.analysis import incidents
 from audit.errors import SchemaError
 from audit.ingest.load import load_captures
-from audit.tables import DATA_FIELDS, DELIVERIES, STORED_DELIVERIES, Column
-from tests.builders import capture, write_jsonl
+from audit.tables import (
+    ATTEMPTS,
+    DATA_FIELDS,
+    DELIVERIES,
+    EVENTS,
+    FINDINGS,
+    INCIDENTS,
+    STATUS_INTERVALS,
+    STORED_DELIVERIES,
+    SUBSCRIPTIONS,
+    TABLES,
+    Column,
+)
+from tests.builders import capture, rows_frame, write_jsonl
 
 
 def test_empty_frame_has_every_column_in_its_dtype():
@@ -65,3 +80,130 @@ def test_extracted_fields_are_the_incident_fields():
 def test_unknown_dtype_is_refused():
     with pytest.raises(ValueError, match="unknown dtype"):
         Column("x", "float32", True, "no")
+
+
+# -- every analysis table is what its declaration says ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo_tables(tmp_path_factory):
+    import warnings
+
+    from audit.analysis.analyze import analyze
+    from audit.demo import simulate
+    from audit.findings import run_controls
+
+    sim = simulate(tmp_path_factory.mktemp("demo") / "d", seed=3, days=7, incidents=20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = analyze(sim.captures, sim.secrets, snapshots=sim.snapshots)
+        findings = run_controls(a, period_start=a.as_of - pd.Timedelta(days=7), period_end=a.as_of)
+    return {
+        "attempts": a.deliveries[ATTEMPTS.names],
+        "events": a.events,
+        "incidents": a.incidents,
+        "status_intervals": a.status_intervals,
+        "subscriptions": a.subscriptions,
+        "findings": findings,
+    }
+
+
+@pytest.mark.parametrize(
+    "table", [ATTEMPTS, EVENTS, INCIDENTS, STATUS_INTERVALS, SUBSCRIPTIONS, FINDINGS], ids=str
+)
+def test_each_analysis_table_matches_its_declaration(demo_tables, table):
+    df = demo_tables[table.name]
+    assert len(df) > 0
+    assert list(df.columns) == table.names
+    assert table.problems(df) == []
+
+
+@pytest.mark.parametrize("table", list(TABLES.values()), ids=lambda t: t.name)
+def test_empty_frames_and_rows_by_name_follow_the_declaration(table):
+    assert table.problems(table.empty()) == []
+    assert list(table.row()) == table.names
+    with pytest.raises(KeyError, match="no column"):
+        table.row(not_a_column=1)
+
+
+def test_rows_by_name_cannot_shift_a_column():
+    row = {"current": True, "status": "closed", "incident_id": "inc_1", "announced": False}
+    df = rows_frame(STATUS_INTERVALS, [row | {"start": "2026-10-01T00:00:00Z", "duration_s": 1}])
+    assert (df.loc[0, "incident_id"], df.loc[0, "status"]) == ("inc_1", "closed")
+    assert str(df["start"].dtype) == "datetime64[ns, UTC]" and df["current"].dtype == bool
+    assert STATUS_INTERVALS.problems(df) == ["column 'end' has 1 missing value(s)"]
+    with pytest.raises(SchemaError, match="'status' cannot be missing"):
+        rows_frame(STATUS_INTERVALS, [{"incident_id": "inc_1"}])
+
+
+# -- docs/tables.md (and the findings section of docs/controls.md) against the declarations -------
+
+DOCS = Path(__file__).parents[1] / "docs"
+#: Declared dtype -> the word docs/tables.md uses in its dtype column.
+DOC_DTYPE = {"str": "str", "int": "int64", "time": "datetime", "Int": "Int64", "Float": "Float64"}
+DOC_DTYPE |= {"bool": "boolean", "bytes": "bytes (object)"}
+
+
+def _section(path: Path, heading: str) -> str:
+    """From ``heading`` to the next heading of any level."""
+    text = path.read_text(encoding="utf-8")
+    start = text.index(heading)
+    end = text.find("\n#", start + len(heading))
+    return text[start : end if end > 0 else len(text)]
+
+
+def _table_rows(section: str) -> dict[str, str]:
+    """Documented column -> its dtype cell (or '' when the table has none), from `| `name` |`
+    rows; a row naming several columns gives each; `a` … `b` over data fields expands."""
+    out = {}
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        names = re.findall(r"`([a-z_0-9]+)`", cells[0])
+        if "…" in cells[0]:
+            cols = [c for _, c in DATA_FIELDS]
+            names = cols[cols.index(names[0]) : cols.index(names[1]) + 1]
+        for n in names:
+            out[n] = cells[1] if len(cells) > 2 else ""
+    return out
+
+
+def _mentioned(section: str) -> set[str]:
+    spans = re.findall(r"`([^`]+)`", section)
+    return {w.strip() for s in spans for w in s.split(",") if re.fullmatch(r"\s*[a-z_0-9]+\s*", w)}
+
+
+def test_docs_deliveries_table_is_the_declaration():
+    rows = _table_rows(_section(DOCS / "tables.md", "## `deliveries`"))
+    assert list(rows) == DELIVERIES.names
+    for c in DELIVERIES.columns:
+        if "/" not in rows[c.name]:
+            assert rows[c.name] == DOC_DTYPE[c.dtype], c.name
+
+
+def test_docs_store_columns_are_the_declaration():
+    rows = _table_rows(_section(DOCS / "tables.md", "## The evidence store"))
+    extra = [c for c in STORED_DELIVERIES.columns if c.name not in DELIVERIES.names]
+    assert list(rows) == [c.name for c in extra]
+    assert all(rows[c.name] == DOC_DTYPE.get(c.dtype, c.dtype) for c in extra if c.dtype != "int")
+
+
+@pytest.mark.parametrize(
+    ("table", "heading"),
+    [
+        (ATTEMPTS, "### `deliveries.csv`"),
+        (EVENTS, "### `events.csv`"),
+        (INCIDENTS, "### `incidents.csv`"),
+        (STATUS_INTERVALS, "### `status_intervals.csv`"),
+        (SUBSCRIPTIONS, "### `subscriptions.csv`"),
+    ],
+    ids=str,
+)
+def test_docs_name_every_declared_column(table, heading):
+    assert set(table.names) - _mentioned(_section(DOCS / "tables.md", heading)) == set()
+
+
+def test_docs_finding_rows_are_the_declaration():
+    rows = _table_rows(_section(DOCS / "controls.md", "## Finding rows"))
+    assert set(rows) == set(FINDINGS.names)  # grouped by source in the docs, not in order

@@ -25,6 +25,7 @@ from audit.spec import (
     TEST_EVENT,
     TEST_INCIDENT_PREFIX,
 )
+from audit.tables import ATTEMPTS, EVENTS
 from audit.timeutil import as_utc
 
 __all__ = [
@@ -39,15 +40,8 @@ __all__ = [
     "success_rates",
 ]
 
-ATTEMPT_COLUMNS = (
-    "is_test",
-    "attempt_no",
-    "delay_s",
-    "expected_delay_s",
-    "on_schedule",
-    "missing_before",
-    "success",
-)
+#: The columns :func:`infer_attempts` adds (declared in :data:`audit.tables.ATTEMPTS`).
+ATTEMPT_COLUMNS = tuple(ATTEMPTS.names)
 OUTCOMES = ("delivered", "exhausted", "pending", "lost", "unknown")
 
 
@@ -213,29 +207,9 @@ def events_table(
     a = attempts.loc[attempts["attempt_no"].notna(), used].sort_values(
         ["subscription_id", "event_id", "received_at"], kind="stable"
     )
-    cols = [
-        "subscription_id",
-        "event_id",
-        "event",
-        "event_timestamp",
-        "incident_id",
-        "is_test",
-        "fingerprint",
-        "attempts",
-        "first_received_at",
-        "last_received_at",
-        "emission_latency_s",
-        "outcome",
-        "delivered_at",
-        "accepted_count",
-        "retry_after_success",
-        "too_many_attempts",
-        "off_schedule",
-        "missing_attempts",
-        "last_attempt_no",
-    ]
+    cols = EVENTS.names
     if a.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+        return EVENTS.empty()
     keys = ["subscription_id", "event_id"]
     g = a.groupby(keys, sort=False)
     first = g.first()

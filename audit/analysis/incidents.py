@@ -49,7 +49,7 @@ import pyarrow as pa
 from audit.analysis.deliveries import is_test
 from audit.errors import SchemaError
 from audit.spec import CLIENT_WAIT_STATUSES
-from audit.tables import DATA_FIELDS
+from audit.tables import DATA_FIELDS, INCIDENTS, STATUS_INTERVALS
 from audit.timeutil import as_utc
 
 __all__ = [
@@ -98,46 +98,10 @@ EVENT_COLUMNS: tuple[str, ...] = (
 )
 """Columns of :func:`incident_events`, in order."""
 
-INCIDENT_TABLE_COLUMNS: tuple[str, ...] = (
-    "incident_id",
-    "client_id",
-    "incident_class",
-    "incident_type",
-    "source",
-    "status",
-    "domain",
-    "url",
-    "safe_domain",
-    "subject",
-    "reported_by",
-    "wait_for_client",
-    "created_at",
-    "created_at_inferred",
-    "created_at_source",
-    "burn_started_at",
-    "takedown_at",
-    "closed_at",
-    "first_event_at",
-    "last_event_at",
-    "last_history_update_at",
-    "time_to_takedown_s",
-    "taken_down",
-    "awaiting_client_s",
-    "events",
-    "suspected_missed_events",
-    "missed_statuses",
-)
+INCIDENT_TABLE_COLUMNS: tuple[str, ...] = tuple(INCIDENTS.names)
 """Columns of :func:`incidents_table`, in order."""
 
-INTERVAL_COLUMNS: tuple[str, ...] = (
-    "incident_id",
-    "status",
-    "start",
-    "end",
-    "duration_s",
-    "announced",
-    "current",
-)
+INTERVAL_COLUMNS: tuple[str, ...] = tuple(STATUS_INTERVALS.names)
 """Columns of :func:`status_intervals`, in order."""
 
 COUNT_KEYS: tuple[str, ...] = (
@@ -164,35 +128,10 @@ _EVENT_DTYPES: dict[str, str] = {
     "subscription_id": "str",
     **{col: (_UTC if kind == "time" else "str") for _, col, kind in _FIELDS},
 }
-_TEXT_OUT = INCIDENT_TABLE_COLUMNS[1:12]
-_INCIDENT_DTYPES: dict[str, str] = {
-    "incident_id": "str",
-    **dict.fromkeys(_TEXT_OUT, "str"),
-    "created_at": _UTC,
-    "created_at_inferred": "bool",
-    "created_at_source": "str",
-    "burn_started_at": _UTC,
-    "takedown_at": _UTC,
-    "closed_at": _UTC,
-    "first_event_at": _UTC,
-    "last_event_at": _UTC,
-    "last_history_update_at": _UTC,
-    "time_to_takedown_s": "float64",
-    "taken_down": "bool",
-    "awaiting_client_s": "float64",
-    "events": "int64",
-    "suspected_missed_events": "int64",
-    "missed_statuses": "str",
-}
-_INTERVAL_DTYPES: dict[str, str] = {
-    "incident_id": "str",
-    "status": "str",
-    "start": _UTC,
-    "end": _UTC,
-    "duration_s": "float64",
-    "announced": "bool",
-    "current": "bool",
-}
+#: The text fields an incident keeps: its ``data`` fields that are not times.
+_TEXT_OUT = tuple(col for _, col, kind in _FIELDS if kind != "time")
+_INCIDENT_DTYPES = INCIDENTS.dtypes()
+_INTERVAL_DTYPES = STATUS_INTERVALS.dtypes()
 _NEEDED = (
     "verdict",
     "subscription_id",

@@ -22,6 +22,7 @@ import pandas as pd
 
 from audit.errors import LoadError
 from audit.paths import expand
+from audit.tables import SUBSCRIPTIONS
 from audit.timeutil import parse_iso_ns
 
 __all__ = [
@@ -33,19 +34,7 @@ __all__ = [
 ]
 
 #: Columns of the frame returned by :func:`load_snapshots`, in order.
-SNAPSHOT_COLUMNS = (
-    "fetched_at",
-    "subscription_id",
-    "client_id",
-    "url",
-    "events",
-    "active",
-    "description",
-    "created_at",
-    "last_delivery_status",
-    "secret_exposed",
-    "source",
-)
+SNAPSHOT_COLUMNS = tuple(SUBSCRIPTIONS.names)
 
 _STRING_FIELDS = {
     "subscription_id": "id",

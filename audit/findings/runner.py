@@ -29,25 +29,14 @@ from audit.findings.catalogue import SEVERITIES, Control, load_catalogue, resolv
 from audit.findings.controls import CONTROLS, ControlFunction
 from audit.findings.controls.base import Outcome, Scope, evidence_json
 from audit.findings.mutes import apply_mutes
+from audit.tables import FINDINGS
 
 __all__ = ["FINDING_COLUMNS", "STATUSES", "finding_uid", "run_controls", "summarise"]
 
 #: Every status of a finding.
 STATUSES = ("pass", "fail", "info", "skip", "error", "muted")
 #: Columns of the findings frame, in order.
-FINDING_COLUMNS = (
-    "finding_uid",
-    "check_id",
-    "title",
-    "severity",
-    "status",
-    "reason",
-    "resource",
-    "evidence",
-    "remediation",
-    "period_start",
-    "period_end",
-)
+FINDING_COLUMNS = tuple(FINDINGS.names)
 
 _OUTCOME_STATUSES = ("pass", "fail", "info", "skip")
 _ERROR_RESOURCE = "(control)"

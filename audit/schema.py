@@ -1,0 +1,194 @@
+"""How a table is declared: :class:`Column` (name, dtype, nullable, meaning) and :class:`Table`.
+
+A :class:`Table` is data: the Parquet schema (:meth:`Table.arrow_schema`), empty frames
+(:meth:`Table.empty`), rows by name (:meth:`Table.row`, :meth:`Table.frame`) and checks
+(:meth:`Table.validate`, which collects every problem into one error, like pandera's lazy mode)
+all come from one declaration. The tables themselves are declared in :mod:`audit.tables`.
+
+Dtype names (pandas dtype / Arrow type):
+
+========  ==========================  ===========================
+``str``   ``str`` (missing = NaN)     ``string``
+``int``   ``int64``                   ``int64``
+``Int``   ``Int64`` (nullable)        ``int64``
+``Float`` ``Float64`` (nullable)      ``float64``
+``bool``  ``boolean`` (nullable)      ``bool``
+``time``  ``datetime64[ns, UTC]``     ``timestamp[ns, UTC]``
+``bytes`` ``object`` (bytes)          ``large_binary``
+``float`` ``float64`` (missing = NaN) ``float64``
+``flag``  ``bool`` (never missing)    ``bool``
+``list``  ``object`` (tuples of str)  ``list<string>``
+========  ==========================  ===========================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from audit.errors import SchemaError
+
+__all__ = ["Column", "Table"]
+
+_STR = pd.StringDtype(na_value=np.nan)
+_PANDAS: dict[str, object] = {
+    "str": _STR,
+    "int": np.dtype("int64"),
+    "Int": pd.Int64Dtype(),
+    "Float": pd.Float64Dtype(),
+    "bool": pd.BooleanDtype(),
+    "time": pd.DatetimeTZDtype("ns", "UTC"),
+    "bytes": np.dtype(object),
+    "float": np.dtype("float64"),
+    "flag": np.dtype(bool),
+    "list": np.dtype(object),
+}
+_ARROW: dict[str, pa.DataType] = {
+    "str": pa.string(),
+    "int": pa.int64(),
+    "Int": pa.int64(),
+    "Float": pa.float64(),
+    "bool": pa.bool_(),
+    "time": pa.timestamp("ns", tz="UTC"),
+    "bytes": pa.large_binary(),
+    "float": pa.float64(),
+    "flag": pa.bool_(),
+    "list": pa.list_(pa.string()),
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: ``name``, ``dtype`` (a key of the table above), ``nullable``, ``meaning``."""
+
+    name: str
+    dtype: str
+    nullable: bool
+    meaning: str
+
+    def __post_init__(self) -> None:
+        if self.dtype not in _PANDAS:
+            raise ValueError(f"column {self.name}: unknown dtype {self.dtype!r}")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A named, ordered set of columns."""
+
+    name: str
+    columns: tuple[Column, ...]
+
+    @property
+    def names(self) -> list[str]:
+        """Column names in order."""
+        return [c.name for c in self.columns]
+
+    def column(self, name: str) -> Column:
+        """The column called ``name`` (KeyError if it is not declared)."""
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def dtypes(self) -> dict[str, object]:
+        """Column name -> pandas dtype."""
+        return {c.name: _PANDAS[c.dtype] for c in self.columns}
+
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow (and Parquet) schema, with each column's meaning as field metadata."""
+        return pa.schema(
+            [
+                pa.field(c.name, _ARROW[c.dtype], c.nullable, {"meaning": c.meaning})
+                for c in self.columns
+            ]
+        )
+
+    def empty(self) -> pd.DataFrame:
+        """A frame with no rows and every column in its declared dtype."""
+        return pd.DataFrame({c.name: pd.Series([], dtype=_PANDAS[c.dtype]) for c in self.columns})
+
+    def row(self, **values: object) -> dict[str, object]:
+        """One row by column name: every declared column, missing ones None; an undeclared
+        name is a KeyError (a typo cannot add a column).
+
+        >>> t = Table("t", (Column("a", "str", True, "a"), Column("b", "Int", True, "b")))
+        >>> t.row(b=1)
+        {'a': None, 'b': 1}
+        """
+        unknown = set(values) - set(self.names)
+        if unknown:
+            raise KeyError(f"{self.name}: no column {', '.join(sorted(unknown))}")
+        return {n: values.get(n) for n in self.names}
+
+    def frame(self, rows: list[dict[str, object]]) -> pd.DataFrame:
+        """Rows (from :meth:`row`) as a frame in the declared column order and dtypes."""
+        if not rows:
+            return self.empty()
+        out = {}
+        for c in self.columns:
+            values = [r.get(c.name) for r in rows]
+            if c.dtype in ("bytes", "list"):
+                out[c.name] = pd.Series(values, dtype=object)
+            elif c.dtype == "time":
+                times = pd.to_datetime(pd.Series(values, dtype=object), utc=True)
+                out[c.name] = times.astype(_PANDAS["time"])
+            elif not c.nullable and any(v is None for v in values):
+                raise SchemaError(f"{self.name}: column {c.name!r} cannot be missing")
+            else:
+                out[c.name] = pd.Series(values).astype(_PANDAS[c.dtype])
+        return pd.DataFrame(out)
+
+    def extend(self, name: str, *columns: Column) -> Table:
+        """A new table with these columns after this one's."""
+        return Table(name, (*self.columns, *columns))
+
+    def problems(self, df: pd.DataFrame) -> list[str]:
+        """Every way ``df`` departs from the schema (missing columns, dtypes, nulls)."""
+        out = []
+        for c in self.columns:
+            if c.name not in df.columns:
+                out.append(f"missing column {c.name!r}")
+                continue
+            s = df[c.name]
+            want = _PANDAS[c.dtype]
+            if c.dtype == "time":
+                ok = isinstance(s.dtype, pd.DatetimeTZDtype) and str(s.dtype.tz) == "UTC"
+            elif c.dtype == "str":
+                ok = pd.api.types.is_string_dtype(s.dtype) and s.dtype != object
+            else:
+                ok = s.dtype == want
+            if not ok:
+                out.append(f"column {c.name!r} has dtype {s.dtype}, expected {want}")
+            if not c.nullable and len(s) and bool(s.isna().any()):
+                out.append(f"column {c.name!r} has {int(s.isna().sum())} missing value(s)")
+        return out
+
+    def validate(self, df: pd.DataFrame) -> pd.DataFrame:
+        """Return ``df`` unchanged, or raise one SchemaError listing every problem.
+
+        >>> t = Table("t", (Column("a", "str", False, "a"), Column("b", "Int", True, "b")))
+        >>> t.validate(pd.DataFrame({"a": [1]}))
+        Traceback (most recent call last):
+        ...
+        audit.errors.SchemaError: t: column 'a' has dtype int64, expected str; missing column 'b'
+        """
+        found = self.problems(df)
+        if found:
+            raise SchemaError(f"{self.name}: " + "; ".join(found))
+        return df
+
+    def conform(self, df: pd.DataFrame) -> pd.DataFrame:
+        """The declared columns of ``df`` in order, cast to their declared dtypes."""
+        out = {}
+        for c in self.columns:
+            s = df[c.name]
+            if c.dtype == "time":
+                out[c.name] = s.astype(_PANDAS["time"])
+            elif c.dtype != "bytes" and s.dtype != _PANDAS[c.dtype]:
+                out[c.name] = s.astype(_PANDAS[c.dtype])
+            else:
+                out[c.name] = s
+        return pd.DataFrame(out, index=df.index)
