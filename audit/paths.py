@@ -181,10 +181,13 @@ def expand(
 
     A folder yields the files whose names end in one of ``suffixes`` (:func:`name_pattern`);
     ``what`` names them in errors. A folder that holds none is an error unless
-    ``empty_folder_ok``; its subfolders are searched unless not ``recursive``. Raises
+    ``empty_folder_ok``; its subfolders are searched unless not ``recursive``. ``paths`` may be
+    one path. Raises
     :class:`~audit.errors.InputError` for a path that matches nothing or cannot be read, and
     warns once (:class:`PathWarning`) about everything a folder walk skipped.
     """
+    if isinstance(paths, str | os.PathLike):  # one path, not an iterable of its characters
+        paths = [paths]
     suffixes = tuple(s.lstrip(".") for s in suffixes)
     names = name_pattern(suffixes)
     walk = _Walk(recursive)

@@ -100,3 +100,26 @@ def test_analyze_uses_only_what_was_received_by_as_of(tmp_path):
     a = analyze(sim.captures, sim.secrets, as_of=as_of)
     assert len(a.events) and (a.events["first_received_at"] <= as_of).all()
     assert (a.deliveries["received_at"].dropna() <= as_of).all()
+
+
+def test_the_summary_reads_the_tables_and_refits_nothing(demo, monkeypatch):
+    from audit.analysis import survival
+    from audit.analysis.analyze import analyze
+    from audit.cli.data import summary_text
+
+    args, _, truth = demo
+    a = analyze([args[1]], args[3], as_of=truth["period"]["end"])
+
+    def refit(*_a, **_k):
+        raise AssertionError("the summary refitted Kaplan-Meier")
+
+    monkeypatch.setattr(survival, "kaplan_meier", refit)
+    monkeypatch.setattr(survival, "km_quantile", refit)
+    s = a.summary()
+    overall = a.takedown_summary.query("by == 'all'").iloc[0]
+    assert s["takedown_median"].time == pytest.approx(overall["median_h"])
+    assert s["records"] == len(a.deliveries) and s["incidents"] == len(a.incidents)
+    real = a.events[~a.events["is_test"]]
+    assert s["event_outcomes"] == real["outcome"].value_counts().to_dict()
+    text = summary_text(a)
+    assert f"median {overall['median_h']:.4g} h" in text

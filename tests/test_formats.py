@@ -97,3 +97,14 @@ def test_a_format_added_to_the_registry_is_found_by_every_loader(tmp_path, monke
     secrets = write_secrets(tmp_path / "secrets.json", {"wh_1": [{"secret": "s" * 32}]})
     rows = read_logs([folder], secrets, columns=["line", "subscription_id"]).rows
     assert rows["subscription_id"].tolist() == ["wh_1", "wh_2", "wh_3"]
+
+
+def test_one_path_given_as_a_string_is_one_path_not_its_characters(tmp_path):
+    # A bare string once reached the folder walk character by character: "/" walked the disk.
+    from audit.ingest.verdicts import read_logs
+
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "b.jsonl").write_text(json.dumps(capture(BODY)) + "\n")
+    secrets = write_secrets(tmp_path / "secrets.json", {"wh_1": [{"secret": "s" * 32}]})
+    assert read_logs(str(folder), secrets, columns=["line"]).rows["line"].tolist() == [1]

@@ -16,13 +16,18 @@ import pandas as pd
 from audit.analysis.deliveries import ATTEMPT_COLUMNS, events_table, infer_attempts
 from audit.analysis.incidents import incidents_table, status_intervals
 from audit.analysis.subscriptions import load_snapshots
-from audit.analysis.survival import kaplan_meier_by
+from audit.analysis.survival import KMQuantile, kaplan_meier_by
 from audit.analysis.takedown import takedown_durations, takedown_summary
 from audit.atomic import write_parquet_atomic
 from audit.errors import ParameterError
 from audit.ingest.verification import VERDICT_COLUMNS
 from audit.safe import write_csv
-from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
+from audit.spec import (
+    CLIENT_WAIT_STATUSES,
+    CLOCK_TOLERANCE_S,
+    DEFAULT_HEADER_PREFIX,
+    DELIVERY_TIMEOUT_MS,
+)
 from audit.timeutil import as_utc
 
 __all__ = ["Analysis", "analyze", "parse_as_of", "run_analyses"]
@@ -55,6 +60,49 @@ class Analysis:
             "takedown_km": self.takedown_km,
             "takedown_summary": self.takedown_summary,
             "subscriptions": self.subscriptions,
+        }
+
+    def summary(self) -> dict[str, object]:
+        """The figures an analyst reads first, read off the tables (nothing is refitted).
+
+        Keys: ``as_of``, ``records``, ``valid``, ``event_outcomes`` (outcome -> count, test
+        traffic left out), ``refused`` (valid deliveries answered 401/403), ``slow`` (valid
+        deliveries answered after the delivery timeout), ``incidents``, ``taken_down``,
+        ``waiting_on_client`` and ``takedown_median`` (a
+        :class:`~audit.analysis.survival.KMQuantile` in hours from :attr:`takedown_summary`,
+        or None without durations).
+        """
+        d, e, inc = self.deliveries, self.events, self.incidents
+        valid = d[(d["verdict"] == "valid").fillna(False).astype(bool)]
+        outcomes = e.loc[~e["is_test"].astype(bool), "outcome"].value_counts()
+        s = self.takedown_summary
+        overall = s[(s["by"] == "all") & (s["group"] == "all")] if len(s) else s
+        median = None
+        if len(self.takedown_durations) and len(overall):
+            r = overall.iloc[0]
+
+            def hours(col: str) -> float | None:
+                return None if pd.isna(r[col]) else float(r[col])
+
+            median = KMQuantile(
+                0.5,
+                hours("median_h"),
+                hours("median_ci_lower_h"),
+                hours("median_ci_upper_h"),
+                bool(r["median_reached"]),
+                0.95,
+            )
+        return {
+            "as_of": self.as_of,
+            "records": len(d),
+            "valid": len(valid),
+            "event_outcomes": {str(k): int(v) for k, v in outcomes.items()},
+            "refused": int(valid["response_status"].isin([401, 403]).sum()),
+            "slow": int((valid["response_ms"] > DELIVERY_TIMEOUT_MS).sum()),
+            "incidents": len(inc),
+            "taken_down": int(inc["taken_down"].sum()),
+            "waiting_on_client": int(inc["status"].isin(CLIENT_WAIT_STATUSES).sum()),
+            "takedown_median": median,
         }
 
     def write(self, out_dir: str | os.PathLike, *, fmt: str = "csv") -> list[Path]:

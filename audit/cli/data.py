@@ -8,7 +8,7 @@ import click
 
 from audit.findings.catalogue import SEVERITIES
 from audit.ingest.verification import VERDICT_COLUMNS, verdict_counts
-from audit.spec import DEFAULT_HEADER_PREFIX
+from audit.spec import DEFAULT_HEADER_PREFIX, DELIVERY_TIMEOUT_S
 
 COMMANDS: list[click.Command] = []
 
@@ -351,27 +351,20 @@ def analyze(
 
 
 def summary_text(result) -> str:
-    """A few lines an analyst reads first (pure formatting of the analysis tables)."""
-    from audit.analysis.survival import kaplan_meier, km_quantile
-
-    d, e, inc = result.deliveries, result.events, result.incidents
-    valid = d[d["verdict"] == "valid"]
-    outcomes = e.loc[~e["is_test"], "outcome"].value_counts()
-    slow = int((valid["response_ms"] > 5000).sum())
-    refused = int(valid["response_status"].isin([401, 403]).sum())
+    """A few lines an analyst reads first: :meth:`Analysis.summary`, formatted (nothing is
+    computed here)."""
+    s = result.summary()
     lines = [
-        f"as of {result.as_of.isoformat()}",
-        f"records {len(d)}: {len(valid)} valid, {len(d) - len(valid)} not valid",
-        "events: " + ", ".join(f"{k} {v}" for k, v in outcomes.items()),
-        f"valid deliveries answered 401/403: {refused}; acknowledged in more than 5 s: {slow}",
-        f"incidents {len(inc)}: {int(inc['taken_down'].sum())} taken down, "
-        f"{int((inc['status'].isin(['approval_required', 'action_required'])).sum())} "
-        "waiting on the client",
+        f"as of {s['as_of'].isoformat()}",
+        f"records {s['records']}: {s['valid']} valid, {s['records'] - s['valid']} not valid",
+        "events: " + ", ".join(f"{k} {v}" for k, v in s["event_outcomes"].items()),
+        f"valid deliveries answered 401/403: {s['refused']}; acknowledged in more than "
+        f"{DELIVERY_TIMEOUT_S} s: {s['slow']}",
+        f"incidents {s['incidents']}: {s['taken_down']} taken down, "
+        f"{s['waiting_on_client']} waiting on the client",
     ]
-    durations = result.takedown_durations
-    if len(durations):
-        km = kaplan_meier(durations["duration_s"], durations["observed"])
-        med = km_quantile(km, 0.5)
+    if s["takedown_median"] is not None:
         start = "creation" if result.clock_start == "created" else "burn start"
-        lines.append(f"time to takedown from {start}: {med.describe(scale=1 / 3600, unit=' h')}")
+        median = s["takedown_median"].describe(unit=" h")
+        lines.append(f"time to takedown from {start}: {median}")
     return "\n".join(lines)
