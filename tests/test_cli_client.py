@@ -1,4 +1,6 @@
-"""``audit webhooks ...`` and ``audit snapshot`` against the fake served on 127.0.0.1."""
+"""``audit webhooks ...`` and ``audit snapshot`` against the fake: in-process through the CLI's
+client factory (no socket), and once over a real socket on 127.0.0.1 (the acceptance scenario).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import os
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 import pytest
@@ -18,6 +21,7 @@ from audit.cli import cli, main
 from audit.cli import client as cli_client
 from audit.ingest.secrets import read_secrets
 from audit.ingest.signatures import sign, verify
+from audit.service.client import ServiceClient
 from audit.service.fake import FakeService
 
 KEY = "ak_cli_test_5e4d3c2b1a"
@@ -30,6 +34,20 @@ def fake():
 
 @pytest.fixture
 def served(fake, monkeypatch):
+    """The fake behind every command, over ``httpx.MockTransport``: no socket, no server."""
+    base_url = "http://127.0.0.1:9"
+
+    def factory(**kw):
+        return ServiceClient(**kw, transport=fake.transport())
+
+    monkeypatch.setattr(cli_client, "CLIENT_FACTORY", factory)
+    monkeypatch.setenv("AUDIT_BASE_URL", base_url)
+    monkeypatch.setenv("AUDIT_API_KEY", KEY)
+    return SimpleNamespace(base_url=base_url)
+
+
+@pytest.fixture
+def served_socket(fake, monkeypatch):
     with fake.serve() as s:
         monkeypatch.setenv("AUDIT_BASE_URL", s.base_url)
         monkeypatch.setenv("AUDIT_API_KEY", KEY)
@@ -58,7 +76,7 @@ def _utc(text: str) -> datetime:
 
 
 def test_create_list_snapshot_rotate_then_verify_with_the_new_secret(
-    served, fake, tmp_path, capsys, caplog
+    served_socket, fake, tmp_path, capsys, caplog
 ):
     caplog.set_level(logging.DEBUG)
     secrets = tmp_path / "secrets.json"

@@ -4,28 +4,31 @@ Every command takes the base URL from ``--base-url`` or ``AUDIT_BASE_URL`` and t
 the environment variable named by ``--api-key-env`` (default ``AUDIT_API_KEY``). No option takes
 a key or a secret value, and no command prints one: a new secret goes straight into the secrets
 file given with ``--secrets``.
+
+The commands build their client with :data:`CLIENT_FACTORY` (``ServiceClient``), unless the
+click context object holds another under ``"client_factory"``:
+``main(argv, obj={"client_factory": f})`` lets a test check what reaches the library without a
+server (papermill's style), or hand the commands a client over ``httpx.MockTransport``.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import tempfile
 import time
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from audit.analysis.subscriptions import secret_exposed, unwrap_listing
-from audit.errors import InputError, OutputError, SecretsError
+from audit.analysis.subscriptions import secret_exposed
+from audit.errors import InputError, SecretsError
 from audit.ingest.secrets import add_secret, load_secrets_json
 from audit.redaction import for_terminal, json_for_terminal, register_sensitive, scrub
 from audit.service.client import REDACTED, IssuedSecret, RetryPolicy, ServiceClient, redact_secrets
-from audit.service.wire import iso, snapshot_document, snapshot_stem
+from audit.service.snapshots import write_snapshot
+from audit.service.wire import iso
 from audit.spec import EVENTS
 
 __all__ = ["COMMANDS", "snapshot", "webhooks", "write_snapshot"]
@@ -66,6 +69,21 @@ def _service_options(f: Any) -> Any:
     return f
 
 
+#: Builds a command's client from keyword arguments (those of :class:`ServiceClient`).
+ClientFactory = Callable[..., ServiceClient]
+CLIENT_FACTORY: ClientFactory = ServiceClient
+
+
+def client_factory() -> ClientFactory:
+    """The factory of the running command: ``obj["client_factory"]`` if given, else
+    :data:`CLIENT_FACTORY`."""
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    if isinstance(obj, dict) and obj.get("client_factory") is not None:
+        return obj["client_factory"]
+    return CLIENT_FACTORY
+
+
 def _client(
     base_url: str | None, api_key_env: str, timeout: float, max_attempts: int
 ) -> ServiceClient:
@@ -78,7 +96,7 @@ def _client(
         )
     register_sensitive(key)
     deadline_s = _env_number("AUDIT_DEADLINE_S", 120.0, float)
-    client = ServiceClient(
+    client = client_factory()(
         base_url=base_url,
         api_key=key,
         timeout=timeout,
@@ -352,83 +370,6 @@ def rotate_cmd(
     valid_from = _save_secret(secrets_file, issued, rotated=True)
     click.echo(f"rotated the secret of {subscription_id}; the previous one no longer works")
     click.echo(f"new secret saved to {secrets_file} (valid_from {valid_from})")
-
-
-#: errno values of file systems that cannot hard-link (FAT, some network mounts).
-_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
-
-
-def write_snapshot(
-    out_dir: str | os.PathLike,
-    body: Any,
-    *,
-    base_url: str,
-    fetched_at: datetime,
-    scrub: Iterable[str] = (),
-) -> tuple[Path, int, int]:
-    """Write a listing snapshot file ``webhooks-<UTC timestamp>.json`` atomically.
-
-    Every non-empty ``secret`` value in ``body`` is replaced by ``"[redacted]"``, and so is any
-    occurrence of the strings in ``scrub`` (the API key) inside string values. A name already
-    taken gets a ``-2``, ``-3``... suffix; names are claimed exclusively (a hard link of the
-    finished file, which fails when the name exists), so concurrent runs never overwrite
-    each other and no reader sees a half-written snapshot.
-
-    Returns
-    -------
-    (path, subscriptions, redacted)
-        The file written, the number of listed subscriptions and of redacted secrets.
-
-    Examples
-    --------
-    >>> write_snapshot("snapshots", {"data": []}, base_url="https://api.example",
-    ...                fetched_at=datetime(2026, 1, 15, 9, 30, tzinfo=UTC))  # doctest: +SKIP
-    (PosixPath('snapshots/webhooks-20260115T093000Z.json'), 0, 0)
-    """
-    redacted, count = redact_secrets(body, also=scrub)
-    n = len(unwrap_listing(redacted))
-    doc = snapshot_document(redacted, base_url=base_url, fetched_at=fetched_at)
-    folder = Path(out_dir)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OutputError(f"{folder}: cannot create the folder ({e.strerror})") from None
-    stem = snapshot_stem(fetched_at)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=folder)
-    except OSError as e:
-        raise OutputError(f"{folder}: cannot write ({e.strerror})") from None
-    staging = Path(tmp)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:  # written whole under a private name
-            json.dump(doc, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        for k in range(1, 10_000):
-            target = folder / (f"{stem}.json" if k == 1 else f"{stem}-{k}.json")
-            try:
-                os.link(staging, target)  # exclusive: fails if the name is taken
-            except FileExistsError:
-                continue
-            except OSError as e:
-                if e.errno not in _NO_HARD_LINKS:
-                    raise
-                # A file system without hard links: claim the name exclusively, then rename.
-                try:
-                    os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-                except FileExistsError:
-                    continue
-                os.replace(staging, target)
-            return target, n, count
-        raise OutputError(f"{folder}: no free snapshot name for {stem}")
-    except OSError as e:
-        raise OutputError(
-            f"{folder}: cannot write the snapshot ({e.strerror}); nothing was written"
-        ) from None
-    finally:
-        staging.unlink(missing_ok=True)
 
 
 @click.command("snapshot")

@@ -44,11 +44,15 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     click.echo(f"audit: warning: {_say(message)}", err=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``audit`` script; returns the process exit code."""
+def main(argv: list[str] | None = None, *, obj: dict | None = None) -> int:
+    """Entry point of the ``audit`` script; returns the process exit code.
+
+    ``obj`` becomes the click context object: ``{"client_factory": f}`` makes the service
+    commands build their client with ``f`` (see :mod:`audit.cli.client`).
+    """
     warnings.showwarning = _show_warning
     try:
-        rv = cli.main(args=argv, prog_name="audit", standalone_mode=False)
+        rv = cli.main(args=argv, prog_name="audit", standalone_mode=False, obj=obj)
     except click.exceptions.Abort:
         click.echo("audit: aborted", err=True)
         return EXIT_BAD_INPUT
