@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from audit.analysis.subscriptions import load_snapshots
-from audit.cli import cli, main
+from audit.cli import cli, connect, main
 from audit.cli import client as cli_client
 from audit.ingest.secrets import read_secrets
 from audit.ingest.signatures import sign, verify
@@ -40,7 +40,7 @@ def served(fake, monkeypatch):
     def factory(**kw):
         return ServiceClient(**kw, transport=fake.transport())
 
-    monkeypatch.setattr(cli_client, "CLIENT_FACTORY", factory)
+    monkeypatch.setattr(connect, "CLIENT_FACTORY", factory)
     monkeypatch.setenv("AUDIT_BASE_URL", base_url)
     monkeypatch.setenv("AUDIT_API_KEY", KEY)
     return SimpleNamespace(base_url=base_url)

@@ -5,121 +5,28 @@ the environment variable named by ``--api-key-env`` (default ``AUDIT_API_KEY``).
 a key or a secret value, and no command prints one: a new secret goes straight into the secrets
 file given with ``--secrets``.
 
-The commands build their client with :data:`CLIENT_FACTORY` (``ServiceClient``), unless the
-click context object holds another under ``"client_factory"``:
-``main(argv, obj={"client_factory": f})`` lets a test check what reaches the library without a
-server (papermill's style), or hand the commands a client over ``httpx.MockTransport``.
+How a command connects (options, environment, the client factory): :mod:`audit.cli.connect`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
 from audit.analysis.subscriptions import secret_exposed
-from audit.errors import InputError, SecretsError
+from audit.cli.connect import service_client, service_options
+from audit.errors import SecretsError
 from audit.ingest.secrets import add_secret, load_secrets_json
 from audit.redaction import for_terminal, json_for_terminal, register_sensitive, scrub
-from audit.service.client import REDACTED, IssuedSecret, RetryPolicy, ServiceClient, redact_secrets
+from audit.service.client import REDACTED, IssuedSecret, redact_secrets
 from audit.service.snapshots import write_snapshot
 from audit.service.wire import iso
 from audit.spec import EVENTS
 
 __all__ = ["COMMANDS", "snapshot", "webhooks", "write_snapshot"]
-
-
-def _service_options(f: Any) -> Any:
-    options = [
-        click.option(
-            "--base-url",
-            envvar="AUDIT_BASE_URL",
-            metavar="URL",
-            help="Service address without /v1 [env: AUDIT_BASE_URL].",
-        ),
-        click.option(
-            "--api-key-env",
-            default="AUDIT_API_KEY",
-            show_default=True,
-            metavar="NAME",
-            help="Environment variable that holds the API key.",
-        ),
-        click.option(
-            "--timeout",
-            type=click.FloatRange(min=0, min_open=True),
-            default=10.0,
-            show_default=True,
-            help="Seconds per connect/read/write.",
-        ),
-        click.option(
-            "--max-attempts",
-            type=click.IntRange(1, 10),
-            default=4,
-            show_default=True,
-            help="Attempts per request; 429, 5xx and connection failures are retried.",
-        ),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
-
-
-#: Builds a command's client from keyword arguments (those of :class:`ServiceClient`).
-ClientFactory = Callable[..., ServiceClient]
-CLIENT_FACTORY: ClientFactory = ServiceClient
-
-
-def client_factory() -> ClientFactory:
-    """The factory of the running command: ``obj["client_factory"]`` if given, else
-    :data:`CLIENT_FACTORY`."""
-    ctx = click.get_current_context(silent=True)
-    obj = ctx.find_root().obj if ctx is not None else None
-    if isinstance(obj, dict) and obj.get("client_factory") is not None:
-        return obj["client_factory"]
-    return CLIENT_FACTORY
-
-
-def _client(
-    base_url: str | None, api_key_env: str, timeout: float, max_attempts: int
-) -> ServiceClient:
-    if not base_url:
-        raise InputError("no base URL: give --base-url or set AUDIT_BASE_URL")
-    key = os.environ.get(api_key_env)
-    if not key:
-        raise InputError(
-            f"environment variable {api_key_env} is not set (it must hold the API key)"
-        )
-    register_sensitive(key)
-    deadline_s = _env_number("AUDIT_DEADLINE_S", 120.0, float)
-    client = client_factory()(
-        base_url=base_url,
-        api_key=key,
-        timeout=timeout,
-        deadline_s=deadline_s,
-        max_response_bytes=_env_number("AUDIT_MAX_RESPONSE_BYTES", 10_000_000, int),
-        retry=RetryPolicy(max_attempts=max_attempts),
-    )
-    client.deadline_at = time.monotonic() + deadline_s  # one deadline for the whole command
-    return client
-
-
-def _env_number(name: str, default: float, kind: type) -> Any:
-    """A positive number from the environment (limits overridable without new options)."""
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise InputError(f"environment variable {name} is not a number") from None
-    if value <= 0:
-        raise InputError(f"environment variable {name} must be positive")
-    return value
 
 
 def _check_secrets_target(path: Path) -> None:
@@ -203,13 +110,13 @@ def webhooks() -> None:
 
 
 @webhooks.command("list")
-@_service_options
+@service_options
 @click.option("--json", "as_json", is_flag=True, help="Print the listed subscriptions as JSON.")
 def list_cmd(
     base_url: str | None, api_key_env: str, timeout: float, max_attempts: int, as_json: bool
 ) -> None:
     """List the client's subscriptions (GET /webhooks); secrets are never shown."""
-    with _client(base_url, api_key_env, timeout, max_attempts) as client:
+    with service_client(base_url, api_key_env, timeout, max_attempts) as client:
         items = client.list_webhooks()
         key = os.environ[api_key_env]
     shown, exposed = redact_secrets(items, also=[key])
@@ -240,7 +147,7 @@ def list_cmd(
 
 
 @webhooks.command("create")
-@_service_options
+@service_options
 @click.option("--url", required=True, help="HTTPS URL that receives the deliveries.")
 @_events_option
 @click.option("--description", default=None, help="Optional label.")
@@ -262,7 +169,7 @@ def create_cmd(
     if not events:
         raise click.UsageError("give at least one --event")
     _check_secrets_target(secrets_file)
-    with _client(base_url, api_key_env, timeout, max_attempts) as client:
+    with service_client(base_url, api_key_env, timeout, max_attempts) as client:
         issued = client.create_webhook(url, list(events), description)
     valid_from = _save_secret(secrets_file, issued, rotated=False)
     click.echo(_show(f"created {issued.subscription_id}: {url} ({', '.join(events)})"))
@@ -270,7 +177,7 @@ def create_cmd(
 
 
 @webhooks.command("update")
-@_service_options
+@service_options
 @click.argument("subscription_id")
 @click.option("--url", default=None, help="New HTTPS delivery URL.")
 @_events_option
@@ -288,7 +195,7 @@ def update_cmd(
     description: str | None,
 ) -> None:
     """Change a subscription (PATCH /webhooks/:id); only the options given are sent."""
-    with _client(base_url, api_key_env, timeout, max_attempts) as client:
+    with service_client(base_url, api_key_env, timeout, max_attempts) as client:
         client.update_webhook(
             subscription_id,
             url=url,
@@ -307,7 +214,7 @@ def update_cmd(
 
 
 @webhooks.command("delete")
-@_service_options
+@service_options
 @click.argument("subscription_id")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def delete_cmd(
@@ -321,13 +228,13 @@ def delete_cmd(
     """Delete a subscription (DELETE /webhooks/:id)."""
     if not yes:
         click.confirm(f"Delete subscription {subscription_id}?", abort=True)
-    with _client(base_url, api_key_env, timeout, max_attempts) as client:
+    with service_client(base_url, api_key_env, timeout, max_attempts) as client:
         client.delete_webhook(subscription_id)
     click.echo(f"deleted {subscription_id}")
 
 
 @webhooks.command("test")
-@_service_options
+@service_options
 @click.argument("subscription_id")
 def send_test_cmd(
     base_url: str | None, api_key_env: str, timeout: float, max_attempts: int, subscription_id: str
@@ -337,7 +244,7 @@ def send_test_cmd(
     Success proves connectivity and signature checking for this subscription, not end-to-end
     delivery of incident events.
     """
-    with _client(base_url, api_key_env, timeout, max_attempts) as client:
+    with service_client(base_url, api_key_env, timeout, max_attempts) as client:
         answer = client.test_webhook(subscription_id)
         key = os.environ[api_key_env]
     shown, exposed = redact_secrets(answer, also=[key])
@@ -348,7 +255,7 @@ def send_test_cmd(
 
 
 @webhooks.command("rotate-secret")
-@_service_options
+@service_options
 @click.argument("subscription_id")
 @_secrets_option
 def rotate_cmd(
@@ -365,7 +272,7 @@ def rotate_cmd(
     --secrets with valid_from = the time of the response.
     """
     _check_secrets_target(secrets_file)
-    with _client(base_url, api_key_env, timeout, max_attempts) as client:
+    with service_client(base_url, api_key_env, timeout, max_attempts) as client:
         issued = client.rotate_secret(subscription_id)
     valid_from = _save_secret(secrets_file, issued, rotated=True)
     click.echo(f"rotated the secret of {subscription_id}; the previous one no longer works")
@@ -373,7 +280,7 @@ def rotate_cmd(
 
 
 @click.command("snapshot")
-@_service_options
+@service_options
 @click.option(
     "--out",
     "out_dir",
@@ -389,7 +296,7 @@ def snapshot(
     The file is {"fetched_at", "base_url", "response"}; any secret value the service exposed is
     replaced by "[redacted]" (so the analyses still see that one was exposed).
     """
-    with _client(base_url, api_key_env, timeout, max_attempts) as client:
+    with service_client(base_url, api_key_env, timeout, max_attempts) as client:
         listing = client.fetch_listing()
         key = os.environ[api_key_env]
         service_url = client.base_url
