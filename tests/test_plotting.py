@@ -23,7 +23,8 @@ from matplotlib.figure import Figure
 from audit import plotting as P
 from audit.analysis import metrics as M
 from audit.analysis.deliveries import events_table, infer_attempts
-from audit.analysis.survival import SmallSampleWarning, kaplan_meier_by
+from audit.analysis.survival import SmallSampleWarning
+from audit.analysis.survival_by import kaplan_meier_by
 from audit.analysis.takedown import takedown_durations
 from audit.errors import ParameterError, SchemaError
 

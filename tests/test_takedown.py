@@ -52,9 +52,9 @@ from audit.analysis.survival import (
     KMQuantile,
     SmallSampleWarning,
     kaplan_meier,
-    kaplan_meier_by,
     km_quantile,
 )
+from audit.analysis.survival_by import kaplan_meier_by
 from audit.analysis.takedown import EXCLUSION_REASONS, takedown_durations, takedown_summary
 from audit.errors import ParameterError, SchemaError
 
@@ -702,7 +702,9 @@ def test_group_column_dtype_does_not_depend_on_emptiness() -> None:
         pd.testing.assert_series_equal(a.dtypes, b.dtypes)
 
 
-@pytest.mark.parametrize("name", ["audit.analysis.survival", "audit.analysis.takedown"])
+@pytest.mark.parametrize(
+    "name", ["audit.analysis.survival", "audit.analysis.survival_by", "audit.analysis.takedown"]
+)
 def test_all_is_complete(name: str) -> None:
     import importlib
 

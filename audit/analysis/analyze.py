@@ -16,7 +16,8 @@ import pandas as pd
 from audit.analysis.deliveries import ATTEMPT_COLUMNS, events_table, infer_attempts
 from audit.analysis.incidents import incidents_table, status_intervals
 from audit.analysis.subscriptions import load_snapshots
-from audit.analysis.survival import KMQuantile, kaplan_meier_by
+from audit.analysis.survival import KMQuantile
+from audit.analysis.survival_by import kaplan_meier_by
 from audit.analysis.takedown import takedown_durations, takedown_summary
 from audit.atomic import write_parquet_atomic
 from audit.errors import ParameterError

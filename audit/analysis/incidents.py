@@ -42,14 +42,22 @@ counts of what was left out in ``frame.attrs["counts"]`` (see :func:`incident_ev
 from __future__ import annotations
 
 import numpy as np
-import orjson
 import pandas as pd
-import pyarrow as pa
 
-from audit.analysis.deliveries import is_test
-from audit.errors import SchemaError
+from audit.analysis.incident_events import (
+    _FIELD_COLUMNS,
+    _FIELDS,
+    COUNT_KEYS,
+    CREATED,
+    EVENT_COLUMNS,
+    STATUS_CHANGED,
+    _empty,
+    _events,
+    _typed,
+    incident_events,
+)
 from audit.spec import CLIENT_WAIT_STATUSES
-from audit.tables import DATA_FIELDS, INCIDENTS, STATUS_INTERVALS
+from audit.tables import INCIDENTS, STATUS_INTERVALS
 from audit.timeutil import as_utc
 
 __all__ = [
@@ -62,345 +70,16 @@ __all__ = [
     "status_intervals",
 ]
 
-CREATED = "incident.created"
-STATUS_CHANGED = "incident.status_changed"
-_UTC = "datetime64[ns, UTC]"
-
-#: ``data`` field -> (column, kind). Kinds: text (a JSON string), wait (boolean or string),
-#: time (an ISO 8601 string). ``historyEntry`` belongs to one event, not to the state.
-_FIELDS: tuple[tuple[str, str, str], ...] = (
-    ("clientId", "client_id", "text"),
-    ("incidentClass", "incident_class", "text"),
-    ("incidentType", "incident_type", "text"),
-    ("source", "source", "text"),
-    ("status", "status", "text"),
-    ("domain", "domain", "text"),
-    ("url", "url", "text"),
-    ("safeDomain", "safe_domain", "text"),
-    ("subject", "subject", "text"),
-    ("reportedBy", "reported_by", "text"),
-    ("waitForClient", "wait_for_client", "wait"),
-    ("timestamp", "data_timestamp", "time"),
-    ("lastHistoryUpdateTimestamp", "last_history_update_at", "time"),
-    ("burnStartedTimestamp", "burn_started_at", "time"),
-    ("takedownTimestamp", "takedown_timestamp", "time"),
-)
-_FIELD_COLUMNS = tuple(col for _, col, _ in _FIELDS)
-
-EVENT_COLUMNS: tuple[str, ...] = (
-    "incident_id",
-    "event_id",
-    "event",
-    "event_timestamp",
-    "received_at",
-    "subscription_id",
-    *_FIELD_COLUMNS,
-)
-"""Columns of :func:`incident_events`, in order."""
-
 INCIDENT_TABLE_COLUMNS: tuple[str, ...] = tuple(INCIDENTS.names)
 """Columns of :func:`incidents_table`, in order."""
 
 INTERVAL_COLUMNS: tuple[str, ...] = tuple(STATUS_INTERVALS.names)
 """Columns of :func:`status_intervals`, in order."""
 
-COUNT_KEYS: tuple[str, ...] = (
-    "valid",
-    "no_event_id",
-    "duplicates",
-    "conflicting_bodies",
-    "test_events",
-    "no_incident_id",
-    "no_event_time",
-    "after_as_of",
-    "events",
-    "invalid_values",
-    "unparsable_times",
-)
-"""Keys of ``attrs["counts"]`` (see :func:`incident_events`)."""
-
-_EVENT_DTYPES: dict[str, str] = {
-    "incident_id": "str",
-    "event_id": "str",
-    "event": "str",
-    "event_timestamp": _UTC,
-    "received_at": _UTC,
-    "subscription_id": "str",
-    **{col: (_UTC if kind == "time" else "str") for _, col, kind in _FIELDS},
-}
 #: The text fields an incident keeps: its ``data`` fields that are not times.
 _TEXT_OUT = tuple(col for _, col, kind in _FIELDS if kind != "time")
 _INCIDENT_DTYPES = INCIDENTS.dtypes()
 _INTERVAL_DTYPES = STATUS_INTERVALS.dtypes()
-_NEEDED = (
-    "verdict",
-    "subscription_id",
-    "event_id",
-    "event",
-    "event_timestamp",
-    "incident_id",
-    "received_at",
-)
-#: Read from the store instead of the body (see audit.tables.STORED_DELIVERIES).
-_EXTRACTED = ("body_sha256", "data_invalid", *(col for _, col in DATA_FIELDS))
-
-
-# --------------------------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------------------------
-
-
-def _check_columns(deliveries: object) -> pd.DataFrame:
-    if not isinstance(deliveries, pd.DataFrame):
-        raise SchemaError(f"deliveries must be a DataFrame, got {type(deliveries).__name__}")
-    missing = [c for c in _NEEDED if c not in deliveries.columns]
-    if "body" not in deliveries.columns and not set(_EXTRACTED) <= set(deliveries.columns):
-        missing.append("body")
-    if missing:
-        raise SchemaError(
-            f"deliveries lacks column(s): {', '.join(missing)}; verify it first "
-            "(audit.ingest.verification.verify_frame or audit_signatures)"
-        )
-    for name in ("event_timestamp", "received_at"):
-        if not isinstance(deliveries[name].dtype, pd.DatetimeTZDtype):
-            raise SchemaError(
-                f"column {name!r} must be a timezone-aware datetime, got {deliveries[name].dtype}"
-            )
-    return deliveries
-
-
-def _body_key(d: pd.DataFrame) -> str:
-    """The column that tells copies apart: the body, or its sha256 when only that is loaded."""
-    return "body" if "body" in d.columns else "body_sha256"
-
-
-def _typed(df: pd.DataFrame, dtypes: dict[str, str]) -> pd.DataFrame:
-    """Columns in schema order with the declared dtypes (times converted to UTC, ns)."""
-    out = {}
-    for name, dtype in dtypes.items():
-        col = df[name] if name in df.columns else pd.Series(index=df.index, dtype=object)
-        if col.dtype == dtype:
-            pass
-        elif dtype == _UTC:
-            if not isinstance(col.dtype, pd.DatetimeTZDtype):
-                col = pd.to_datetime(col, utc=True)
-            col = col.dt.tz_convert("UTC").astype(_UTC)
-        else:
-            col = col.astype(dtype)
-        out[name] = col
-    return pd.DataFrame(out, index=df.index).reset_index(drop=True)
-
-
-def _empty(dtypes: dict[str, str]) -> pd.DataFrame:
-    return pd.DataFrame({name: pd.Series([], dtype=dtype) for name, dtype in dtypes.items()})
-
-
-_MIN_NS = pd.Timestamp.min.tz_localize("UTC")
-_MAX_NS = pd.Timestamp.max.tz_localize("UTC")
-
-
-def _parse_times(raw: pd.Series) -> tuple[pd.Series, int]:
-    """ISO 8601 strings to UTC ns; unparsable (or out of range) strings become NaT, counted."""
-    parsed = pd.to_datetime(raw, utc=True, format="ISO8601", errors="coerce")
-    parsed = parsed.where((parsed >= _MIN_NS) & (parsed <= _MAX_NS))
-    bad = int((raw.notna() & parsed.isna()).sum())
-    return parsed.astype(_UTC), bad
-
-
-_STR = pd.StringDtype(na_value=np.nan)  # pandas' "str" dtype
-_TO_STR = {pa.large_string(): _STR}.get
-#: The string-valued fields, as one Arrow struct: pyarrow converts the parsed dicts in C++,
-#: ignoring other keys, and refuses a value that is not a string (then the slow path counts it).
-_STRING_KEYS = tuple(key for key, _, kind in _FIELDS if kind != "wait")
-_STRUCT = pa.struct([(key, pa.large_string()) for key in _STRING_KEYS])
-
-
-def _data_of(body: object) -> dict:
-    try:
-        env = orjson.loads(body)  # type: ignore[arg-type]
-    except (orjson.JSONDecodeError, TypeError):
-        return {}
-    data = env.get("data") if type(env) is dict else None
-    return data if type(data) is dict else {}
-
-
-def _parse_data(bodies: list[object]) -> list[dict]:
-    """The ``data`` object of each body (``{}`` when there is none)."""
-    try:  # fast path: every body is an envelope with a data object
-        datas = [env["data"] for env in map(orjson.loads, bodies)]  # type: ignore[arg-type]
-        if all(type(x) is dict for x in datas):
-            return datas
-    except (orjson.JSONDecodeError, TypeError, KeyError):
-        pass
-    return [_data_of(b) for b in bodies]
-
-
-def _str_series(values: list[object]) -> tuple[pd.Series, int]:
-    """Strings kept as ``str`` dtype; anything else (numbers, objects) becomes NaN, counted."""
-    kept = [v if type(v) is str else None for v in values]
-    arr = pa.array(kept, pa.large_string())
-    return pd.Series(arr.to_pandas(types_mapper=_TO_STR)), kept.count(None) - values.count(None)
-
-
-def _field_frame(datas: list[dict]) -> tuple[pd.DataFrame, int]:
-    """Known fields of the ``data`` objects as columns (``data`` keys), and wrong-type count."""
-    waits = [x.get("waitForClient") for x in datas]
-    kept = [
-        v if type(v) is str else ("true" if v else "false") if type(v) is bool else None
-        for v in waits
-    ]
-    invalid = kept.count(None) - waits.count(None)
-    try:
-        arr = pa.array(datas, type=_STRUCT)
-    except (pa.ArrowTypeError, pa.ArrowInvalid, TypeError):
-        columns = {}
-        for key in _STRING_KEYS:
-            columns[key], bad = _str_series([x.get(key) for x in datas])
-            invalid += bad
-        frame = pd.DataFrame(columns)
-    else:
-        table = pa.Table.from_arrays(arr.flatten(), names=list(_STRING_KEYS))
-        frame = table.to_pandas(types_mapper=_TO_STR)
-    frame["waitForClient"] = _str_series(kept)[0]
-    return frame, invalid
-
-
-# --------------------------------------------------------------------------------------------
-# Events
-# --------------------------------------------------------------------------------------------
-
-
-def incident_events(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.DataFrame:
-    """One row per distinct valid incident event, with the fields of its ``data`` parsed.
-
-    Parameters
-    ----------
-    deliveries : pandas.DataFrame
-        The verified deliveries frame (``docs/tables.md``); needs ``verdict, subscription_id,
-        event_id, event, event_timestamp, incident_id, received_at, body``.
-    as_of : pandas.Timestamp
-        Timezone-aware. Events stamped after it are left out.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns :data:`EVENT_COLUMNS`, sorted by ``incident_id, event_timestamp, received_at,
-        event_id``. ``received_at`` and ``subscription_id`` are those of the event's first valid
-        receipt. ``data`` fields: ``client_id`` (clientId), ``incident_class``,
-        ``incident_type``, ``source``, ``status``, ``domain``, ``url``, ``safe_domain``,
-        ``subject``, ``reported_by`` (str), ``wait_for_client`` (str: ``"true"``/``"false"``
-        for a boolean, a reason string as sent), and the times ``data_timestamp`` (timestamp),
-        ``last_history_update_at``, ``burn_started_at``, ``takedown_timestamp``
-        (``datetime64[ns, UTC]``; an ISO 8601 time without an offset is read as UTC).
-        Missing (or ``null``) fields are NaN/NaT; unknown fields are ignored.
-        ``attrs["counts"]`` maps each of :data:`COUNT_KEYS` to an int:
-
-        - ``valid``: rows with verdict ``valid`` (nothing else is read);
-        - ``no_event_id``: valid rows whose body has no event id (not an envelope);
-        - ``duplicates``: valid rows dropped as further copies of an event id already kept;
-        - ``conflicting_bodies``: event ids whose valid copies differ in their bytes (the first
-          received copy is used);
-        - ``test_events``: ``webhook.test`` events and ``test_`` incidents, left out;
-        - ``no_incident_id``: events without a string ``data.incidentId``;
-        - ``no_event_time``: events whose envelope timestamp is missing or unparsable (they
-          cannot be ordered);
-        - ``after_as_of``: events stamped after ``as_of``;
-        - ``events``: events kept (the rows returned);
-        - ``invalid_values``: field values of the wrong JSON type, ignored as missing;
-        - ``unparsable_times``: time fields that are strings but not ISO 8601 (NaT).
-
-        Every valid row is in exactly one bucket: ``valid == no_event_id + duplicates +
-        test_events + no_incident_id + no_event_time + after_as_of + events``.
-
-    Raises
-    ------
-    ParameterError
-        ``as_of`` is naive or not a timestamp.
-    SchemaError
-        A needed column is missing, or a time column is not tz-aware.
-
-    Examples
-    --------
-    >>> import orjson
-    >>> def row(eid, event, ts, **data):
-    ...     env = {"id": eid, "event": event, "timestamp": ts,
-    ...            "data": {"incidentId": "inc_1", **data}}
-    ...     t = pd.Timestamp(ts)
-    ...     return {"verdict": "valid", "subscription_id": "wh_1", "event_id": eid,
-    ...             "event": event, "event_timestamp": t, "incident_id": "inc_1",
-    ...             "received_at": t, "body": orjson.dumps(env)}
-    >>> d = pd.DataFrame([row("evt_2", "incident.status_changed", "2026-10-01T01:00:00Z",
-    ...                       status="case_building"),
-    ...                   row("evt_1", "incident.created", "2026-10-01T00:00:00Z",
-    ...                       status="pending_review", source="CLIENT_REPORTED")])
-    >>> ev = incident_events(d, as_of=pd.Timestamp("2026-10-02", tz="UTC"))
-    >>> print(ev[["event_id", "status", "source"]].to_string(index=False))
-    event_id         status          source
-       evt_1 pending_review CLIENT_REPORTED
-       evt_2  case_building             NaN
-    """
-    out, counts = _events(deliveries, as_utc(as_of))
-    out.attrs["counts"] = counts
-    return out
-
-
-def _events(deliveries: pd.DataFrame, as_of: pd.Timestamp) -> tuple[pd.DataFrame, dict[str, int]]:
-    """:func:`incident_events` without attrs (pandas deep-copies attrs on every operation)."""
-    d = _check_columns(deliveries)
-    counts = dict.fromkeys(COUNT_KEYS, 0)
-    valid = (d["verdict"] == "valid").fillna(False).to_numpy(dtype=bool)
-    counts["valid"] = int(valid.sum())
-    idx = np.flatnonzero(valid & d["event_id"].notna().to_numpy())
-    counts["no_event_id"] = counts["valid"] - len(idx)
-
-    # The first valid receipt of each event id (ties: input order).
-    received = d["received_at"].array.asi8[idx]
-    received = np.where(received == np.iinfo(np.int64).min, np.iinfo(np.int64).max, received)
-    idx = idx[np.argsort(received, kind="stable")]
-    codes = pd.factorize(d["event_id"].iloc[idx])[0]
-    first = np.unique(codes, return_index=True)[1]  # position of each event id's first receipt
-    dup = np.ones(len(idx), dtype=bool)
-    dup[first] = False
-    counts["duplicates"] = int(dup.sum())
-    if dup.any():  # same event id, different bytes: counted (the first receipt is used)
-        bodies = d[_body_key(d)].to_numpy(dtype=object)[idx]
-        differ = bodies[dup] != bodies[first[codes[dup]]]
-        counts["conflicting_bodies"] = len(np.unique(codes[dup][differ]))
-    extracted = "body" not in d.columns
-    ev = d.iloc[idx[~dup]][[*EVENT_COLUMNS[:6], *(_EXTRACTED if extracted else ("body",))]]
-
-    test = is_test(ev["event"], ev["incident_id"])
-    no_inc = ev["incident_id"].isna().to_numpy() & ~test
-    no_time = ev["event_timestamp"].isna().to_numpy() & ~test & ~no_inc
-    late = (ev["event_timestamp"] > as_of).fillna(False).to_numpy(dtype=bool) & ~test & ~no_inc
-    counts["test_events"] = int(test.sum())
-    counts["no_incident_id"] = int(no_inc.sum())
-    counts["no_event_time"] = int(no_time.sum())
-    counts["after_as_of"] = int(late.sum())
-    ev = ev[~(test | no_inc | no_time | late)]
-    counts["events"] = len(ev)
-    if ev.empty:
-        return _empty(_EVENT_DTYPES), counts
-
-    ev = ev.sort_values(
-        ["incident_id", "event_timestamp", "received_at", "event_id"], kind="stable"
-    ).reset_index(drop=True)
-    if extracted:  # fields extracted once at ingest (the evidence store)
-        fields = pd.DataFrame({key: ev[col] for key, col in DATA_FIELDS})
-        invalid = int(ev["data_invalid"].sum())
-    else:
-        fields, invalid = _field_frame(_parse_data(ev["body"].tolist()))
-    cols: dict[str, pd.Series] = {c: ev[c] for c in EVENT_COLUMNS[:6]}
-    unparsable = 0
-    for key, col, kind in _FIELDS:
-        if kind == "time":
-            cols[col], bad = _parse_times(fields[key])
-            unparsable += bad
-        else:
-            cols[col] = fields[key]
-    counts["invalid_values"] = invalid
-    counts["unparsable_times"] = unparsable
-    return _typed(pd.DataFrame(cols), _EVENT_DTYPES), counts
 
 
 # --------------------------------------------------------------------------------------------

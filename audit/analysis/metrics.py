@@ -73,7 +73,7 @@ def km_steps(km: pd.DataFrame, *, unit: str = "h") -> pd.DataFrame:
     Parameters
     ----------
     km : pandas.DataFrame
-        From :func:`audit.analysis.survival.kaplan_meier_by` (``group``, ``time`` in seconds,
+        From :func:`audit.analysis.survival_by.kaplan_meier_by` (``group``, ``time`` in seconds,
         ``at_risk``, ``censored``, ``survival``, ``ci_lower``, ``ci_upper``); without a
         ``group`` column every row belongs to group ``"all"`` (e.g. from ``kaplan_meier``).
     unit : {"s", "min", "h", "d"}, default "h"
@@ -95,7 +95,7 @@ def km_steps(km: pd.DataFrame, *, unit: str = "h") -> pd.DataFrame:
     'group  time  survival\\n    a   0.0       1.0\\n    a   1.0       0.5\\n    a   2.0       0.5'
     """
     cols = ["time", "at_risk", "censored", "survival", "ci_lower", "ci_upper"]
-    require_columns(km, cols, "km", "audit.analysis.survival.kaplan_meier_by()")
+    require_columns(km, cols, "km", "audit.analysis.survival_by.kaplan_meier_by()")
     scale = _unit_scale(unit)
     out_cols = ["group", "n", "time", "survival", "ci_lower", "ci_upper", "censored"]
     if km.empty:

@@ -1,4 +1,5 @@
-"""Survival analysis: Kaplan–Meier curves, quantiles with confidence limits, by group.
+"""Survival analysis: Kaplan–Meier curves and quantiles with confidence limits (by group:
+:mod:`audit.analysis.survival_by`).
 
 Generic over time-to-event data given as ``(duration, observed)``: an observation that has not
 had the event yet is right-censored (``observed`` False). :mod:`audit.analysis.takedown` turns
@@ -33,7 +34,6 @@ Conventions
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -51,11 +51,9 @@ __all__ = [
     "KMQuantile",
     "SmallSampleWarning",
     "check_alpha",
-    "duration_groups",
+    "empty_km",
     "kaplan_meier",
-    "kaplan_meier_by",
     "km_quantile",
-    "warn_small_groups",
 ]
 
 KM_COLUMNS: tuple[str, ...] = (
@@ -87,7 +85,8 @@ class SmallSampleWarning(UserWarning):
 # --------------------------------------------------------------------------------------------
 
 
-def _empty_km() -> pd.DataFrame:
+def empty_km() -> pd.DataFrame:
+    """A Kaplan–Meier frame with no rows (:data:`KM_COLUMNS`, their dtypes)."""
     return pd.DataFrame(
         {
             "time": pd.Series([], dtype="float64"),
@@ -203,7 +202,7 @@ def kaplan_meier(
         )
     n = t.shape[0]
     if n == 0:
-        out = _empty_km()
+        out = empty_km()
         out.attrs.update(alpha=alpha, conf_type=conf_type)
         return out
 
@@ -351,99 +350,3 @@ def km_quantile(km: pd.DataFrame, q: float) -> KMQuantile:
     low = _first_time_at_or_below(times, km["ci_lower"].to_numpy(dtype="float64"), target)
     up = _first_time_at_or_below(times, km["ci_upper"].to_numpy(dtype="float64"), target)
     return KMQuantile(float(q), est, low, up, est is not None, level)
-
-
-# --------------------------------------------------------------------------------------------
-# By group
-# --------------------------------------------------------------------------------------------
-
-
-def duration_groups(durations: pd.DataFrame, by: str | None) -> list[tuple[str, pd.DataFrame]]:
-    """``durations`` (with ``duration_s`` and ``observed``) split by ``by``, labels sorted.
-
-    None gives one group ``"all"``; a missing value is labelled :data:`MISSING_GROUP`.
-    """
-    if not isinstance(durations, pd.DataFrame):
-        raise SchemaError(f"durations must be a DataFrame, got {type(durations).__name__}")
-    missing = [c for c in ("duration_s", "observed") if c not in durations.columns]
-    if missing:
-        raise SchemaError(f"durations lacks column(s): {', '.join(missing)}")
-    if by is None:
-        return [("all", durations)]
-    if by not in durations.columns:
-        raise ParameterError(f"cannot group by {by!r}: no such column")
-    keys = durations[by].astype(object)
-    keys = keys.where(keys.notna(), MISSING_GROUP).map(str)
-    return [(str(k), g) for k, g in durations.groupby(keys, sort=True)]
-
-
-def warn_small_groups(groups: list[tuple[str, pd.DataFrame]]) -> None:
-    """One :class:`SmallSampleWarning` naming every group with fewer than ``SMALL_SAMPLE_N`` rows.
-
-    The warning points at the caller of the public function that called this one.
-    """
-    small = [(name, len(g)) for name, g in groups if len(g) < SMALL_SAMPLE_N]
-    if small:
-        listed = ", ".join(f"{name!r} (n={n})" for name, n in small)
-        warnings.warn(
-            f"fewer than {SMALL_SAMPLE_N} observations in group(s) {listed}: "
-            "estimates are computed but imprecise",
-            SmallSampleWarning,
-            stacklevel=3,
-        )
-
-
-def _km_of(group: pd.DataFrame, alpha: float) -> pd.DataFrame:
-    return kaplan_meier(group["duration_s"], group["observed"], alpha=alpha)
-
-
-def kaplan_meier_by(
-    durations: pd.DataFrame, by: str | None = None, *, alpha: float = 0.05
-) -> pd.DataFrame:
-    """Kaplan–Meier table per group (``group`` column first, then :data:`KM_COLUMNS`).
-
-    Parameters
-    ----------
-    durations : pandas.DataFrame
-        Has ``duration_s`` and ``observed`` (e.g. from :func:`takedown_durations`).
-    by : str or None, default None
-        Column to group by, e.g. ``"incident_class"`` or ``"source"``. None: one group "all".
-        Group labels are strings; a missing value is labelled ``"(missing)"``.
-    alpha : float, default 0.05
-        ``1 - alpha`` is the confidence level.
-
-    Returns
-    -------
-    pandas.DataFrame
-        The :func:`kaplan_meier` rows of every group, groups in sorted order, times in
-        seconds. Empty input gives an empty frame with these columns.
-
-    Warns
-    -----
-    SmallSampleWarning
-        When a group has fewer than :data:`SMALL_SAMPLE_N` observations.
-
-    Examples
-    --------
-    >>> d = pd.DataFrame({"duration_s": [60.0, 120.0], "observed": [True, False],
-    ...                   "source": ["api", "api"]})
-    >>> with warnings.catch_warnings():
-    ...     warnings.simplefilter("ignore", SmallSampleWarning)
-    ...     km = kaplan_meier_by(d, "source")
-    >>> print(km[["group", "time", "survival"]].to_string(index=False))
-    group  time  survival
-      api  60.0       0.5
-      api 120.0       0.5
-    """
-    alpha = check_alpha(alpha)
-    groups = duration_groups(durations, by)
-    warn_small_groups(groups)
-    frames = [_km_of(g, alpha).assign(group=name) for name, g in groups]
-    frames = [f for f in frames if len(f)]
-    if not frames:
-        out = _empty_km().assign(group=pd.Series([], dtype="str"))
-    else:
-        out = pd.concat(frames, ignore_index=True)
-    out = out[["group", *KM_COLUMNS]]
-    out.attrs.update(alpha=alpha, conf_type="log-log")
-    return out

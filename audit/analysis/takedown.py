@@ -16,13 +16,8 @@ from typing import Literal, NamedTuple
 
 import pandas as pd
 
-from audit.analysis.survival import (
-    check_alpha,
-    duration_groups,
-    kaplan_meier,
-    km_quantile,
-    warn_small_groups,
-)
+from audit.analysis.survival import check_alpha, kaplan_meier, km_quantile
+from audit.analysis.survival_by import duration_groups, warn_small_groups
 from audit.errors import ParameterError, SchemaError
 from audit.timeutil import as_utc
 

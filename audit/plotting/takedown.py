@@ -20,7 +20,7 @@ def plot_takedown_curves(
     Parameters
     ----------
     km : pandas.DataFrame
-        From :func:`audit.analysis.survival.kaplan_meier_by` (times in seconds).
+        From :func:`audit.analysis.survival_by.kaplan_meier_by` (times in seconds).
     unit : {"s", "min", "h", "d"}, default "h"
         Unit of the x axis.
     title : str, optional
