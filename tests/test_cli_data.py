@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from audit.cli import main
 
 
@@ -24,6 +26,7 @@ def test_simulate_rejects_a_bad_date(tmp_path, capsys):
     assert "not a date" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # the slowest test: two full demo runs (data, report notebook, HTML)
 def test_demo_runs_twice_and_prints_paths(tmp_path, capsys):
     for _ in range(2):
         assert main(["demo", "--out", str(tmp_path)]) == 0

@@ -548,6 +548,7 @@ def test_no_pyplot_global_state():
     assert all(type(f) is Figure for f in figs)
 
 
+@pytest.mark.slow  # a fresh interpreter (subprocess)
 def test_module_does_not_import_pyplot():
     code = "import sys, audit.plotting; print('matplotlib.pyplot' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

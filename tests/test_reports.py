@@ -17,8 +17,6 @@ from audit.ingest.signatures import sign
 from audit.report import build_index, parse_period
 from tests.builders import write_jsonl, write_secrets
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.mark.parametrize(
     ("text", "start", "end"),
@@ -143,6 +141,7 @@ def _report_args(logs, secrets, out, *extra):
     ]
 
 
+@pytest.mark.slow
 def test_report_writes_artefacts_and_reruns_side_by_side(hostile, tmp_path, capsys):
     logs, secrets = hostile
     out = tmp_path / "reports"
@@ -173,6 +172,7 @@ def test_report_writes_artefacts_and_reruns_side_by_side(hostile, tmp_path, caps
     assert len(list((out / "2026-10").iterdir())) == 2
 
 
+@pytest.mark.slow
 def test_fail_on_threshold_changes_the_exit_code(hostile, tmp_path, capsys):
     logs, secrets = hostile
     code, _, _ = _run(_report_args(logs, secrets, tmp_path / "r", "--fail-on", "critical"), capsys)
@@ -181,6 +181,7 @@ def test_fail_on_threshold_changes_the_exit_code(hostile, tmp_path, capsys):
     assert code == (1 if critical_fails else 0)
 
 
+@pytest.mark.slow
 def test_outputs_are_inert_and_hold_no_secret(hostile, tmp_path, capsys):
     logs, secrets = hostile
     out = tmp_path / "reports"
@@ -230,6 +231,7 @@ def test_index_lists_runs_newest_first(tmp_path):
     assert page.index("run-2026-10") < page.index("run-2026-09")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["takedown", "delivery_health", "signature_audit"])
 def test_exploration_notebooks_run_with_defaults(name, tmp_path):
     import papermill as pm
@@ -250,6 +252,7 @@ def test_exploration_notebooks_run_with_defaults(name, tmp_path):
     assert any("data:image/png;base64," in h and 'alt="' in h for h in html)
 
 
+@pytest.mark.slow
 def test_demo_report_plants_failing_findings(tmp_path, capsys):
     code, printed, _ = _run(["demo", "--out", str(tmp_path)], capsys)
     assert code == 0
@@ -263,6 +266,7 @@ def test_demo_report_plants_failing_findings(tmp_path, capsys):
         assert check in page
 
 
+@pytest.mark.slow
 def test_params_file_reaches_the_notebook_and_unknown_keys_are_refused(hostile, tmp_path, capsys):
     logs, secrets = hostile
     params = tmp_path / "params.yaml"
@@ -287,6 +291,7 @@ def test_periods_outside_the_supported_years_are_parameter_errors(bad):
         parse_period(bad)
 
 
+@pytest.mark.slow
 def test_skip_if_exists_ignores_runs_without_a_report(hostile, tmp_path):
     from audit.report import run_report
 
@@ -301,6 +306,7 @@ def test_skip_if_exists_ignores_runs_without_a_report(hostile, tmp_path):
     assert run_report([logs], skip_if_exists=True, **common).skipped
 
 
+@pytest.mark.slow
 def test_manifest_lists_snapshot_files_given_by_glob(hostile, tmp_path, capsys):
     logs, secrets = hostile
     snaps = tmp_path / "snaps"
