@@ -36,7 +36,7 @@ OUTPUT_FILES = ("probe.json", "findings.json", "findings.csv", "junit.xml", "pro
 
 @cache
 def probe_catalogue() -> dict[str, Control]:
-    """The ``PRB`` entries by id, validated like ``audit/controls.json``.
+    """The ``PRB`` entries by id, validated like ``audit/findings/controls.json``.
 
     >>> probe_catalogue()["PRB-06"].severity
     'critical'
