@@ -27,6 +27,7 @@ from audit.analysis.survival import SmallSampleWarning
 from audit.analysis.survival_by import kaplan_meier_by
 from audit.analysis.takedown import takedown_durations
 from audit.errors import ParameterError, SchemaError
+from tests.builders import deliveries_frame
 
 T0 = pd.Timestamp("2026-10-01T00:00:00Z")
 AS_OF = pd.Timestamp("2026-10-05T00:00:00Z")
@@ -58,13 +59,10 @@ def deliveries(rows: list[tuple]) -> pd.DataFrame:
                 "verdict": verdict,
                 "body": body.encode(),
                 "skew_s": 0.5,
+                "source": "log.jsonl",
             }
         )
-    df = pd.DataFrame(recs)
-    df["response_status"] = df["response_status"].astype("Int64")
-    df["response_ms"] = df["response_ms"].astype("Float64")
-    df["skew_s"] = df["skew_s"].astype("Float64")
-    return df
+    return deliveries_frame(recs)  # by column name, in the declared dtypes
 
 
 DAY = 86400
