@@ -140,3 +140,17 @@ def test_check_params_accepts_and_defaults():
     )
     assert p.as_of == T("2026-10-20T10:00:00Z") and p.thresholds == {"ttt_median_h": 12}
     assert check_params(None, OCT).as_of == OCT.end
+
+
+def test_every_catalogue_severity_has_a_symbol_and_a_colour():
+    # Severities are stated once, in the catalogue; the badges must cover each of them.
+    from audit.findings import SEVERITIES
+    from audit.report.markup import CSS, badge
+
+    for severity in SEVERITIES:
+        html = badge(severity)
+        assert (
+            html.startswith(f'<span class="badge {severity}">') and f" {severity.upper()}" in html
+        )
+        assert not html.endswith(f'">{severity.upper()}</span>'), f"{severity} has no symbol"
+        assert f".badge.{severity}" in CSS, f"{severity} has no colour"
