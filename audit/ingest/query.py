@@ -25,6 +25,7 @@ __all__ = [
     "latest_receipt",
     "load_analysis_inputs",
     "load_deliveries",
+    "not_valid_evidence",
     "store_inputs",
 ]
 
@@ -152,6 +153,32 @@ def load_deliveries(
         keep = f"list_contains({_sql_list(files)}, file_sha256)" if files else "FALSE"
         sql_where += (" AND " if sql_where else "WHERE ") + keep
     return frame_from_arrow(_query(parts, columns, sql_where, params))
+
+
+#: What a report shows of a request it rejected, beyond the analysis columns.
+EVIDENCE_COLUMNS: tuple[str, ...] = ("signature", "timestamp_header", "event_header", "body")
+
+
+def not_valid_evidence(
+    store: Store | str | os.PathLike,
+    *,
+    start: pd.Timestamp | None = None,
+    end: pd.Timestamp | None = None,
+) -> pd.DataFrame:
+    """``source, line`` and :data:`EVIDENCE_COLUMNS` of every record that is not ``valid``,
+    received in ``[start, end]`` (as :func:`load_deliveries`): few rows, bodies included."""
+    s = _store(store)
+    months = None if start is None or end is None else [*_months(start, end), "none"]
+    parts = s.parts(months)
+    columns = ["source", "line", *EVIDENCE_COLUMNS]
+    if not parts:
+        return STORED_DELIVERIES.empty()[columns]
+    where, params = ["verdict <> 'valid'"], []
+    for op, bound in ((">=", start), ("<=", end)):
+        if bound is not None:
+            where.append(f"(received_at IS NULL OR epoch_ns(received_at) {op} ?)")
+            params.append(bound.value)
+    return frame_from_arrow(_query(parts, columns, "WHERE " + " AND ".join(where), params))
 
 
 def latest_receipt(store: Store | str | os.PathLike) -> pd.Timestamp | None:
