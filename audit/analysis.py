@@ -94,7 +94,9 @@ def run_analyses(
     records, which have no time, are kept).
     """
     received = deliveries["received_at"]
-    deliveries = deliveries[received.isna() | (received <= as_of)]
+    known = received.isna() | (received <= as_of)
+    if not known.all():  # a copy of every column only when some record is left out
+        deliveries = deliveries[known]
     attempts = infer_attempts(deliveries, as_of=as_of)
     events = events_table(attempts, as_of=as_of)
     incidents = incidents_table(deliveries, as_of=as_of)
