@@ -59,7 +59,8 @@ class Analysis:
 
     def write(self, out_dir: str | os.PathLike, *, fmt: str = "csv") -> list[Path]:
         """Write every table as ``fmt`` (``csv``: text cells neutralised; ``parquet``: typed,
-        compressed, each file written whole); return the paths."""
+        compressed, each file written whole; with ``parquet`` the small tables of
+        :data:`CSV_TABLES` are also written as CSV); return the paths."""
         if fmt not in ("csv", "parquet"):
             raise ParameterError(f"table format {fmt!r}: use csv or parquet")
         out = Path(out_dir)
@@ -71,8 +72,17 @@ class Analysis:
                 write_csv(table, path)
             else:
                 write_parquet_atomic(table, path)
+                if name in CSV_TABLES:  # small: also for a spreadsheet
+                    paths.append(out / f"{name}.csv")
+                    write_csv(table, paths[-1])
             paths.append(path)
         return paths
+
+
+#: Tables ``audit analyze`` also writes as CSV next to Parquet: one row per incident, per
+#: takedown group or per listed subscription (never per delivery), so they stay small; the
+#: report's run folder writes them as CSV too (``audit.report.rundir.CSV_TABLES``).
+CSV_TABLES = ("incidents", "takedown_summary", "subscriptions")
 
 
 def parse_as_of(value: str | pd.Timestamp | None) -> pd.Timestamp | None:

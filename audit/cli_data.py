@@ -318,7 +318,7 @@ def report(
     type=click.Choice(["parquet", "csv"]),
     default="parquet",
     show_default=True,
-    help="Table files: Parquet (typed, compact) or CSV (spreadsheet-safe).",
+    help="Table files: Parquet (typed, compact; the small tables also as CSV) or CSV.",
 )
 @_STORE
 def analyze(
