@@ -427,7 +427,7 @@ def _events(deliveries: pd.DataFrame, as_of: pd.Timestamp) -> tuple[pd.DataFrame
         differ = bodies[dup] != bodies[first[codes[dup]]]
         counts["conflicting_bodies"] = len(np.unique(codes[dup][differ]))
     extracted = "body" not in d.columns
-    ev = d.iloc[idx[~dup]][[*EVENT_COLUMNS[:6], *(_EXTRACTED if extracted else ("body",))]]
+    ev = d[[*EVENT_COLUMNS[:6], *(_EXTRACTED if extracted else ("body",))]].iloc[idx[~dup]]
 
     is_test = (ev["event"] == TEST_EVENT).fillna(False).to_numpy(dtype=bool) | ev[
         "incident_id"
