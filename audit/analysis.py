@@ -187,11 +187,17 @@ def analyze(
             tolerance_s=tolerance_s,
         )
         deliveries, inputs = got.rows, got.inputs
+    del got  # no second reference: the frame below replaces it, not doubles it
     if when is None:
         latest = deliveries["received_at"].max()
         if pd.isna(latest):
             raise ParameterError("no readable record: give --as-of")
         when = latest
+    received = deliveries["received_at"]
+    later = (received > when).fillna(False).to_numpy(dtype=bool)
+    if later.any():  # left out here (as run_analyses would), so the full frame can be freed
+        deliveries = deliveries[~later]
+    del received
     subs = load_snapshots(snapshots) if snapshots else None
     return run_analyses(
         deliveries,
