@@ -107,10 +107,12 @@ def run_analyses(
     known = received.isna() | (received <= as_of)
     if not known.all():  # a copy of every column only when some record is left out
         deliveries = deliveries[known]
-    attempts = infer_attempts(deliveries, as_of=as_of)
-    events = events_table(attempts, as_of=as_of)
+    # The incident fold first: its temporaries (every valid event with its incident fields)
+    # then never coexist with the attempts and events frames (about 0.4 GB less at 1M).
     incidents = incidents_table(deliveries, as_of=as_of)
     intervals = status_intervals(deliveries, as_of=as_of)
+    attempts = infer_attempts(deliveries, as_of=as_of)
+    events = events_table(attempts, as_of=as_of)
     durations, _, excluded = takedown_durations(incidents, as_of=as_of, start=clock_start)
     km = kaplan_meier_by(durations, "incident_class")
     summary = pd.concat(

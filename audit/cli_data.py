@@ -359,7 +359,7 @@ def summary_text(result) -> str:
     from audit.survival import kaplan_meier, km_quantile
 
     d, e, inc = result.deliveries, result.events, result.incidents
-    valid = d[d["verdict"] == "valid"]
+    valid = d.loc[d["verdict"] == "valid", ["response_ms", "response_status"]]  # not every column
     outcomes = e.loc[~e["is_test"], "outcome"].value_counts()
     slow = int((valid["response_ms"] > 5000).sum())
     refused = int(valid["response_status"].isin([401, 403]).sum())
