@@ -58,7 +58,8 @@ def report_tables(
     """Every table of the run folder, by name (see ``docs/report.md``).
 
     ``evidence`` (from a store, whose deliveries carry no body) gives the request columns
-    of the records that are not valid (``audit.report.inputs.Inputs.evidence``).
+    of the records that are not valid (``audit.report.inputs.Inputs.evidence``); valid
+    off-schedule attempts then have them empty.
     """
     from audit.deliveries import latency_summary, success_rates
     from audit.ingest.extract import EXTRACTED
