@@ -187,6 +187,7 @@ def analyze(
             columns=ANALYSIS_COLUMNS,
             header_prefix=header_prefix,
             tolerance_s=tolerance_s,
+            upto=when,
         )
         deliveries, inputs = got.rows, got.inputs
     del got  # no second reference: the frame below replaces it, not doubles it

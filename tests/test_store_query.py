@@ -47,3 +47,26 @@ def test_an_unreadable_record_between_two_months_keeps_its_line(tmp_path):
     assert d["line"].tolist() == [1, 2, 3, 4]  # parts hold lines 1 | 2, 4 | 3
     assert d["received_at"].isna().tolist() == [False, True, False, True]
     assert d["verdict"].tolist()[1] == d["verdict"].tolist()[3] == "unreadable"
+
+
+def test_read_logs_upto_leaves_later_records_out_but_counts_them(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from audit.ingest.verdicts import read_logs
+
+    log = tmp_path / "c.jsonl"
+    times = ["2026-10-31T23:59:59Z", "2026-11-01T00:00:00Z", "2026-11-01T00:00:01Z"]
+    lines = [json.dumps({"received_at": t, "headers": {}, "body": "{}"}) for t in times]
+    log.write_text("\n".join([*lines, "not json"]) + "\n")
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text(json.dumps({"wh": [{"secret": "whsec_x"}]}))
+    secrets.chmod(0o600)
+    every = read_logs([log], secrets, columns=["verdict", "received_at"], workers=1)
+    upto = pd.Timestamp("2026-11-01T00:00:00Z")
+    got = read_logs([log], secrets, columns=["verdict", "received_at"], workers=1, upto=upto)
+    assert every.rows["line"].tolist() == [1, 2, 3, 4]
+    assert got.rows["line"].tolist() == [1, 2, 4]  # the boundary is kept; no time: kept
+    pd.testing.assert_frame_equal(got.inputs, every.inputs)  # the file still has 4 records
+    assert got.inputs["records"].tolist() == [4]

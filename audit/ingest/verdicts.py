@@ -46,13 +46,16 @@ def read_logs(
     workers: int | None = None,
     piece_bytes: int | None = None,
     hash_files: bool = True,
+    upto: pd.Timestamp | None = None,
 ) -> LogRows:
     """Verify raw captures on every core and keep only ``columns`` (any of the store's, see
     ``audit.tables.STORED_DELIVERIES``; the body is extracted from, never kept), in input order.
 
     The rows equal what the loader and the store give; bodies never leave the worker that read
     them, and no stage holds a whole file. The files' sha256 (``inputs``) are computed in a
-    thread of the parent while the workers verify (empty with ``hash_files=False``).
+    thread of the parent while the workers verify (empty with ``hash_files=False``). With
+    ``upto``, ``rows`` leaves out the records received after it (``inputs`` still counts
+    them), piece by piece, so no frame of every record is built and then filtered.
     """
     files = expand_paths(logs)
     secrets = read_secrets(secrets_path)
@@ -84,12 +87,16 @@ def read_logs(
         counts[piece.path][0] += table.num_rows
         counts[piece.path][1] += unreadable
         naive += naive_one
+        if upto is not None:
+            by_file[piece.path][-1] = _received_upto(table, upto)
     for f, har in zip(files, is_har, strict=True):
         if har:
             table, unreadable, naive_one = _har(f, wanted, secrets, tolerance_s, names)
             by_file[str(f)].append(table)
             counts[str(f)] = [table.num_rows, unreadable]
             naive += naive_one
+            if upto is not None:
+                by_file[str(f)][-1] = _received_upto(table, upto)
     tables = [t for f in files for t in by_file[str(f)]]
     empty = records.stored_columns({n: [] for n in names}, names)
     rows = frame_from_arrow(pa.concat_tables([empty, *tables]))
@@ -124,6 +131,18 @@ def verify_logs(
     >>> verify_logs(["captures/"], "secrets.json")["verdict"].value_counts()  # doctest: +SKIP
     """
     return read_logs(logs, secrets_path, hash_files=False, **kw).rows
+
+
+def _received_upto(table: pa.Table, upto: pd.Timestamp) -> pa.Table:
+    """The rows received at or before ``upto``, and those without a receipt time."""
+    import pyarrow.compute as pc
+
+    if "received_at" not in table.column_names or table.num_rows == 0:
+        return table
+    t = table.column("received_at")
+    bound = pa.scalar(upto.value, pa.int64()).cast(t.type)
+    keep = pc.or_kleene(pc.is_null(t), pc.less_equal(t, bound))
+    return table if pc.all(keep).as_py() else table.filter(keep)
 
 
 class _Hashes:
