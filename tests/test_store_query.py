@@ -63,9 +63,11 @@ def test_read_logs_upto_leaves_later_records_out_but_counts_them(tmp_path):
     secrets = tmp_path / "secrets.json"
     secrets.write_text(json.dumps({"wh": [{"secret": "whsec_x"}]}))
     secrets.chmod(0o600)
-    every = read_logs([log], secrets, columns=["verdict", "received_at"], workers=1)
+    every = read_logs([log], secrets, columns=["line", "verdict", "received_at"], workers=1)
     upto = pd.Timestamp("2026-11-01T00:00:00Z")
-    got = read_logs([log], secrets, columns=["verdict", "received_at"], workers=1, upto=upto)
+    got = read_logs(
+        [log], secrets, columns=["line", "verdict", "received_at"], workers=1, upto=upto
+    )
     assert every.rows["line"].tolist() == [1, 2, 3, 4]
     assert got.rows["line"].tolist() == [1, 2, 4]  # the boundary is kept; no time: kept
     pd.testing.assert_frame_equal(got.inputs, every.inputs)  # the file still has 4 records
