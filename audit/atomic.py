@@ -100,6 +100,10 @@ def write_text_atomic(path: str | os.PathLike, text: str, *, mode: int = 0o644) 
     return real_target(path)
 
 
+#: Rows per Parquet row group: the writer holds one group's encoded columns, not the file's.
+_ROW_GROUP_ROWS = 128 * 1024
+
+
 def write_parquet_atomic(df, path: str | os.PathLike) -> Path:
     """Write a frame as one zstd-compressed Parquet file beside ``path``, then rename over it."""
     import pyarrow as pa
@@ -107,5 +111,5 @@ def write_parquet_atomic(df, path: str | os.PathLike) -> Path:
 
     table = pa.Table.from_pandas(df, preserve_index=False)
     with atomic_output(path, binary=True) as f:
-        pq.write_table(table, f, compression="zstd")
+        pq.write_table(table, f, compression="zstd", row_group_size=_ROW_GROUP_ROWS)
     return real_target(path)

@@ -7,8 +7,10 @@ import json
 import pandas as pd
 import pytest
 
+from audit.analysis.analyze import CSV_TABLES
 from audit.cli import main
 from audit.demo import simulate
+from audit.report.rundir import CSV_TABLES as REPORT_CSV_TABLES
 
 TABLES = (
     "deliveries",
@@ -54,7 +56,13 @@ def test_analyze_writes_parquet_unless_csv_is_asked_for(demo, tmp_path, capsys):
     pq = pd.read_parquet(out / "events.parquet")
     assert len(pq) == len(csv) > 0
     assert pq["first_received_at"].dtype == "datetime64[ns, UTC]"
-    assert not list(out.glob("*.csv"))
+    # Parquet for every table; CSV besides only for the small tables (one row per incident,
+    # takedown group or subscription), the same ones the report writes as CSV.
+    assert sorted(p.stem for p in out.glob("*.csv")) == sorted(CSV_TABLES)
+    assert set(CSV_TABLES) <= set(REPORT_CSV_TABLES)
+    assert len(pd.read_csv(out / "incidents.csv")) == len(
+        pd.read_parquet(out / "incidents.parquet")
+    )
 
 
 def _tables(out):

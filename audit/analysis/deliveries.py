@@ -115,7 +115,7 @@ def infer_attempts(
     """
     as_utc(as_of)
     tol = tolerance or Tolerance()
-    out = deliveries.copy()
+    out = deliveries.copy(deep=False)  # copy-on-write (pandas 3): columns are shared until set
     n = len(out)
     attempt = np.full(n, -1, dtype=np.int64)
     delay = np.full(n, np.nan)

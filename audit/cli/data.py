@@ -208,9 +208,10 @@ def _refuse_secrets_in(path: Path | None, secrets_path: str) -> None:
 
 @_command
 @click.command()
-@click.argument("logs", nargs=-1, required=True)
+@click.argument("logs", nargs=-1)
 @click.option("--secrets", "secrets_path", required=True, help="Secrets file (JSON).")
 @click.option("--subscriptions", "snapshots", multiple=True, help="Snapshot file/folder/glob.")
+@_STORE
 @click.option(
     "--period",
     required=True,
@@ -255,6 +256,7 @@ def report(
     timeout_s: int,
     notebook: Path | None,
     quiet: bool,
+    store_dir: Path | None,
 ) -> int:
     """Run the compliance report for a period: notebook, HTML, findings, manifest, index.
 
@@ -265,6 +267,7 @@ def report(
 
     from audit.report import parse_period, read_params, run_report
 
+    _need_logs(logs, store_dir)
     when = parse_period(period, today=datetime.now(UTC).date())  # the only wall-clock read
     _refuse_secrets_in(params_path, secrets_path)
     _refuse_secrets_in(mutes_path, secrets_path)
@@ -281,6 +284,7 @@ def report(
         timeout_s=timeout_s,
         notebook=notebook,
         progress=None if quiet else _progress,
+        store=store_dir,
     )
     _print_report(result)
     return result.exit_code
@@ -314,7 +318,7 @@ def report(
     type=click.Choice(["parquet", "csv"]),
     default="parquet",
     show_default=True,
-    help="Table files: Parquet (typed, compact) or CSV (spreadsheet-safe).",
+    help="Table files: Parquet (typed, compact; the small tables also as CSV) or CSV.",
 )
 @_STORE
 def analyze(

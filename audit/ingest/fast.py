@@ -14,7 +14,8 @@ out ``valid``:
 
 The HMAC starts from the secret's pre-keyed inner and outer hashlib states (``copy()`` per
 record instead of keying again). Every other record, whatever is odd about it, goes through the
-exact path (:func:`audit.capture.parse_jsonl` and :func:`audit.signatures.verify_columns`), so
+exact path (:func:`audit.ingest.formats.jsonl.parse_jsonl` and
+:func:`audit.ingest.signatures.verify_columns`), so
 both paths give the same rows: ``tests/test_fast_path.py`` checks that, case by case.
 """
 
@@ -86,8 +87,9 @@ def _keyed(secrets: SecretStore) -> _Keys:
 
 
 class _Envelope:
-    """The envelope columns of a body (the rules of ``audit.capture._Envelopes``), and, when
-    ``extract`` is set, the columns of :func:`audit.ingest.records.extract` from the same parse.
+    """The envelope columns of a body (the rules of ``audit.ingest.formats.base._Envelopes``),
+    and, when ``extract`` is set, the columns of :func:`audit.ingest.records.extract` from the
+    same parse.
     """
 
     def __init__(self, extract: bool, event_times: bool = True) -> None:
@@ -154,7 +156,8 @@ def verify_jsonl(
     """Parse and verify JSONL bytes; return (columns, naive times, unreadable, exact).
 
     ``exact`` counts the records that went through the exact path.
-    The columns are those of :data:`audit.capture.COLUMNS` plus the verification columns and
+    The columns are those of :data:`audit.ingest.formats.base.COLUMNS` plus the verification
+    columns and
     ``subscription_logged``, in input order, exactly as the exact path gives them; with
     ``extract``, also :data:`audit.ingest.records.EXTRACTED` (each body parsed once). Without
     ``event_times`` the fast rows' ``event_timestamp`` is left empty (for callers that drop it).

@@ -2,7 +2,7 @@
 
 The parts come from the store manifest (a consistent view, even while an ingest runs); DuckDB
 reads them out of core on every core and hands Arrow to pandas. Rows come back in input order
-(``source``, ``line``), the order :func:`audit.load.load_captures` gives.
+(``source``, ``line``), the order :func:`audit.ingest.load.load_captures` gives.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 
 from audit.errors import InputError
-from audit.ingest.store import Store
+from audit.ingest.store import DATASET, Store
 from audit.tables import STORED_DELIVERIES
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "latest_receipt",
     "load_analysis_inputs",
     "load_deliveries",
+    "not_valid_evidence",
     "store_inputs",
 ]
 
@@ -81,18 +82,55 @@ def _arrow(result) -> pa.Table:
 
 
 def _query(files, columns, where: str, params: list) -> pa.Table:
+    """The rows of ``files`` (parts, best in source order) in input order (``source, line``).
+
+    No ``ORDER BY``: DuckDB's sort holds about twice the result (measured: +230 MB against
+    +120 MB for 68 MB of rows). Parts are read in the order given, which keeps the rows in
+    order when the parts are (see :func:`_source_order`); otherwise Arrow sorts them.
+    """
     import duckdb  # imported on use: `audit verify` without a store never needs it
 
     con = duckdb.connect()
     try:
+        con.execute("SET preserve_insertion_order = true")
         cols = ", ".join(f'"{c}"' for c in columns)
         sql = (
             f"SELECT {cols} FROM read_parquet({_sql_list(files)}, hive_partitioning = false) "
-            f"{where} ORDER BY source, line"
+            f"{where}"
         )
-        return _arrow(con.sql(sql, params=params))
+        return _in_input_order(_arrow(con.sql(sql, params=params)))
     finally:
         con.close()
+
+
+def _in_input_order(table: pa.Table) -> pa.Table:
+    """``table`` sorted by ``source, line`` (returned as is when it already is)."""
+    import pyarrow.compute as pc
+
+    if table.num_rows < 2:
+        return table
+    src, line = table.column("source"), table.column("line")
+    a, b = src.slice(0, len(src) - 1), src.slice(1)
+    step = pc.or_(pc.less(a, b), pc.and_(pc.equal(a, b), pc.less(line[:-1], line[1:])))
+    if pc.all(step).as_py():
+        return table
+    order = pc.sort_indices(table, [("source", "ascending"), ("line", "ascending")])
+    names, columns = table.column_names, table.columns
+    del table
+    out = []
+    for k in range(len(columns)):  # one column at a time: the old one is freed as we go
+        out.append(columns[k].take(order))
+        columns[k] = None
+    return pa.table(out, names=names)
+
+
+def _source_order(store: Store, parts: list[Path]) -> list[Path]:
+    """``parts`` ordered by their file's path, then as the manifest lists them (ingest order)."""
+    rank: dict[Path, tuple[str, int]] = {}
+    for entry in store.manifest()["files"]:
+        for k, part in enumerate(entry["parts"]):
+            rank[store.root / DATASET / part] = (entry["path"], k)
+    return sorted(parts, key=lambda p: rank.get(p, ("", 0)))
 
 
 def frame_from_arrow(table: pa.Table) -> pd.DataFrame:
@@ -132,7 +170,7 @@ def load_deliveries(
     months = None
     if start is not None and end is not None:
         months = [*_months(start, end), "none"]
-    parts = s.parts(months, paths)
+    parts = _source_order(s, s.parts(months, paths))
     columns = list(columns)
     for c in ("source", "line"):
         if c not in columns:
@@ -152,6 +190,32 @@ def load_deliveries(
         keep = f"list_contains({_sql_list(files)}, file_sha256)" if files else "FALSE"
         sql_where += (" AND " if sql_where else "WHERE ") + keep
     return frame_from_arrow(_query(parts, columns, sql_where, params))
+
+
+#: What a report shows of a request it rejected, beyond the analysis columns.
+EVIDENCE_COLUMNS: tuple[str, ...] = ("signature", "timestamp_header", "event_header", "body")
+
+
+def not_valid_evidence(
+    store: Store | str | os.PathLike,
+    *,
+    start: pd.Timestamp | None = None,
+    end: pd.Timestamp | None = None,
+) -> pd.DataFrame:
+    """``source, line`` and :data:`EVIDENCE_COLUMNS` of every record that is not ``valid``,
+    received in ``[start, end]`` (as :func:`load_deliveries`): few rows, bodies included."""
+    s = _store(store)
+    months = None if start is None or end is None else [*_months(start, end), "none"]
+    parts = _source_order(s, s.parts(months))
+    columns = ["source", "line", *EVIDENCE_COLUMNS]
+    if not parts:
+        return STORED_DELIVERIES.empty()[columns]
+    where, params = ["verdict <> 'valid'"], []
+    for op, bound in ((">=", start), ("<=", end)):
+        if bound is not None:
+            where.append(f"(received_at IS NULL OR epoch_ns(received_at) {op} ?)")
+            params.append(bound.value)
+    return frame_from_arrow(_query(parts, columns, "WHERE " + " AND ".join(where), params))
 
 
 def latest_receipt(store: Store | str | os.PathLike) -> pd.Timestamp | None:

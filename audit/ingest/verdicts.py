@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -43,12 +44,17 @@ def read_logs(
     tolerance_s: float = CLOCK_TOLERANCE_S,
     workers: int | None = None,
     piece_bytes: int | None = None,
+    hash_files: bool = True,
+    upto: pd.Timestamp | None = None,
 ) -> LogRows:
     """Verify raw captures on every core and keep only ``columns`` (any of the store's, see
     ``audit.tables.STORED_DELIVERIES``; the body is extracted from, never kept), in input order.
 
     The rows equal what the loader and the store give; bodies never leave the worker that read
-    them, and no stage holds a whole file.
+    them, and no stage holds a whole file. The files' sha256 (``inputs``) are computed in a
+    thread of the parent while the workers verify (empty with ``hash_files=False``). With
+    ``upto``, ``rows`` leaves out the records received after it (``inputs`` still counts
+    them), piece by piece, so no frame of every record is built and then filtered.
     """
     files = expand_paths(logs)
     secrets = read_secrets(secrets_path)
@@ -74,17 +80,23 @@ def read_logs(
     by_file: dict[str, list[pa.Table]] = {str(f): [] for f in files}
     counts = {str(f): [0, 0] for f in files}
     naive = 0
+    hashes = _Hashes(files, enabled=hash_files)
     for piece, (table, naive_one, unreadable) in results:
+        hashes.start()  # after the first result: the workers are forked by then
         by_file[piece.path].append(table)
         counts[piece.path][0] += table.num_rows
         counts[piece.path][1] += unreadable
         naive += naive_one
+        if upto is not None:
+            by_file[piece.path][-1] = _received_upto(table, upto)
     for f, w in zip(files, whole, strict=True):
         if w:
             table, unreadable, naive_one = _whole(f, wanted, secrets, tolerance_s, names)
             by_file[str(f)].append(table)
             counts[str(f)] = [table.num_rows, unreadable]
             naive += naive_one
+            if upto is not None:
+                by_file[str(f)][-1] = _received_upto(table, upto)
     tables = [t for f in files for t in by_file[str(f)]]
     empty = records.stored_columns({n: [] for n in names}, names)
     rows = frame_from_arrow(pa.concat_tables([empty, *tables]))
@@ -92,7 +104,7 @@ def read_logs(
         {
             "source": pd.Series([str(f) for f in files], dtype="str"),
             "size": pd.Series([f.stat().st_size for f in files], dtype="int64"),
-            "sha256": pd.Series([_sha256(f) for f in files], dtype="str"),
+            "sha256": pd.Series(hashes.result(), dtype="str"),
             "records": pd.Series([counts[str(f)][0] for f in files], dtype="int64"),
             "unreadable": pd.Series([counts[str(f)][1] for f in files], dtype="int64"),
         }
@@ -118,7 +130,55 @@ def verify_logs(
     --------
     >>> verify_logs(["captures/"], "secrets.json")["verdict"].value_counts()  # doctest: +SKIP
     """
-    return read_logs(logs, secrets_path, **kw).rows
+    return read_logs(logs, secrets_path, hash_files=False, **kw).rows
+
+
+def _received_upto(table: pa.Table, upto: pd.Timestamp) -> pa.Table:
+    """The rows received at or before ``upto``, and those without a receipt time."""
+    import pyarrow.compute as pc
+
+    if "received_at" not in table.column_names or table.num_rows == 0:
+        return table
+    t = table.column("received_at")
+    bound = pa.scalar(upto.value, pa.int64()).cast(t.type)
+    keep = pc.or_kleene(pc.is_null(t), pc.less_equal(t, bound))
+    return table if pc.all(keep).as_py() else table.filter(keep)
+
+
+class _Hashes:
+    """The files' sha256 in a background thread (``hashlib`` releases the GIL while it hashes),
+    so the parent hashes while the workers verify instead of after them."""
+
+    def __init__(self, files, *, enabled: bool = True) -> None:
+        self._files = list(files)
+        self._enabled = enabled
+        self._thread: threading.Thread | None = None
+        self._out: list[str] = []
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        if self._thread is None and self._enabled and self._files:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._out = [_sha256(f) for f in self._files]
+        except BaseException as e:  # re-raised in the caller's thread
+            self._error = e
+
+    def result(self) -> list[str]:
+        """One hex digest per file ('' for every file when hashing was not asked for)."""
+        if not self._enabled:
+            return [""] * len(self._files)
+        self.start()
+        if self._thread is None:
+            return []
+        assert self._thread is not None
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._out
 
 
 def _sha256(path) -> str:

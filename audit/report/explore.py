@@ -71,12 +71,16 @@ def explore(
     mutes_path: object = None,
     header_prefix: object = DEFAULT_HEADER_PREFIX,
     clock_start: object = "created",
+    store: object = None,
 ) -> RunData:
     """Load, analyse and judge in memory; a :class:`RunData` for :mod:`audit.report.views`.
 
-    With ``logs=None`` the demo data is used (and its period, unless given).
+    With ``logs=None`` and no ``store`` the demo data is used (and its period, unless given).
+    With ``store`` (an evidence store folder), ``logs`` if given are ingested into it first,
+    and the period is read from the store (``secrets_path`` is still needed: the controls
+    judge secret age from it).
     """
-    if logs is None:
+    if logs is None and store is None:
         demo = demo_inputs()
         logs, secrets_path, snapshots = demo["logs"], demo["secrets_path"], demo["snapshots"]
         period_start = period_start or demo["period_start"]
@@ -95,7 +99,7 @@ def explore(
         },
         period,
     )
-    logs_list = [logs] if isinstance(logs, str | os.PathLike) else list(logs)  # type: ignore[call-overload]
+    logs_list = [logs] if isinstance(logs, str | os.PathLike) else list(logs or [])  # type: ignore[call-overload]
     snaps = [snapshots] if isinstance(snapshots, str | os.PathLike) else list(snapshots or [])  # type: ignore[call-overload]
     inputs = load_inputs(
         logs_list,
@@ -104,6 +108,10 @@ def explore(
         mutes_path=mutes_path,  # type: ignore[arg-type]
         header_prefix=params.header_prefix,
         client_id=params.client_id,
+        store=None if store is None else str(store),
+        start=period.start,
+        end=period.end,
+        as_of=params.as_of,
     )
     computed = compute(inputs, params, period)
     manifest = {

@@ -1,8 +1,10 @@
 """The report's load step, in one function: files -> verified deliveries, listings, file list.
 
 :func:`load_inputs` is the only place the report reads capture logs, the secrets file (once),
-snapshots and mutes. A store-backed loader (``--store DIR``) replaces it here and nowhere else:
-everything after it works on the :class:`Inputs` frames.
+snapshots and mutes. With an evidence store (``--store DIR``) the logs, if any, are ingested
+into it first (verified once; files already there are skipped) and the deliveries of the
+period, with the lookback the analyses need, are read back from the store without bodies.
+Everything after it works on the :class:`Inputs` frames either way.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ class Inputs:
         Each subscription's newest secret's ``valid_from`` (ns) or None; never a value.
     mutes
         The mutes frame, or None.
+    evidence
+        From a store only: ``source, line, signature, timestamp_header, event_header, body``
+        of the records that are not valid (the deliveries frame has no body then).
     """
 
     deliveries: pd.DataFrame
@@ -44,6 +49,7 @@ class Inputs:
     files: pd.DataFrame
     secrets_age: Mapping[str, int | None]
     mutes: pd.DataFrame | None = None
+    evidence: pd.DataFrame | None = None
 
 
 def _sha256(blob: bytes) -> str:
@@ -58,31 +64,47 @@ def load_inputs(
     mutes_path: str | os.PathLike | None = None,
     header_prefix: str,
     client_id: str | None = None,
+    store: str | os.PathLike | None = None,
+    start: pd.Timestamp | None = None,
+    end: pd.Timestamp | None = None,
+    as_of: pd.Timestamp | None = None,
 ) -> Inputs:
     """Load and verify every input of a report (reads files; everything after is pure).
+
+    With ``store``, ``logs`` (may be empty) are ingested into it first, then every stored
+    delivery received from ``start`` minus the lookback up to ``as_of`` (default ``end``) is
+    read from it (:func:`audit.ingest.query.load_analysis_inputs`); ``files`` lists the store's
+    files. Without ``store``, ``start``, ``end`` and ``as_of`` are not used.
 
     Raises
     ------
     InputError
-        No log given, or a path that does not exist or cannot be read (one line naming it).
+        No log given (and no store), or a path that does not exist or cannot be read (one line
+        naming it).
     """
     from audit.analysis.subscriptions import load_snapshots, snapshot_files
     from audit.findings import read_mutes
     from audit.ingest.load import load_captures
     from audit.ingest.secrets import read_secrets
 
-    if not logs:
+    if not logs and store is None:
         raise InputError("give at least one capture file, folder or glob")
     secrets_file = Path(secrets_path).expanduser()
     if not secrets_file.is_file():
         raise InputError(f"{secrets_file}: the secrets file does not exist")
-    store = read_secrets(secrets_file)
-    caps = load_captures(list(logs), header_prefix=header_prefix, secrets=store)
+    secrets = read_secrets(secrets_file)
+    if store is None:
+        caps = load_captures(list(logs), header_prefix=header_prefix, secrets=secrets)
+        deliveries, listed, evidence = caps.deliveries, caps.inputs, None
+    else:
+        deliveries, listed, evidence = _from_store(
+            store, logs, secrets_file, header_prefix, start, end, as_of
+        )
     subs = load_snapshots(list(snapshots))
     if client_id:
         subs = subs[subs["client_id"] == client_id].reset_index(drop=True)
     mutes = read_mutes(mutes_path) if mutes_path else None
-    rows = [caps.inputs.assign(kind="capture log")]
+    rows = [listed.assign(kind="capture log")]
     extra = [("secrets", secrets_file.resolve(), False)]
     extra += [("snapshot", p, True) for p in (snapshot_files(snapshots) if snapshots else [])]
     if mutes_path:
@@ -102,4 +124,32 @@ def load_inputs(
             )
         )
     files = pd.concat(rows, ignore_index=True)
-    return Inputs(caps.deliveries, subs, files, store.latest_valid_from(), mutes)
+    return Inputs(deliveries, subs, files, secrets.latest_valid_from(), mutes, evidence)
+
+
+def _from_store(
+    store: str | os.PathLike,
+    logs: Sequence[str | os.PathLike],
+    secrets_file: Path,
+    header_prefix: str,
+    start: pd.Timestamp | None,
+    end: pd.Timestamp | None,
+    as_of: pd.Timestamp | None,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Ingest ``logs`` into ``store``, then read the period's deliveries, the file list and
+    the evidence of the records that are not valid."""
+    from audit.errors import ParameterError
+    from audit.ingest.query import DEFAULT_LOOKBACK, load_analysis_inputs, not_valid_evidence
+    from audit.ingest.store import ingest
+
+    upto = as_of if as_of is not None else end
+    if upto is None:
+        raise ParameterError("reading a store needs the period's end or as_of")
+    if logs:
+        ingest(list(logs), secrets_file, store, header_prefix=header_prefix)
+    got = load_analysis_inputs(store, start=start, end=upto)
+    # A rejected request's signature, headers and body are the report's evidence (as from raw
+    # captures); the store reads them for those few records only, kept apart from the
+    # deliveries (with a body column, the analyses would look for every body).
+    lo = None if start is None else start - DEFAULT_LOOKBACK
+    return got.deliveries, got.inputs, not_valid_evidence(store, start=lo, end=upto)

@@ -169,7 +169,7 @@ def compute(inputs: Inputs, params: ReportParams, period: Period) -> Computed:
             secrets_age=inputs.secrets_age,
             mutes=inputs.mutes,
         )
-        tables = report_tables(analysis, period)
+        tables = report_tables(analysis, period, evidence=inputs.evidence)
     notes = list(dict.fromkeys(str(w.message).splitlines()[0] for w in caught))
     tables["inputs"] = _mark_late_snapshots(inputs, params.as_of)
     return Computed(analysis, findings, tables, notes)
@@ -259,13 +259,15 @@ def run_report(
     timeout_s: int = 900,
     progress: Progress | None = None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    store: str | os.PathLike | None = None,
 ) -> ReportResult:
     """Compute the findings of a period, write the run folder, render the report, index it.
 
     ``params`` may hold ``as_of``, ``client_id``, ``clock_start``, ``header_prefix`` and
     ``thresholds``; secrets travel only as the file's path. ``notebook`` defaults to the
     packaged report; any notebook with a ``run_dir`` parameter works (``docs/report.md``).
-    ``progress`` receives one line per long stage.
+    ``progress`` receives one line per long stage. With ``store`` (an evidence store folder),
+    ``logs`` (may be empty) are ingested into it and the period is read from the store.
 
     Returns a :class:`ReportResult` whose ``exit_code`` is 0 (no failing finding at or above
     ``fail_on``), 1 (failing findings), 2 (a control errored). Bad input raises an
@@ -295,6 +297,10 @@ def run_report(
         mutes_path=mutes_path,
         header_prefix=checked.header_prefix,
         client_id=checked.client_id,
+        store=store,
+        start=period.start,
+        end=period.end,
+        as_of=checked.as_of,
     )
     d = inputs.deliveries
     say(

@@ -53,9 +53,17 @@ def _km_all(durations: pd.DataFrame) -> pd.DataFrame:
     return kaplan_meier(durations["duration_s"], durations["observed"]).assign(group="all")
 
 
-def report_tables(analysis: Analysis, period: Period) -> dict[str, pd.DataFrame]:
-    """Every table of the run folder, by name (see ``docs/report.md``)."""
+def report_tables(
+    analysis: Analysis, period: Period, *, evidence: pd.DataFrame | None = None
+) -> dict[str, pd.DataFrame]:
+    """Every table of the run folder, by name (see ``docs/report.md``).
+
+    ``evidence`` (from a store, whose deliveries carry no body) gives the request columns
+    of the records that are not valid (``audit.report.inputs.Inputs.evidence``); valid
+    off-schedule attempts then have them empty.
+    """
     from audit.analysis.deliveries import latency_summary, success_rates
+    from audit.ingest.extract import EXTRACTED
     from audit.ingest.verification import verdict_counts
 
     tables = dict(analysis.tables())
@@ -74,14 +82,19 @@ def report_tables(analysis: Analysis, period: Period) -> dict[str, pd.DataFrame]
         lambda: real.groupby(["subscription_id", "outcome"]).size().rename("events").reset_index()
     )
     tables["undelivered_events"] = real[real["outcome"].isin(["exhausted", "lost"])]
-    tables["off_schedule_attempts"] = period_d[
-        (period_d["on_schedule"] == False).fillna(False).astype(bool)  # noqa: E712
-        | (period_d["attempt_no"] > MAX_ATTEMPTS).fillna(False).astype(bool)
+    # The request appendices show what was received, not the store's extracted helper columns
+    # (so a report from the store has the same tables as one from raw captures).
+    requests = period_d.drop(columns=[c for c in EXTRACTED if c in period_d.columns])
+    if evidence is not None:
+        requests = _with_evidence(requests, evidence)
+    tables["off_schedule_attempts"] = requests[
+        (requests["on_schedule"] == False).fillna(False).astype(bool)  # noqa: E712
+        | (requests["attempt_no"] > MAX_ATTEMPTS).fillna(False).astype(bool)
     ]
     tables["retried_after_success"] = period_e[
         period_e["retry_after_success"].fillna(False).astype(bool)
     ]
-    tables["not_valid_requests"] = period_d[period_d["verdict"] != "valid"]
+    tables["not_valid_requests"] = requests[requests["verdict"] != "valid"]
     inc = analysis.incidents
     waiting = inc[inc["status"].isin(["approval_required", "action_required"])]
     tables["waiting_on_client"] = waiting.sort_values("awaiting_client_s", ascending=False)
@@ -95,3 +108,13 @@ def report_tables(analysis: Analysis, period: Period) -> dict[str, pd.DataFrame]
             inputs[col] = inputs[col].astype("str")
     tables["inputs"] = inputs
     return tables
+
+
+def _with_evidence(requests: pd.DataFrame, evidence: pd.DataFrame) -> pd.DataFrame:
+    """The request columns a store keeps out of the analyses, in the raw captures' order."""
+    from audit.ingest.formats.base import COLUMNS
+
+    out = requests.merge(evidence, on=["source", "line"], how="left", validate="1:1")
+    out.index = requests.index
+    order = [c for c in COLUMNS if c in out.columns]
+    return out[order + [c for c in out.columns if c not in order]]

@@ -1,0 +1,151 @@
+"""Reports from the evidence store and from raw captures give identical findings (issue 11)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+
+from audit.cli import main
+from audit.errors import InputError
+from audit.report.explore import demo_inputs, explore
+from audit.report.inputs import load_inputs
+from audit.report.params import check_params, parse_period
+from audit.report.pipeline import compute
+from audit.report.rundir import findings_records
+
+
+@pytest.fixture(scope="module")
+def demo():
+    """The built-in demo month (planted failing findings: SIG-01, SIG-02, DLV-01, ...)."""
+    return demo_inputs()
+
+
+def _computed(demo, **store):
+    period = parse_period(demo["period_start"][:7])
+    params = check_params({}, period)
+    inputs = load_inputs(
+        demo["logs"],
+        secrets_path=demo["secrets_path"],
+        snapshots=demo["snapshots"],
+        header_prefix=params.header_prefix,
+        start=period.start,
+        end=period.end,
+        as_of=params.as_of,
+        **store,
+    )
+    return inputs, compute(inputs, params, period)
+
+
+def test_store_and_raw_give_the_same_findings_and_tables(demo, tmp_path):
+    raw_inputs, raw = _computed(demo)
+    got_inputs, got = _computed(demo, store=tmp_path / "store")
+    assert (tmp_path / "store" / "manifest.json").is_file()  # the logs were ingested first
+    assert len(got_inputs.deliveries) == len(raw_inputs.deliveries) > 1000
+    want = findings_records(raw.findings)
+    assert sum(f["status"] == "fail" for f in want) >= 5  # the demo's planted failures
+    assert findings_records(got.findings) == want
+    for name, table in raw.tables.items():
+        if name == "inputs":  # raw: paths as given; store: resolved paths, same files
+            assert sorted(got.tables[name]["sha256"]) == sorted(table["sha256"])
+            continue
+        pd.testing.assert_frame_equal(
+            got.tables[name].reset_index(drop=True), table.reset_index(drop=True)
+        )
+
+
+def test_a_store_alone_needs_no_logs_and_reads_only_the_period(demo, tmp_path):
+    store = tmp_path / "store"
+    _computed(demo, store=store)  # ingest once
+    none = {**demo, "logs": []}
+    _, again = _computed(none, store=store)
+    _, raw = _computed(demo)
+    assert findings_records(again.findings) == findings_records(raw.findings)
+    with pytest.raises(InputError, match="at least one capture"):
+        _computed(none)
+
+
+def test_explore_takes_a_store(demo, tmp_path):
+    store = tmp_path / "store"
+    kw = dict(
+        secrets_path=demo["secrets_path"],
+        snapshots=demo["snapshots"],
+        period_start=demo["period_start"],
+        period_end=demo["period_end"],
+    )
+    a = explore(logs=demo["logs"], **kw)
+    b = explore(logs=demo["logs"], store=store, **kw)
+    c = explore(store=store, **kw)  # no logs, no demo: the store alone
+    pd.testing.assert_frame_equal(a.findings, b.findings)
+    pd.testing.assert_frame_equal(a.findings, c.findings)
+
+
+def _tiny_notebook(path: Path) -> Path:
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("run_dir = None", metadata={"tags": ["parameters"]})],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+    )
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.slow
+def test_audit_report_store_writes_the_same_findings_json(demo, tmp_path):
+    period = demo["period_start"][:7]
+    nb = _tiny_notebook(tmp_path / "tiny.ipynb")
+    common = ["--secrets", demo["secrets_path"], "--subscriptions", *demo["snapshots"]]
+    common += ["--period", period, "--notebook", str(nb), "--quiet"]
+    raw_out, store_out, store = tmp_path / "raw", tmp_path / "stored", tmp_path / "store"
+    assert main(["report", *demo["logs"], *common, "--out", str(raw_out)]) == 1
+    assert main(["report", *demo["logs"], *common, "--store", str(store), "--out",
+                 str(store_out)]) == 1  # fmt: skip
+    shutil.rmtree(store_out)
+    assert main(["report", *common, "--store", str(store), "--out", str(store_out)]) == 1
+    (a,) = (raw_out / period).glob("2*")
+    (b,) = (store_out / period).glob("2*")
+    assert (a / "findings.json").read_bytes() == (b / "findings.json").read_bytes()
+    assert (a / "findings.csv").read_bytes() == (b / "findings.csv").read_bytes()
+    findings = json.loads((a / "findings.json").read_text())
+    assert {"SIG-01", "SIG-02", "DLV-01"} <= {
+        f["check_id"] for f in findings if f["status"] == "fail"
+    }
+
+
+def test_report_without_logs_or_store_is_a_usage_error(demo, tmp_path, capsys):
+    code = main(["report", "--secrets", demo["secrets_path"], "--period", "2026-10",
+                 "--out", str(tmp_path / "r")])  # fmt: skip
+    assert code != 0 and "give LOGS, or --store DIR" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_an_analyst_notebook_reads_a_store(demo, tmp_path):
+    import papermill as pm
+
+    src = Path(__file__).resolve().parent.parent / "notebooks" / "signature_audit.ipynb"
+    store = tmp_path / "store"
+    pm.execute_notebook(
+        str(src),
+        str(tmp_path / "out.ipynb"),
+        parameters={
+            "logs": demo["logs"],
+            "store": str(store),
+            "secrets_path": demo["secrets_path"],
+            "snapshots": demo["snapshots"],
+            "period_start": demo["period_start"],
+            "period_end": demo["period_end"],
+        },
+        kernel_name="python3",
+        progress_bar=False,
+        execution_timeout=300,
+        cwd=str(tmp_path),
+    )
+    assert (store / "manifest.json").is_file()  # the notebook ingested the logs into it
+    nb = json.loads((tmp_path / "out.ipynb").read_text())
+    outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
+    assert outputs and not [o for o in outputs if o["output_type"] == "error"]
