@@ -108,3 +108,22 @@ def test_one_path_given_as_a_string_is_one_path_not_its_characters(tmp_path):
     (folder / "b.jsonl").write_text(json.dumps(capture(BODY)) + "\n")
     secrets = write_secrets(tmp_path / "secrets.json", {"wh_1": [{"secret": "s" * 32}]})
     assert read_logs(str(folder), secrets, columns=["line"]).rows["line"].tolist() == [1]
+
+
+def test_a_rotated_har_file_is_stored_as_har(tmp_path):
+    # Before: the store told HAR by the name *.har[.gz] and read x.har.1 as JSON Lines, so
+    # the one HAR entry became one unreadable row.
+    from audit.ingest.query import load_analysis_inputs
+    from audit.ingest.store import ingest
+
+    secrets = write_secrets(tmp_path / "secrets.json", {"wh_1": [{"secret": "s" * 32}]})
+    path = _har_file(tmp_path / "x.har.1")
+    ingest([path], secrets, tmp_path / "store")
+    got = load_analysis_inputs(
+        tmp_path / "store",
+        start="2026-10-01T00:00:00Z",
+        end="2026-11-01T00:00:00Z",
+        as_of="2026-11-01T00:00:00Z",
+    ).deliveries
+    assert got["verdict"].tolist() != ["unreadable"]
+    assert got["url"].tolist() == ["https://hooks.example/wh_1"]

@@ -17,6 +17,7 @@ import pyarrow as pa
 from audit.errors import InputError
 from audit.ingest.store import DATASET, Store
 from audit.tables import STORED_DELIVERIES
+from audit.timeutil import as_utc
 
 __all__ = [
     "ANALYSIS_COLUMNS",
@@ -269,7 +270,8 @@ def load_analysis_inputs(
     ...                            end=pd.Timestamp("2026-11-01", tz="UTC"))  # doctest: +SKIP
     >>> run_analyses(got.deliveries, as_of=end, inputs=got.inputs)  # doctest: +SKIP
     """
-    upto = end if as_of is None else as_of
+    upto = as_utc(end, name="end") if as_of is None else as_utc(as_of)
+    start = None if start is None else as_utc(start, name="start")
     lo = None if start is None or lookback is None else start - lookback
     deliveries = load_deliveries(store, start=lo, end=upto)
     return StoreInputs(deliveries, store_inputs(store))

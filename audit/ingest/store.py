@@ -44,6 +44,7 @@ from audit.atomic import write_json_atomic
 from audit.errors import InputError
 from audit.ingest import parallel, records
 from audit.ingest.fast import verify_jsonl
+from audit.ingest.formats import format_of
 from audit.ingest.load import expand_paths
 from audit.ingest.parts import PartWriter, lock_file, unlock_file
 from audit.ingest.secrets import SecretStore, read_secrets
@@ -264,9 +265,10 @@ def _ingest_file(path, store, manifest, result, staging, obsolete, **kw) -> None
     known = {e["sha256"] for e in manifest["files"]}
     resolved = str(path.resolve())
     old = by_path.get(resolved)
-    is_har = path.name.lower().endswith((".har", ".har.gz"))
+    fmt = format_of(path.name)  # the registry decides, rotated names included
+    whole = not fmt.SPLITS_AT_LINES
     gz = records.is_gzip(path)
-    prefix_len = old["size"] if old and not gz and not is_har else None
+    prefix_len = old["size"] if old and not gz and not whole else None
     sha, size, prefix_sha, at_newline = _hash_file(path, prefix_len)
     if sha in known:
         result.files_unchanged += 1
@@ -290,11 +292,11 @@ def _ingest_file(path, store, manifest, result, staging, obsolete, **kw) -> None
         result.files_added += 1
     counts = [0, 0, 0]  # records, unreadable, newlines
     written: list[tuple[Path, str]] = []
-    if is_har:
+    if whole:
         writer = PartWriter(staging, sha[:16])
         table, naive = records.verify_chunk(
-            records.read_har(path),
-            kind="har",
+            records.read_whole(path),
+            kind=fmt.NAME,
             source=str(path),
             first_line=1,
             wanted=kw["wanted"],
