@@ -208,6 +208,16 @@ def read_secrets(path: str | os.PathLike, environ: Mapping[str, str] | None = No
         raise SecretsError(f"{p}: cannot read secrets file ({type(e).__name__})") from None
     _check_mode(p)
     raw = load_secrets_json(text, p)
+    # Register every declared value before validating, so that a message about a bad entry
+    # (a secret pasted as a key, a broken sibling entry) is scrubbed too.
+    if isinstance(raw, dict):
+        register_sensitive(
+            e["secret"]
+            for v in raw.values()
+            if isinstance(v, list)
+            for e in v
+            if isinstance(e, dict) and isinstance(e.get("secret"), str)
+        )
     store = _parse(raw, where=str(p), environ=os.environ if environ is None else environ)
     register_sensitive(s.key.decode("utf-8", "replace") for s in store.all_secrets())
     return SecretStore(store.by_subscription, path=str(p))
