@@ -1,0 +1,41 @@
+"""Review of issues 9 and 10: what the rendered report shows, and controls that cannot judge."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+
+from audit.cli import main
+from audit.report.format import table
+from tests.test_findings import DAY, analysis, one, run, snapshots, sub
+
+
+def test_url_columns_defang_a_bare_domain():
+    df = pd.DataFrame({"domain": ["login.evil.example"], "url": ["evil.example/x"]})
+    html = str(table(df, {"domain": ("Domain", "url"), "url": ("URL", "url")}, caption="C"))
+    assert "login[.]evil[.]example" in html and "evil[.]example/x" in html
+    assert "login.evil.example" not in html
+
+
+def test_sub_05_without_last_delivery_status_is_skip_not_pass(tmp_path):
+    snaps = snapshots(tmp_path, (DAY, [sub("wh_1", last=None), sub("wh_2", last="failed")]))
+    f = run(analysis(snapshots=snaps), only="SUB-05")
+    assert one(f, "SUB-05", "wh_1")["status"] == "skip"
+    assert "no lastDeliveryStatus" in one(f, "SUB-05", "wh_1")["reason"]
+    assert one(f, "SUB-05", "wh_2")["status"] == "fail"
+
+
+@pytest.mark.slow
+def test_demo_report_defangs_domains_and_describes_its_figures(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--quiet"]) == 0
+    html = next(tmp_path.glob("reports/2026-10/*/report.html")).read_text(encoding="utf-8")
+    text = re.sub(r"<img[^>]*>", "", html)
+    # incident domains (attacker-controlled) are never shown live
+    assert re.findall(r"\b[a-z0-9-]+\.example\b", text) == []
+    assert "demobank-login[.]example" in text
+    alts = re.findall(r'<img alt="([^"]*)"', html)
+    assert alts and all(len(a) > 40 for a in alts)
+    assert any(a.startswith("Scatter of clock skew") for a in alts)
+    assert not any(a.startswith("Histogram of clock skew") for a in alts)
