@@ -56,3 +56,22 @@ def test_good_secrets_file_still_verifies(tmp_path, capsys):
     logs = write_jsonl(tmp_path / "c.jsonl", [capture("{}", signature="sha256=" + "0" * 64)])
     args = ["verify", str(logs), "--secrets", str(tmp_path / "s.json")]
     assert main([*args, "--out", str(tmp_path / "v.csv")]) == 0
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_params_file_with_an_escaped_secret_is_refused(suffix, tmp_path, capsys):
+    value = _secret()
+    write_secrets(tmp_path / "s.json", {"wh_1": [{"secret": value}]})
+    logs = write_jsonl(tmp_path / "c.jsonl", [capture("{}", signature="sha256=" + "0" * 64)])
+    if suffix == ".json":  # JSON \u escapes
+        text = '{{"client_id": "{}"}}'.format("".join(f"\\u{ord(c):04x}" for c in value))
+    else:  # YAML \x escapes in a double-quoted scalar
+        text = 'client_id: "{}"\n'.format("".join(f"\\x{ord(c):02x}" for c in value))
+    params = tmp_path / f"p{suffix}"
+    params.write_text(text, encoding="utf-8")
+    out = tmp_path / "reports"
+    args = ["report", str(logs), "--secrets", str(tmp_path / "s.json"), "--period", "2026-10"]
+    assert main([*args, "--params", str(params), "--out", str(out), "--quiet"]) == 3
+    err = capsys.readouterr().err
+    assert "holds the value of a known secret" in err and value not in err
+    assert not out.exists()
