@@ -39,3 +39,24 @@ def test_demo_report_defangs_domains_and_describes_its_figures(tmp_path, capsys)
     assert alts and all(len(a) > 40 for a in alts)
     assert any(a.startswith("Scatter of clock skew") for a in alts)
     assert not any(a.startswith("Histogram of clock skew") for a in alts)
+
+
+@pytest.mark.slow
+def test_a_template_without_cell_ids_leaves_stderr_to_progress_lines(tmp_path, capsys):
+    import json
+
+    from audit.report.render import default_notebook
+    from tests.builders import capture, write_jsonl, write_secrets
+
+    nb = json.loads(default_notebook().read_text(encoding="utf-8"))
+    cell = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": []}
+    nb["cells"].append({**cell, "source": ["x = 1"]})  # no "id": an older tool wrote it
+    template = tmp_path / "mine.ipynb"
+    template.write_text(json.dumps(nb), encoding="utf-8")
+    logs = write_jsonl(tmp_path / "c.jsonl", [capture("{}", signature="sha256=" + "0" * 64)])
+    secrets = write_secrets(tmp_path / "s.json", {"wh_1": [{"secret": "whsec_review_report"}]})
+    args = ["report", str(logs), "--secrets", str(secrets), "--period", "2026-10"]
+    main([*args, "--out", str(tmp_path / "r"), "--notebook", str(template)])
+    err = capsys.readouterr().err
+    assert "rendering the report" in err and "missing an id" not in err
+    assert next((tmp_path / "r").glob("2026-10/*/report.html")).exists()
