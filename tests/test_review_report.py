@@ -60,3 +60,11 @@ def test_a_template_without_cell_ids_leaves_stderr_to_progress_lines(tmp_path, c
     err = capsys.readouterr().err
     assert "rendering the report" in err and "missing an id" not in err
     assert next((tmp_path / "r").glob("2026-10/*/report.html")).exists()
+
+
+def test_bidi_controls_in_incident_data_are_shown_not_obeyed():
+    rlo = chr(0x202E)
+    df = pd.DataFrame({"domain": [rlo + "elpmaxe.live"], "class": ["x" + chr(0x2066) + "y"]})
+    html = str(table(df, {"domain": ("Domain", "url"), "class": ("Class", "text")}, caption="C"))
+    assert rlo not in html and chr(0x2066) not in html
+    assert "\\u202eelpmaxe[.]live" in html and "x\\u2066y" in html
