@@ -68,3 +68,21 @@ def test_bidi_controls_in_incident_data_are_shown_not_obeyed():
     html = str(table(df, {"domain": ("Domain", "url"), "class": ("Class", "text")}, caption="C"))
     assert rlo not in html and chr(0x2066) not in html
     assert "\\u202eelpmaxe[.]live" in html and "x\\u2066y" in html
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe", b'{"cells": 5}'])
+def test_a_template_that_is_not_a_notebook_is_refused_before_any_run_folder(
+    content, tmp_path, capsys
+):
+    from tests.builders import capture, write_jsonl, write_secrets
+
+    template = tmp_path / "bad.ipynb"
+    template.write_bytes(content)
+    logs = write_jsonl(tmp_path / "c.jsonl", [capture("{}", signature="sha256=" + "0" * 64)])
+    secrets = write_secrets(tmp_path / "s.json", {"wh_1": [{"secret": "whsec_review_report"}]})
+    out = tmp_path / "r"
+    args = ["report", str(logs), "--secrets", str(secrets), "--period", "2026-10", "--quiet"]
+    assert main([*args, "--out", str(out), "--notebook", str(template)]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("audit: error: --notebook:") and "is not a notebook" in err
+    assert not out.exists()
