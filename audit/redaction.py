@@ -90,10 +90,24 @@ def scrub(text: str, also: Iterable[str] = ()) -> str:
     >>> scrub("401 bad key k3y-abcdef")
     '401 bad key [redacted]'
     """
-    for value in sorted({*known_sensitive(), *(a for a in also if a)}, key=len, reverse=True):
-        if value in text:
+    values = {*known_sensitive(), *(a for a in also if a)}
+    # Also the escaped forms a message shows (``repr`` in ``{x!r}``, JSON) of a value with
+    # quotes, backslashes or non-ASCII characters.
+    values |= {f(v) for v in values for f in (_repr_inner, _json_inner)}
+    for value in sorted(values, key=len, reverse=True):
+        if value and value in text:
             text = text.replace(value, REDACTED)
     return text
+
+
+def _repr_inner(value: str) -> str:
+    return repr(value)[1:-1]
+
+
+def _json_inner(value: str) -> str:
+    import json
+
+    return json.dumps(value)[1:-1]
 
 
 def refuse_known_secrets(path: object, text: str, also: Iterable[str] = ()) -> None:

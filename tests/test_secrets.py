@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 import pytest
 
 from audit.errors import SecretsError
-from audit.ingest.secrets import add_secret, read_secrets
+from audit.ingest.secrets import read_secrets
+from audit.ingest.secrets_file import add_secret
 from audit.timeutil import ns_to_iso, parse_iso_ns
 
 

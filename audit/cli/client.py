@@ -19,7 +19,8 @@ import click
 from audit.analysis.subscriptions import secret_exposed
 from audit.cli.connect import service_client, service_options
 from audit.errors import SecretsError
-from audit.ingest.secrets import add_secret, load_secrets_json
+from audit.ingest.secrets import load_secrets_json
+from audit.ingest.secrets_file import add_secret
 from audit.redaction import for_terminal, json_for_terminal, register_sensitive, scrub
 from audit.service.client import REDACTED, IssuedSecret, redact_secrets
 from audit.service.snapshots import write_snapshot

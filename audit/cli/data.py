@@ -203,7 +203,29 @@ def _refuse_secrets_in(path: Path | None, secrets_path: str) -> None:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return  # the pipeline reports an unreadable mutes file itself
-    refuse_known_secrets(path, text, secret_values(secrets_path))
+    values = secret_values(secrets_path)
+    refuse_known_secrets(path, text, values)
+    # Also the decoded strings: JSON "\u0077hsec..." or YAML "\x77hsec..." escapes hide a value.
+    try:
+        import yaml
+
+        parsed = yaml.safe_load(text)  # YAML reads JSON too
+    except Exception:  # the pipeline reports a bad file itself
+        return
+    refuse_known_secrets(f"{path} (decoded)", "\n".join(_strings(parsed, set())), values)
+
+
+def _strings(obj: object, seen: set[int]) -> list[str]:
+    """Every string in a parsed document, each shared node once (a YAML alias bomb stays small)."""
+    if id(obj) in seen:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, str):
+        return [obj]
+    items = [*obj.keys(), *obj.values()] if isinstance(obj, dict) else obj
+    if not isinstance(items, list | tuple):
+        return []
+    return [s for item in items for s in _strings(item, seen)]
 
 
 @_command

@@ -7,7 +7,9 @@ be reached or the input is bad.
 
 from __future__ import annotations
 
+import ipaddress
 import signal
+import warnings
 from pathlib import Path
 
 import click
@@ -152,6 +154,7 @@ def receive(
     server = make_server(app, sock, log_level="warning")
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    warn_if_exposed(bound_host)
     click.echo(
         f"receiving on http://{shown}:{bound_port}/ for subscription "
         f"{app.subscription_id}; captures in {out}/ (Ctrl-C stops)",
@@ -165,6 +168,17 @@ def receive(
     finally:
         signal.signal(signal.SIGTERM, previous)
     click.echo("receiver stopped", err=True)
+
+
+def warn_if_exposed(host: str) -> None:
+    """Warn when the reference receiver listens beyond loopback: it speaks plain HTTP, and the
+    service delivers to HTTPS URLs only (spec 4.1), so a TLS-terminating proxy belongs in front."""
+    if not ipaddress.ip_address(host).is_loopback:
+        warnings.warn(
+            f"listening on {host}, not loopback, over plain HTTP: put a TLS-terminating proxy "
+            "in front and keep this port off the internet",
+            stacklevel=2,
+        )
 
 
 class _Stopped(Exception):

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from audit.errors import OutputError
 from audit.ingest import records
 
 __all__ = ["PART_ROWS", "ROW_GROUP_ROWS", "PartWriter", "lock_file", "unlock_file"]
@@ -75,7 +76,12 @@ class PartWriter:
 
     def _write_month(self, month: str, table: pa.Table) -> None:
         writer, path, rows = self.open.get(month) or self._new(month)
-        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        try:
+            writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        except OSError as e:  # full disk: name the path (the store is left as it was)
+            raise OutputError(
+                f"{path}: cannot write ({e.strerror or e}); store unchanged"
+            ) from None
         rows += table.num_rows
         self.open[month] = (writer, path, rows)
         if rows >= PART_ROWS:
@@ -85,12 +91,22 @@ class PartWriter:
         name = f"part-{self.stem}-{_random.token_hex(6)}.parquet"
         path = self.staging / f"month={month}" / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        writer = pq.ParquetWriter(path, records.SCHEMA, compression="zstd")
+        try:
+            writer = pq.ParquetWriter(path, records.SCHEMA, compression="zstd")
+        except OSError as e:
+            raise OutputError(
+                f"{path}: cannot write ({e.strerror or e}); store unchanged"
+            ) from None
         return writer, path, 0
 
     def _close(self, month: str) -> None:
         writer, path, _ = self.open.pop(month)
-        writer.close()
+        try:
+            writer.close()
+        except OSError as e:
+            raise OutputError(
+                f"{path}: cannot write ({e.strerror or e}); store unchanged"
+            ) from None
         self.done.append((path, f"month={month}/{path.name}"))
 
     def finish(self) -> list[tuple[Path, str]]:

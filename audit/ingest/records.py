@@ -17,6 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.errors import LoadError
+from audit.ingest.compressed import ExpansionLimits, inflate
+from audit.ingest.compressed import _check as check_expansion
 from audit.ingest.extract import body_columns
 from audit.ingest.fast import verify_jsonl
 from audit.ingest.formats import FORMATS
@@ -29,12 +31,17 @@ __all__ = ["body_columns", "read_chunks", "stored_table", "verify_chunk"]
 
 SCHEMA = STORED_DELIVERIES.arrow_schema()
 _BOM = b"\xef\xbb\xbf"
+_GZ_STEP = 4 * 2**20  # gzip output per read, so that the expansion limits act early
 
 
 def is_gzip(path: Path) -> bool:
-    """Whether the file starts with the gzip magic bytes."""
+    """Whether the file starts with the gzip magic bytes; a 0-byte ``.gz`` is a LoadError
+    (reported, not read as an empty log)."""
     with open(path, "rb") as f:
-        return f.read(2) == b"\x1f\x8b"
+        magic = f.read(2)
+    if not magic:
+        inflate(path, b"")  # raises for a .gz name
+    return magic == b"\x1f\x8b"
 
 
 def read_chunks(
@@ -44,13 +51,17 @@ def read_chunks(
     newlines. ``skip_bytes`` (plain files only) starts after an already ingested prefix.
     A UTF-8 BOM at the very start is skipped."""
     try:
-        opener = gzip.open if is_gzip(path) else open
-        with opener(path, "rb") as f:
+        gz = is_gzip(path)
+        limits, inflated = (ExpansionLimits() if gz else None), 0
+        with open(path, "rb") as raw, gzip.open(raw) if gz else raw as f:
             if skip_bytes:
                 f.seek(skip_bytes)
             carry, line, start = b"", first_line, skip_bytes == 0
             while True:
-                block = f.read(chunk_bytes)
+                block = f.read(min(chunk_bytes, _GZ_STEP) if gz else chunk_bytes)
+                if limits is not None:  # a gzip bomb stops here, memory bounded
+                    inflated += len(block)
+                    check_expansion(path, inflated, raw.tell(), limits)
                 if start:
                     block, start = block.removeprefix(_BOM), False
                 if not block:
@@ -75,8 +86,7 @@ def read_whole(path: Path) -> bytes:
     """A whole file's content, inflated if gzip (formats that are one document: HAR)."""
     try:
         blob = path.read_bytes()
-        if blob[:2] == b"\x1f\x8b":
-            blob = gzip.decompress(blob)
+        blob = inflate(path, blob)  # gzip within the expansion limits
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise LoadError(f"{path}: truncated or corrupt gzip file ({e})") from None
     except OSError as e:

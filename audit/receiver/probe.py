@@ -157,7 +157,10 @@ def _send(client: httpx.Client, url: str, p: Prepared, timeout_s: float) -> tupl
     request = client.build_request("POST", url, headers=p.headers, content=p.body)
     started = time.perf_counter()
     try:
-        response = client.send(request)
+        # Status and headers are judged; the body is never read (a huge or endless body
+        # must not fill memory or hold the probe).
+        response = client.send(request, stream=True)
+        response.close()
     except httpx.TimeoutException as e:
         ms = (time.perf_counter() - started) * 1000
         connected = not isinstance(e, httpx.ConnectTimeout)

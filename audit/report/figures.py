@@ -51,15 +51,16 @@ def verdicts(run: RunData) -> HTML:
 
 
 def clock_skew(run: RunData) -> HTML:
-    """Histogram of the difference between the signed timestamp and the receipt time."""
+    """Scatter over the period of receipt time minus signed timestamp, by verdict."""
     if (note := _nothing(run, "Clock skew")) is not None:
         return note
     from audit.plotting import plot_clock_skew
 
     return embed(
         plot_clock_skew(_period_deliveries(run)),
-        "Histogram of clock skew (receipt time minus signed timestamp, seconds) by verdict; "
-        "the dashed lines mark the 5-minute tolerance.",
+        "Scatter of clock skew (receipt time minus signed timestamp, seconds, symlog scale) "
+        "of every request over the period, by verdict; the dashed lines mark the 5-minute "
+        "tolerance.",
     )
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from audit.report.markup import badge, esc, text
+from audit.safe import defang
 
 __all__ = ["HTML", "duration", "percent", "table"]
 
@@ -98,6 +99,8 @@ def _cell(value: object, kind: str) -> tuple[str, bool]:
             return esc(percent(float(value))), True  # type: ignore[arg-type]
         except (TypeError, ValueError):
             return text(value), False
+    if kind == "url":  # a domain has no scheme: defang it anyway
+        return esc(defang(str(value))), False
     if kind == "label":
         return text(str(value).replace("_", " ")), False
     if kind == "file":

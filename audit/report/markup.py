@@ -7,6 +7,7 @@ Badges carry a word and a symbol as well as a colour, so they read in grey print
 from __future__ import annotations
 
 import html
+import re
 
 from audit.safe import defang
 
@@ -69,8 +70,17 @@ figure.audit figcaption { color: #444; font-size: 0.9em; max-width: 60em; }
 
 
 def esc(value: object) -> str:
-    """HTML-escape ``str(value)``."""
-    return html.escape("" if value is None else str(value), quote=True)
+    r"""HTML-escape ``str(value)``; bidi controls (which can make ``evil.example`` read as
+    something else) are shown as their ``\uXXXX`` code.
+
+    >>> esc(chr(0x202E) + "elpmaxe<")
+    '\\u202eelpmaxe&lt;'
+    """
+    text = html.escape("" if value is None else str(value), quote=True)
+    return _BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def text(value: object) -> str:

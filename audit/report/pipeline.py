@@ -241,6 +241,16 @@ def _notebook(notebook: str | os.PathLike | None) -> Path:
     path = Path(notebook).expanduser()
     if not path.is_file():
         raise ParameterError(f"--notebook: {path} is not a file")
+    try:  # a template that is not a notebook is a bad parameter, found before any work
+        import warnings
+
+        import nbformat
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # nbformat's notices about old templates
+            nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+    except Exception as e:
+        raise ParameterError(f"--notebook: {path} is not a notebook ({type(e).__name__})") from None
     return path.resolve()
 
 

@@ -13,6 +13,7 @@ import os
 import sys
 import tempfile
 import uuid
+import warnings
 from importlib import resources
 from pathlib import Path
 
@@ -118,17 +119,20 @@ def render(notebook: Path, run_dir: Path, *, title: str, timeout_s: int) -> Path
     # batch kernel that never debugs.
     os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     try:
-        pm.execute_notebook(
-            str(notebook),
-            str(output),
-            parameters={"run_dir": str(run_dir)},
-            kernel_name="python3",
-            progress_bar=False,
-            cwd=str(run_dir),
-            execution_timeout=timeout_s,
-            start_timeout=120,
-            kernel_manager_class=_kernel_manager_class(),
-        )
+        with warnings.catch_warnings():
+            # nbformat's notice about a user's template written without cell ids is not ours to show
+            warnings.filterwarnings("ignore", message="Cell is missing an id field")
+            pm.execute_notebook(
+                str(notebook),
+                str(output),
+                parameters={"run_dir": str(run_dir)},
+                kernel_name="python3",
+                progress_bar=False,
+                cwd=str(run_dir),
+                execution_timeout=timeout_s,
+                start_timeout=120,
+                kernel_manager_class=_kernel_manager_class(),
+            )
     except PapermillExecutionError as e:
         first = (str(e.evalue).splitlines() or [""])[0][:300]
         raise ReportError(

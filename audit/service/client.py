@@ -72,8 +72,8 @@ __all__ = [
 class IssuedSecret:
     """A signing secret the service just issued (creation or rotation).
 
-    The value is hidden from ``repr``; save it (e.g. with :func:`audit.ingest.secrets.add_secret`)
-    because the service never shows it again.
+    The value is hidden from ``repr``; save it (e.g. with
+    :func:`audit.ingest.secrets_file.add_secret`) because the service never shows it again.
 
     Attributes
     ----------

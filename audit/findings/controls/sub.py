@@ -170,5 +170,6 @@ def sub_05(s: Scope) -> list[Outcome]:
             if given
             else f"The listing fetched at {iso(latest_at)} gives no lastDeliveryStatus."
         )
-        out.append(verdict(not failed, reason, sub, ev))
+        # no status given: the listing cannot answer (skip, never pass)
+        out.append(verdict(not failed, reason, sub, ev) if given else skip(reason, sub, **ev))
     return out
