@@ -39,3 +39,30 @@ def test_unknown_check_id_is_a_one_line_error(tmp_path, capsys):
     assert main([*args, "--only", "valid_accepted,no_such_check", "--dry-run"]) == 3
     err = capsys.readouterr().err
     assert err.startswith("audit: error:") and "no_such_check" in err and err.count("\n") == 1
+
+
+def test_a_token_in_the_target_query_reaches_the_receiver_but_no_output(tmp_path):
+    # Before: the target URL was written as given, so ?token=... landed in probe.json,
+    # findings, junit.xml and probe.html.
+    from audit.receiver.probe_report import write_outputs
+
+    secrets = write_secrets(tmp_path / "s.json", {"wh_1": [{"secret": "whsec_review_probe_3"}]})
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(204)
+
+    result = run_probe(
+        "http://127.0.0.1:9/hook?token=tok3n-value",
+        secrets,
+        "wh_1",
+        only=["valid_accepted"],
+        transport=httpx.MockTransport(handler),
+    )
+    assert seen == ["http://127.0.0.1:9/hook?token=tok3n-value"]
+    paths = write_outputs(result, tmp_path / "out")
+    assert paths
+    for path in paths:
+        assert "tok3n" not in path.read_text(encoding="utf-8"), path.name
+    assert result.target == "http://127.0.0.1:9/hook?token=REDACTED"

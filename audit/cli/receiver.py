@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from audit.receiver.probe import ProbeResult, check_target, plan, run_probe
+from audit.receiver.probe import ProbeResult, check_target, plan, run_probe, shown_url
 from audit.spec import DEFAULT_HEADER_PREFIX
 
 __all__ = ["COMMANDS", "probe", "receive"]
@@ -76,7 +76,9 @@ def probe(
     if dry_run:
         target = check_target(url)
         steps = plan(secrets_path, subscription_id, only=only or None, header_prefix=header_prefix)
-        click.echo(f"plan for {target} (subscription {subscription_id}); nothing is sent:")
+        click.echo(
+            f"plan for {shown_url(target)} (subscription {subscription_id}); nothing is sent:"
+        )
         width = max(len(c.id) for c, _ in steps)
         for c, skip in steps:
             what = f"skipped: {skip}" if skip else c.sends

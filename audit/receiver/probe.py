@@ -34,7 +34,15 @@ from audit.service.request_checks import require_https_unless_loopback
 from audit.spec import DEFAULT_HEADER_PREFIX, DELIVERY_TIMEOUT_S
 from audit.version import package_version
 
-__all__ = ["USER_AGENT", "CheckResult", "ProbeResult", "check_target", "plan", "run_probe"]
+__all__ = [
+    "USER_AGENT",
+    "CheckResult",
+    "ProbeResult",
+    "check_target",
+    "plan",
+    "run_probe",
+    "shown_url",
+]
 
 USER_AGENT = (
     f"audit-probe/{package_version()} (webhook receiver conformance probe; sends webhook.test "
@@ -115,6 +123,20 @@ def check_target(url: str) -> str:
         raise InputError("the receiver URL must not hold credentials")
     require_https_unless_loopback(u, "send signed requests")
     return url.strip()
+
+
+def shown_url(url: str) -> str:
+    """The URL as outputs show it: query values (often a token) replaced by ``REDACTED``.
+
+    >>> shown_url("https://hooks.example/wh?token=s3cr3t&x=1")
+    'https://hooks.example/wh?token=REDACTED&x=REDACTED'
+    >>> shown_url("http://127.0.0.1:8000/hook")
+    'http://127.0.0.1:8000/hook'
+    """
+    u = httpx.URL(url)
+    if not u.query:
+        return url
+    return str(u.copy_with(params={k: "REDACTED" for k in u.params}))
 
 
 def plan(
@@ -311,11 +333,11 @@ def run_probe(
                 )
             )
     if answered and not reached:
-        raise UnreachableError(f"cannot reach the receiver at {target}: {unreachable}")
+        raise UnreachableError(f"cannot reach the receiver at {shown_url(target)}: {unreachable}")
     if any(c.id == "within_timeout" for c in checks):
         results.append(_within_timeout(answered, limit_ms))
     return ProbeResult(
-        target=target,
+        target=shown_url(target),  # outputs never carry a token from the query
         subscription_id=subscription_id,
         started_at=started_at,
         finished_at=datetime.fromtimestamp(clock(), UTC),
