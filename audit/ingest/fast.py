@@ -32,7 +32,7 @@ from audit.ingest.extract import extract as _extract
 from audit.ingest.formats.base import _NO_ENVELOPE, COLUMNS, NAT, _in_range, _time_ns
 from audit.ingest.formats.jsonl import parse_jsonl
 from audit.ingest.secrets import SecretStore
-from audit.ingest.signatures import verify_columns
+from audit.ingest.signatures import subscription_logged, verify_parsed
 from audit.spec import SIGNATURE_HEX_LEN, SIGNATURE_PREFIX
 from audit.timeutil import parse_iso_ns
 
@@ -349,22 +349,8 @@ def _exact(rows: list, slow: list[int], source, wanted, secrets, tolerance_s, ex
         unreadable += buf.unreadable
         buffers.append(buf.rows[0])
     cols = {n: list(v) for n, v in zip(COLUMNS, zip(*buffers, strict=True), strict=True)}
-    logged = [
-        None if v == "unreadable" else s is not None
-        for s, v in zip(cols["subscription_id"], cols["verdict"], strict=True)
-    ]
-    v = verify_columns(
-        cols["signature"],
-        cols["timestamp_header"],
-        cols["body"],
-        cols["received_at"],
-        cols["subscription_id"],
-        cols["verdict"],
-        cols["detail"],
-        secrets,
-        tolerance_s=tolerance_s,
-    )
-    cols.update(vars(v))
+    logged = subscription_logged(cols)
+    cols.update(verify_parsed(cols, secrets, tolerance_s=tolerance_s))
     names = (*COLUMNS, "hmac_ok", "skew_s", "matched_secret")
     for k, i in enumerate(slow):
         more = _extract(cols["body"][k]) if extract else ()

@@ -38,7 +38,7 @@ from audit.ingest.compressed import ExpansionLimits, inflate
 from audit.ingest.formats import FORMATS, format_of
 from audit.ingest.formats.base import NAT
 from audit.ingest.secrets import SecretStore
-from audit.ingest.signatures import verify_columns
+from audit.ingest.signatures import verify_parsed
 from audit.paths import expand
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 
@@ -127,23 +127,8 @@ def _work(task: tuple, data: bytes | None = None) -> tuple[pa.RecordBatch, int, 
     buf = FORMATS[kind].parse(data, source, wanted, first_line)
     columns = buf.columns()
     if secrets is not None:
-        columns.update(_verified(columns, secrets, tolerance_s))
+        columns.update(verify_parsed(columns, secrets, tolerance_s=tolerance_s))
     return _batch(columns), buf.naive_times, buf.unreadable
-
-
-def _verified(columns: dict[str, list], secrets: SecretStore, tolerance_s: float) -> dict:
-    v = verify_columns(
-        columns["signature"],
-        columns["timestamp_header"],
-        columns["body"],
-        columns["received_at"],
-        columns["subscription_id"],
-        columns["verdict"],
-        columns["detail"],
-        secrets,
-        tolerance_s=tolerance_s,
-    )
-    return dict(vars(v))
 
 
 _ARROW_TYPES = {

@@ -24,7 +24,7 @@ from audit.ingest.fast import verify_jsonl
 from audit.ingest.formats import FORMATS
 from audit.ingest.formats.base import NAT
 from audit.ingest.secrets import SecretStore
-from audit.ingest.signatures import verify_columns
+from audit.ingest.signatures import subscription_logged, verify_columns, verify_parsed
 from audit.tables import STORED_DELIVERIES
 
 __all__ = ["body_columns", "read_chunks", "stored_table", "verify_chunk"]
@@ -147,22 +147,8 @@ def verify_chunk(
         return stored_table(columns, file_sha256), naive
     buf = FORMATS[kind].parse(data, source, wanted, first_line)
     columns = buf.columns()
-    columns["subscription_logged"] = [
-        None if v == "unreadable" else s is not None
-        for s, v in zip(columns["subscription_id"], columns["verdict"], strict=True)
-    ]
-    v = verify_columns(
-        columns["signature"],
-        columns["timestamp_header"],
-        columns["body"],
-        columns["received_at"],
-        columns["subscription_id"],
-        columns["verdict"],
-        columns["detail"],
-        secrets,
-        tolerance_s=tolerance_s,
-    )
-    columns.update(vars(v))
+    columns["subscription_logged"] = subscription_logged(columns)
+    columns.update(verify_parsed(columns, secrets, tolerance_s=tolerance_s))
     return stored_table(columns, file_sha256), buf.naive_times
 
 

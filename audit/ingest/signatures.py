@@ -22,8 +22,10 @@ __all__ = [
     "Verification",
     "check_signature_header",
     "sign",
+    "subscription_logged",
     "verify",
     "verify_columns",
+    "verify_parsed",
 ]
 
 #: Every verdict, in the order the checks run ("unreadable" comes from loading).
@@ -322,3 +324,37 @@ def verify_columns(
         new = details[i]
         details[i] = note if new is None or note.startswith(new) else f"{new}; {note}"
     return VerifiedColumns(verdicts, details, hmac_ok, skews, matched_ids, subs)
+
+
+def verify_parsed(
+    columns: dict[str, list], secrets: SecretStore, *, tolerance_s: float = CLOCK_TOLERANCE_S
+) -> dict[str, list]:
+    """The verification columns (``hmac_ok``, ``skew_s``, ``matched_secret``, and the final
+    ``verdict`` and ``detail``) of a parser's columns (:meth:`Buffer.columns`), in one call.
+
+    The one place the loaders, the store and the fast path's exact fallback turn parsed
+    records into verdicts.
+    """
+    return dict(
+        vars(
+            verify_columns(
+                columns["signature"],
+                columns["timestamp_header"],
+                columns["body"],
+                columns["received_at"],
+                columns["subscription_id"],
+                columns["verdict"],
+                columns["detail"],
+                secrets,
+                tolerance_s=tolerance_s,
+            )
+        )
+    )
+
+
+def subscription_logged(columns: dict[str, list]) -> list[bool | None]:
+    """Whether each record named its subscription (None for unreadable records)."""
+    return [
+        None if v == "unreadable" else s is not None
+        for s, v in zip(columns["subscription_id"], columns["verdict"], strict=True)
+    ]

@@ -18,7 +18,7 @@ from audit.ingest.formats import format_of, jsonl
 from audit.ingest.load import LoadWarning, expand_paths
 from audit.ingest.query import frame_from_arrow
 from audit.ingest.secrets import read_secrets
-from audit.ingest.signatures import verify_columns
+from audit.ingest.signatures import subscription_logged, verify_parsed
 from audit.ingest.verification import VERDICT_COLUMNS
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 
@@ -192,22 +192,8 @@ def _sha256(path) -> str:
 def _whole(path, wanted, secrets, tolerance_s, names) -> tuple[pa.Table, int, int]:
     buf = format_of(path.name).parse(records.read_whole(path), str(path), wanted)
     cols = buf.columns()
-    cols["subscription_logged"] = [
-        None if v == "unreadable" else s is not None
-        for s, v in zip(cols["subscription_id"], cols["verdict"], strict=True)
-    ]
-    v = verify_columns(
-        cols["signature"],
-        cols["timestamp_header"],
-        cols["body"],
-        cols["received_at"],
-        cols["subscription_id"],
-        cols["verdict"],
-        cols["detail"],
-        secrets,
-        tolerance_s=tolerance_s,
-    )
-    cols.update(vars(v))
+    cols["subscription_logged"] = subscription_logged(cols)
+    cols.update(verify_parsed(cols, secrets, tolerance_s=tolerance_s))
     if set(names) & set(EXTRACTED):
         cols.update(body_columns(cols["body"]))
     return records.stored_columns(cols, names), buf.unreadable, buf.naive_times
