@@ -180,9 +180,7 @@ def verify_jsonl(
         except decode_error:
             rec = None
         if type(rec) is dict and rec.keys() <= _KEYS:
-            row = _fast(rec, source, line, wanted, keyed, tol_ns, envelope, compare, plans)
-            if row is not None and _named_twice(raw, rec["headers"], wanted):
-                row = None  # JSON kept the last of two same-named headers: the exact path judges
+            row = _fast(rec, raw, source, line, wanted, keyed, tol_ns, envelope, compare, plans)
         if row is None:
             slow.append(len(rows))
             rows.append((line, raw))
@@ -205,24 +203,23 @@ def verify_jsonl(
 _MISS = object()
 
 
-def _named_twice(raw: bytes, headers: dict, wanted: dict[str, str]) -> bool:
-    """Whether a delivery header's exact name appears twice as a key in the raw line (JSON
-    parsers keep the last; the exact path sees both and calls the header repeated)."""
-    return any(
-        raw.count(b'"' + name.encode() + b'"') > 1 for name in headers if name.lower() in wanted
-    )
-
-
-def _plan(names: tuple[str, ...], wanted: dict[str, str]) -> tuple[tuple[str, str], ...] | None:
-    """Which header names are delivery headers (name, column key); None when one is named
-    twice in any case (the exact path decides what a repeated header means)."""
-    plan = [(name, wanted[name.lower()]) for name in names if name.lower() in wanted]
-    if len({key for _, key in plan}) != len(plan):
+def _plan(
+    names: tuple[str, ...], wanted: dict[str, str]
+) -> tuple[tuple[str, str, bytes], ...] | None:
+    """Which header names are delivery headers (name, column key, the name as a quoted JSON
+    key); None when one is named twice in any case (the exact path decides what a repeated
+    header means)."""
+    plan = [
+        (name, wanted[name.lower()], orjson.dumps(name)) for name in names if name.lower() in wanted
+    ]
+    if len({key for _, key, _ in plan}) != len(plan):
         return None
     return tuple(plan)
 
 
-def _fast(rec: dict, source, line, wanted, keyed, tol_ns, envelope, compare, plans) -> tuple | None:
+def _fast(
+    rec: dict, raw: bytes, source, line, wanted, keyed, tol_ns, envelope, compare, plans
+) -> tuple | None:
     """The row of a plain, valid record; None sends it to the exact path."""
     received, headers, text, sub = (
         rec.get("received_at"),
@@ -262,7 +259,10 @@ def _fast(rec: dict, source, line, wanted, keyed, tol_ns, envelope, compare, pla
     for value in headers.values():  # any odd value (even an unrelated header's): exact path
         if type(value) is not str:
             return None
-    hdr = {key: headers[name] for name, key in plan}
+    for _, _, quoted in plan:  # JSON keeps the last of two same-named keys: the exact path
+        if raw.count(quoted) > 1:  # sees both and calls the header repeated
+            return None
+    hdr = {key: headers[name] for name, key, _ in plan}
     signature, timestamp = hdr.get("signature"), hdr.get("timestamp")
     if (
         signature is None
