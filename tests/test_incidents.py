@@ -27,6 +27,7 @@ from audit.analysis.incidents import (
     INCIDENT_TABLE_COLUMNS,
     INTERVAL_COLUMNS,
     incident_events,
+    incidents_and_intervals,
     incidents_table,
     status_intervals,
 )
@@ -192,6 +193,21 @@ def test_scenario_a_intervals_by_hand(scenario_a):
     assert iv["duration_s"].tolist() == [3600.0, 3600.0, 3600.0, 7200.0, 68400.0]
     assert iv["announced"].tolist() == [False, True, True, True, True]  # created is no change
     assert iv["current"].tolist() == [False, False, False, False, True]
+
+
+def test_one_fold_gives_both_tables_by_hand(scenario_a):
+    inc, iv = incidents_and_intervals(scenario_a, as_of=AS_OF)
+    pd.testing.assert_frame_equal(iv, status_intervals(scenario_a, as_of=AS_OF))
+    assert iv["duration_s"].tolist() == [3600.0, 3600.0, 3600.0, 7200.0, 68400.0]
+    assert one(inc)["awaiting_client_s"] == 3600.0  # approval_required +120 to +180
+    assert iv.attrs["counts"] == inc.attrs["counts"]
+
+
+def test_one_fold_of_no_valid_event_gives_two_empty_tables(tmp_path):
+    forged = [signed(SCENARIO_A[0], 310, forged=True)]
+    inc, iv = incidents_and_intervals(verified(tmp_path, forged), as_of=AS_OF)
+    assert inc.empty and list(inc.columns) == list(INCIDENT_TABLE_COLUMNS)
+    assert iv.empty and list(iv.columns) == list(INTERVAL_COLUMNS)
 
 
 def test_events_delivered_out_of_order_fold_by_event_time(tmp_path, scenario_a):

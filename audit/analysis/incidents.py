@@ -66,6 +66,7 @@ __all__ = [
     "INCIDENT_TABLE_COLUMNS",
     "INTERVAL_COLUMNS",
     "incident_events",
+    "incidents_and_intervals",
     "incidents_table",
     "status_intervals",
 ]
@@ -226,13 +227,30 @@ def incidents_table(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.Data
     >>> from audit.analysis.takedown import takedown_durations
     >>> durations, exclusions, _ = takedown_durations(inc, as_of=as_of)  # doctest: +SKIP
     """
+    return incidents_and_intervals(deliveries, as_of=as_of)[0]
+
+
+def incidents_and_intervals(
+    deliveries: pd.DataFrame, *, as_of: pd.Timestamp
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`incidents_table` and :func:`status_intervals` from one fold of the events (each
+    alone folds them again)."""
     as_of = as_utc(as_of)
     events, counts = _events(deliveries, as_of)
+    runs = _intervals(events, as_of)
+    intervals = runs.drop(columns="first")
+    intervals.attrs["counts"] = counts
     if events.empty:
         out = _empty(_INCIDENT_DTYPES)
         out.attrs["counts"] = counts
-        return out
+        return out, intervals
+    result = _fold(events, runs, as_of)
+    result.attrs["counts"] = counts
+    return result, intervals
 
+
+def _fold(events: pd.DataFrame, runs: pd.DataFrame, as_of: pd.Timestamp) -> pd.DataFrame:
+    """The incidents table from the events and their status runs (see :func:`incidents_table`)."""
     by = events.groupby("incident_id", sort=True)
     folded = by[list(_FIELD_COLUMNS)].last()  # last non-missing value of each field
     times = by["event_timestamp"]
@@ -261,7 +279,6 @@ def incidents_table(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.Data
     ttd = (out["takedown_at"] - out["created_at"]).dt.total_seconds()
     out["time_to_takedown_s"] = ttd.where(taken)
 
-    runs = _intervals(events, as_of)
     waiting = runs[np.isin(runs["status"].to_numpy(dtype=object), CLIENT_WAIT_STATUSES)]
     wait_s = waiting.groupby("incident_id")["duration_s"].sum()
     has_status = folded["status"].notna()  # some event carries a status
@@ -273,6 +290,4 @@ def incidents_table(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.Data
     joined = missed.groupby("incident_id")["status"].agg(",".join) if len(missed) else None
     out["missed_statuses"] = "" if joined is None else joined.reindex(out.index).fillna("")
 
-    result = _typed(out.reset_index(), _INCIDENT_DTYPES)
-    result.attrs["counts"] = counts
-    return result
+    return _typed(out.reset_index(), _INCIDENT_DTYPES)
