@@ -19,20 +19,70 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from audit.analysis.analyze import Analysis, analyze, run_analyses
-from audit.analysis.deliveries import events_table, infer_attempts
-from audit.analysis.incidents import incidents_table, status_intervals
-from audit.analysis.subscriptions import load_snapshots
-from audit.analysis.survival import kaplan_meier, km_quantile
-from audit.analysis.takedown import takedown_durations
-from audit.errors import AuditError
-from audit.findings import run_controls
-from audit.ingest.load import Captures, load_captures
-from audit.ingest.secrets import SecretStore, read_secrets
-from audit.ingest.signatures import VERDICTS, sign, verify
-from audit.ingest.verification import audit_signatures, verdict_counts, verify_frame
-from audit.report import parse_period, run_report
-from audit.service.client import ServiceClient
+import importlib
+import typing
+
+if typing.TYPE_CHECKING:
+    from audit.analysis.analyze import Analysis, analyze, run_analyses
+    from audit.analysis.deliveries import events_table, infer_attempts
+    from audit.analysis.incidents import incidents_table, status_intervals
+    from audit.analysis.subscriptions import load_snapshots
+    from audit.analysis.survival import kaplan_meier, km_quantile
+    from audit.analysis.takedown import takedown_durations
+    from audit.errors import AuditError
+    from audit.findings import run_controls
+    from audit.ingest.load import Captures, load_captures
+    from audit.ingest.secrets import SecretStore, read_secrets
+    from audit.ingest.signatures import VERDICTS, sign, verify
+    from audit.ingest.verification import audit_signatures, verdict_counts, verify_frame
+    from audit.report import parse_period, run_report
+    from audit.service.client import ServiceClient
+
+#: Where each public name lives. They are imported on first use (PEP 562), so that ``import
+#: audit.cli`` (``audit verify``) does not pay for pandas, matplotlib, httpx or papermill.
+_WHERE = {
+    "Analysis": "audit.analysis.analyze",
+    "analyze": "audit.analysis.analyze",
+    "run_analyses": "audit.analysis.analyze",
+    "events_table": "audit.analysis.deliveries",
+    "infer_attempts": "audit.analysis.deliveries",
+    "incidents_table": "audit.analysis.incidents",
+    "status_intervals": "audit.analysis.incidents",
+    "load_snapshots": "audit.analysis.subscriptions",
+    "kaplan_meier": "audit.analysis.survival",
+    "km_quantile": "audit.analysis.survival",
+    "takedown_durations": "audit.analysis.takedown",
+    "AuditError": "audit.errors",
+    "run_controls": "audit.findings",
+    "Captures": "audit.ingest.load",
+    "load_captures": "audit.ingest.load",
+    "SecretStore": "audit.ingest.secrets",
+    "read_secrets": "audit.ingest.secrets",
+    "VERDICTS": "audit.ingest.signatures",
+    "sign": "audit.ingest.signatures",
+    "verify": "audit.ingest.signatures",
+    "audit_signatures": "audit.ingest.verification",
+    "verdict_counts": "audit.ingest.verification",
+    "verify_frame": "audit.ingest.verification",
+    "parse_period": "audit.report",
+    "run_report": "audit.report",
+    "ServiceClient": "audit.service.client",
+}
+
+
+def __getattr__(name: str) -> object:
+    """A public name, imported from its module on first use (then kept as a plain attribute)."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "VERDICTS",

@@ -23,6 +23,7 @@ from audit.errors import OutputError
 __all__ = [
     "atomic_output",
     "real_target",
+    "write_arrow_parquet_atomic",
     "write_json_atomic",
     "write_parquet_atomic",
     "write_text_atomic",
@@ -107,9 +108,14 @@ _ROW_GROUP_ROWS = 128 * 1024
 def write_parquet_atomic(df, path: str | os.PathLike) -> Path:
     """Write a frame as one zstd-compressed Parquet file beside ``path``, then rename over it."""
     import pyarrow as pa
+
+    return write_arrow_parquet_atomic(pa.Table.from_pandas(df, preserve_index=False), path)
+
+
+def write_arrow_parquet_atomic(table, path: str | os.PathLike) -> Path:
+    """Write an Arrow table as :func:`write_parquet_atomic` writes a frame (no pandas needed)."""
     import pyarrow.parquet as pq
 
-    table = pa.Table.from_pandas(df, preserve_index=False)
     with atomic_output(path, binary=True) as f:
         pq.write_table(table, f, compression="zstd", row_group_size=_ROW_GROUP_ROWS)
     return real_target(path)

@@ -23,29 +23,44 @@ Dtype names (pandas dtype / Arrow type):
 
 from __future__ import annotations
 
+import functools
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib.metadata import version
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from audit.errors import SchemaError
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 __all__ = ["Column", "Table"]
 
-_STR = pd.StringDtype(na_value=np.nan)
-_PANDAS: dict[str, object] = {
-    "str": _STR,
-    "int": np.dtype("int64"),
-    "Int": pd.Int64Dtype(),
-    "Float": pd.Float64Dtype(),
-    "bool": pd.BooleanDtype(),
-    "time": pd.DatetimeTZDtype("ns", "UTC"),
-    "bytes": np.dtype(object),
-    "float": np.dtype("float64"),
-    "flag": np.dtype(bool),
-    "list": np.dtype(object),
-}
+
+@functools.cache
+def _pandas_dtypes() -> dict[str, object]:
+    """Dtype name -> pandas dtype; built on first use, so that declaring tables (and the Arrow
+    schemas) does not import pandas."""
+    import numpy as np
+    import pandas as pd
+
+    return {
+        "str": pd.StringDtype(na_value=np.nan),
+        "int": np.dtype("int64"),
+        "Int": pd.Int64Dtype(),
+        "Float": pd.Float64Dtype(),
+        "bool": pd.BooleanDtype(),
+        "time": pd.DatetimeTZDtype("ns", "UTC"),
+        "bytes": np.dtype(object),
+        "float": np.dtype("float64"),
+        "flag": np.dtype(bool),
+        "list": np.dtype(object),
+    }
+
+
 _ARROW: dict[str, pa.DataType] = {
     "str": pa.string(),
     "int": pa.int64(),
@@ -57,6 +72,19 @@ _ARROW: dict[str, pa.DataType] = {
     "float": pa.float64(),
     "flag": pa.bool_(),
     "list": pa.list_(pa.string()),
+}
+#: What ``pa.Table.from_pandas`` makes of a column in each declared dtype: its Arrow type and
+#: its entry in the ``pandas`` schema metadata (``pandas_type``, ``numpy_type``, ``metadata``).
+#: ``bytes`` and ``list`` columns are object columns: their Arrow type depends on the values.
+_FROM_PANDAS: dict[str, tuple[pa.DataType, str, str, dict | None]] = {
+    "str": (pa.large_string(), "object", "str", None),
+    "int": (pa.int64(), "int64", "int64", None),
+    "Int": (pa.int64(), "int64", "Int64", None),
+    "Float": (pa.float64(), "float64", "Float64", None),
+    "bool": (pa.bool_(), "bool", "boolean", None),
+    "time": (pa.timestamp("ns", tz="UTC"), "datetimetz", "datetime64[ns]", {"timezone": "UTC"}),
+    "float": (pa.float64(), "float64", "float64", None),
+    "flag": (pa.bool_(), "bool", "bool", None),
 }
 
 
@@ -70,7 +98,7 @@ class Column:
     meaning: str
 
     def __post_init__(self) -> None:
-        if self.dtype not in _PANDAS:
+        if self.dtype not in _ARROW:
             raise ValueError(f"column {self.name}: unknown dtype {self.dtype!r}")
 
 
@@ -95,7 +123,8 @@ class Table:
 
     def dtypes(self) -> dict[str, object]:
         """Column name -> pandas dtype."""
-        return {c.name: _PANDAS[c.dtype] for c in self.columns}
+        dtypes = _pandas_dtypes()
+        return {c.name: dtypes[c.dtype] for c in self.columns}
 
     def arrow_schema(self) -> pa.Schema:
         """The Arrow (and Parquet) schema, with each column's meaning as field metadata."""
@@ -106,9 +135,46 @@ class Table:
             ]
         )
 
+    def pandas_schema(self, names: Sequence[str]) -> pa.Schema:
+        """The Arrow schema ``pa.Table.from_pandas(frame, preserve_index=False)`` gives a frame
+        of these columns in their declared dtypes, ``pandas`` metadata included (so a Parquet
+        file reads back into pandas in those dtypes), built without importing pandas.
+
+        Casting a table of these columns (in :meth:`arrow_schema` types) to it gives what a
+        round trip through pandas gives. ValueError for a ``bytes`` or ``list`` column.
+        """
+        fields, described = [], []
+        for name in names:
+            c = self.column(name)
+            if c.dtype not in _FROM_PANDAS:
+                raise ValueError(f"{self.name}: column {name!r} ({c.dtype}) depends on values")
+            arrow_type, pandas_type, numpy_type, metadata = _FROM_PANDAS[c.dtype]
+            fields.append(pa.field(name, arrow_type))
+            described.append(
+                {
+                    "name": name,
+                    "field_name": name,
+                    "pandas_type": pandas_type,
+                    "numpy_type": numpy_type,
+                    "metadata": metadata,
+                }
+            )
+        pandas = {  # as pyarrow.pandas_compat.construct_metadata writes it
+            "index_columns": [],
+            "column_indexes": [],
+            "columns": described,
+            "attributes": {},
+            "creator": {"library": "pyarrow", "version": pa.__version__},
+            "pandas_version": version("pandas"),
+        }
+        return pa.schema(fields, metadata={b"pandas": json.dumps(pandas).encode("utf8")})
+
     def empty(self) -> pd.DataFrame:
         """A frame with no rows and every column in its declared dtype."""
-        return pd.DataFrame({c.name: pd.Series([], dtype=_PANDAS[c.dtype]) for c in self.columns})
+        import pandas as pd
+
+        dtypes = _pandas_dtypes()
+        return pd.DataFrame({c.name: pd.Series([], dtype=dtypes[c.dtype]) for c in self.columns})
 
     def row(self, **values: object) -> dict[str, object]:
         """One row by column name: every declared column, missing ones None; an undeclared
@@ -125,8 +191,11 @@ class Table:
 
     def frame(self, rows: list[dict[str, object]]) -> pd.DataFrame:
         """Rows (from :meth:`row`) as a frame in the declared column order and dtypes."""
+        import pandas as pd
+
         if not rows:
             return self.empty()
+        dtypes = _pandas_dtypes()
         out = {}
         for c in self.columns:
             values = [r.get(c.name) for r in rows]
@@ -134,11 +203,11 @@ class Table:
                 out[c.name] = pd.Series(values, dtype=object)
             elif c.dtype == "time":
                 times = pd.to_datetime(pd.Series(values, dtype=object), utc=True)
-                out[c.name] = times.astype(_PANDAS["time"])
+                out[c.name] = times.astype(dtypes["time"])
             elif not c.nullable and any(v is None for v in values):
                 raise SchemaError(f"{self.name}: column {c.name!r} cannot be missing")
             else:
-                out[c.name] = pd.Series(values).astype(_PANDAS[c.dtype])
+                out[c.name] = pd.Series(values).astype(dtypes[c.dtype])
         return pd.DataFrame(out)
 
     def extend(self, name: str, *columns: Column) -> Table:
@@ -147,13 +216,16 @@ class Table:
 
     def problems(self, df: pd.DataFrame) -> list[str]:
         """Every way ``df`` departs from the schema (missing columns, dtypes, nulls)."""
+        import pandas as pd
+
+        dtypes = _pandas_dtypes()
         out = []
         for c in self.columns:
             if c.name not in df.columns:
                 out.append(f"missing column {c.name!r}")
                 continue
             s = df[c.name]
-            want = _PANDAS[c.dtype]
+            want = dtypes[c.dtype]
             if c.dtype == "time":
                 ok = isinstance(s.dtype, pd.DatetimeTZDtype) and str(s.dtype.tz) == "UTC"
             elif c.dtype == "str":
@@ -170,6 +242,7 @@ class Table:
         """Return ``df`` unchanged, or raise one SchemaError listing every problem.
 
         >>> t = Table("t", (Column("a", "str", False, "a"), Column("b", "Int", True, "b")))
+        >>> import pandas as pd
         >>> t.validate(pd.DataFrame({"a": [1]}))
         Traceback (most recent call last):
         ...
@@ -182,13 +255,16 @@ class Table:
 
     def conform(self, df: pd.DataFrame) -> pd.DataFrame:
         """The declared columns of ``df`` in order, cast to their declared dtypes."""
+        import pandas as pd
+
+        dtypes = _pandas_dtypes()
         out = {}
         for c in self.columns:
             s = df[c.name]
             if c.dtype == "time":
-                out[c.name] = s.astype(_PANDAS["time"])
-            elif c.dtype != "bytes" and s.dtype != _PANDAS[c.dtype]:
-                out[c.name] = s.astype(_PANDAS[c.dtype])
+                out[c.name] = s.astype(dtypes["time"])
+            elif c.dtype != "bytes" and s.dtype != dtypes[c.dtype]:
+                out[c.name] = s.astype(dtypes[c.dtype])
             else:
                 out[c.name] = s
         return pd.DataFrame(out, index=df.index)

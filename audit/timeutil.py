@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from audit.errors import ParameterError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["as_utc", "ns_to_iso", "parse_iso_ns", "parse_time_ns"]
 
@@ -72,6 +74,8 @@ def as_utc(value: object, *, name: str = "as_of") -> pd.Timestamp:
     ...
     audit.errors.ParameterError: as_of '2026-11-01' has no UTC offset; it must be timezone-aware ...
     """
+    import pandas as pd  # here, not at the top: the verify path parses times without pandas
+
     try:
         ts = pd.Timestamp(value)  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import types
 
 import pytest
 
 import audit
+from audit import findings
 from audit.cli import cli, main
 
 
@@ -17,13 +19,23 @@ def test_all_is_sorted_and_complete():
 
 
 def test_all_lists_every_public_name():
-    """httpx's rule: every public, non-module name of the package is in __all__, and no more."""
+    """httpx's rule: every public, non-module name of the package is in __all__, and no more
+    (``dir``: the names are imported on first use)."""
     public = {
         name
-        for name, value in vars(audit).items()
-        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+        for name in dir(audit)
+        if not name.startswith("_") and not isinstance(getattr(audit, name), types.ModuleType)
     }
     assert public - {"annotations"} == set(audit.__all__)
+
+
+@pytest.mark.parametrize("package", [audit, findings])
+def test_lazy_names_are_the_public_names(package):
+    assert set(package._WHERE) == set(package.__all__)
+    for name in package.__all__:
+        assert getattr(package, name) is getattr(sys.modules[package._WHERE[name]], name)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        package.nope  # noqa: B018
 
 
 @pytest.mark.parametrize("command", sorted(cli.commands))

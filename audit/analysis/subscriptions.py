@@ -16,14 +16,15 @@ import json
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from audit.errors import LoadError
 from audit.paths import expand
 from audit.tables import SUBSCRIPTIONS
 from audit.timeutil import parse_iso_ns
+
+if TYPE_CHECKING:  # pandas only where a frame is built: `audit snapshot` never needs it
+    import pandas as pd
 
 __all__ = [
     "SNAPSHOT_COLUMNS",
@@ -200,6 +201,8 @@ def _row(item: dict[str, Any], odd: list[str]) -> dict[str, Any]:
 
 
 def _utc(ns: list[int | None]) -> pd.Series:
+    import pandas as pd
+
     return pd.to_datetime(pd.Series(pd.array(ns, dtype="Int64")), unit="ns", utc=True)
 
 
@@ -256,6 +259,8 @@ def load_snapshots(paths: Iterable[str | Path] | str | Path) -> pd.DataFrame:
                 SnapshotWarning,
                 stacklevel=2,
             )
+    import pandas as pd
+
     df = pd.DataFrame(
         {
             "fetched_at": _utc(fetched),

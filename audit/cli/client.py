@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,11 +22,20 @@ from audit.cli.connect import service_client, service_options
 from audit.errors import SecretsError
 from audit.ingest.secrets import load_secrets_json
 from audit.ingest.secrets_file import add_secret
-from audit.redaction import for_terminal, json_for_terminal, register_sensitive, scrub
-from audit.service.client import REDACTED, IssuedSecret, redact_secrets
+from audit.redaction import (
+    REDACTED,
+    for_terminal,
+    json_for_terminal,
+    redact_secrets,
+    register_sensitive,
+    scrub,
+)
 from audit.service.snapshots import write_snapshot
 from audit.service.wire import iso
 from audit.spec import EVENTS
+
+if TYPE_CHECKING:  # the service client (httpx) is imported when a command runs
+    from audit.service.client import IssuedSecret
 
 __all__ = ["COMMANDS", "snapshot", "webhooks", "write_snapshot"]
 

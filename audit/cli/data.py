@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from audit.findings.catalogue import SEVERITIES
-from audit.ingest.verification import VERDICT_COLUMNS, verdict_counts
+from audit.ingest.verification import VERDICT_COLUMNS, verdict_count_rows
 from audit.spec import DEFAULT_HEADER_PREFIX, DELIVERY_TIMEOUT_S
 
 COMMANDS: list[click.Command] = []
@@ -18,13 +18,14 @@ def _command(fn: click.Command) -> click.Command:
     return fn
 
 
-def _print_counts(deliveries) -> None:
-    table = verdict_counts(deliveries)
-    width = max([len("verdict"), *(len(v) for v in table["verdict"])])
+def _print_counts(counts: dict[str, int]) -> None:
+    """The verdict table: ``counts`` by verdict, in check order (see ``verdict_counts``)."""
+    rows = verdict_count_rows(counts)
+    width = max([len("verdict"), *(len(verdict) for verdict, _, _ in rows)])
     click.echo(f"{'verdict':<{width}}  {'count':>8}  {'share':>7}")
-    for row in table.itertuples():
-        click.echo(f"{row.verdict:<{width}}  {row.count:>8}  {row.share:>7.2%}")
-    click.echo(f"{'total':<{width}}  {int(table['count'].sum()):>8}")
+    for verdict, count, share in rows:
+        click.echo(f"{verdict:<{width}}  {count:>8}  {share:>7.2%}")
+    click.echo(f"{'total':<{width}}  {sum(count for _, count, _ in rows):>8}")
 
 
 _STORE = click.option(
@@ -88,12 +89,15 @@ def verify(
         if secrets_path is not None:
             paths = ingest(logs, secrets_path, store_dir, header_prefix=header_prefix).paths
         deliveries = load_deliveries(store_dir, columns=VERDICT_COLUMNS, paths=paths or None)
-    else:
-        from audit.ingest.verdicts import verify_logs
+        write_table(deliveries[VERDICT_COLUMNS], out)
+        counts = {str(v): int(n) for v, n in deliveries["verdict"].value_counts().items()}
+    else:  # Arrow from the workers to the file: no pandas for Parquet (CSV is written by it)
+        from audit.ingest.verdicts import verdict_table, verdicts_by_name
 
-        deliveries = verify_logs(logs, secrets_path, header_prefix=header_prefix)
-    write_table(deliveries[VERDICT_COLUMNS], out)
-    _print_counts(deliveries)
+        table = verdict_table(logs, secrets_path, header_prefix=header_prefix)
+        write_table(table, out)
+        counts = verdicts_by_name(table)
+    _print_counts(counts)
     click.echo(f"wrote {out}")
 
 

@@ -11,11 +11,14 @@ import ipaddress
 import signal
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from audit.receiver.probe import ProbeResult, check_target, plan, run_probe, shown_url
 from audit.spec import DEFAULT_HEADER_PREFIX
+
+if TYPE_CHECKING:  # the receiver package (httpx, anyio) is imported when a command runs
+    from audit.receiver.probe import ProbeResult
 
 __all__ = ["COMMANDS", "probe", "receive"]
 
@@ -73,6 +76,8 @@ def probe(
     URL must be https://, or http:// to 127.0.0.1 / localhost. One request per check, no
     retries. Exit 0 all passed, 1 a check failed, 3 unreachable or bad input.
     """
+    from audit.receiver.probe import check_target, plan, run_probe, shown_url
+
     if dry_run:
         target = check_target(url)
         steps = plan(secrets_path, subscription_id, only=only or None, header_prefix=header_prefix)

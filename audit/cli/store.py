@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import pandas as pd
 
 from audit.errors import ParameterError
 from audit.spec import DEFAULT_HEADER_PREFIX
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 COMMANDS: list[click.Command] = []
 
@@ -24,15 +28,26 @@ def check_table_path(path: Path) -> str:
     return suffix
 
 
-def write_table(df: pd.DataFrame, path: Path) -> None:
-    """Write ``df`` as CSV (through :func:`audit.safe.write_csv`) or Parquet, by extension."""
-    from audit.atomic import write_parquet_atomic
-    from audit.safe import write_csv
+def write_table(df: pd.DataFrame | pa.Table, path: Path) -> None:
+    """Write ``df`` as CSV (through :func:`audit.safe.write_csv`) or Parquet, by extension.
+
+    ``df`` may be an Arrow table holding ``pandas`` schema metadata (as
+    :func:`audit.ingest.verdicts.verdict_table` gives): Parquet is then written without
+    pandas, CSV from the frame the metadata describes.
+    """
+    import pyarrow as pa
+
+    from audit.atomic import write_arrow_parquet_atomic, write_parquet_atomic
 
     suffix = check_table_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    arrow = isinstance(df, pa.Table)
     if suffix == ".csv":
-        write_csv(df, path)
+        from audit.safe import write_csv
+
+        write_csv(df.to_pandas() if arrow else df, path)
+    elif arrow:
+        write_arrow_parquet_atomic(df, path)
     else:
         write_parquet_atomic(df, path)
 

@@ -6,11 +6,55 @@
 - ``runner``: :func:`run_controls` turns the controls' outcomes into finding rows.
 """
 
-from audit.findings.catalogue import SEVERITIES, Control, load_catalogue
-from audit.findings.controls import CONTROLS
-from audit.findings.controls.base import Outcome, Scope
-from audit.findings.mutes import MUTE_COLUMNS, apply_mutes, read_mutes
-from audit.findings.runner import FINDING_COLUMNS, STATUSES, finding_uid, run_controls, summarise
+import importlib
+import typing
+
+if typing.TYPE_CHECKING:
+    from audit.findings.catalogue import SEVERITIES, Control, load_catalogue
+    from audit.findings.controls import CONTROLS
+    from audit.findings.controls.base import Outcome, Scope
+    from audit.findings.mutes import MUTE_COLUMNS, apply_mutes, read_mutes
+    from audit.findings.runner import (
+        FINDING_COLUMNS,
+        STATUSES,
+        finding_uid,
+        run_controls,
+        summarise,
+    )
+
+#: Where each public name lives, imported on first use (PEP 562): ``audit --help`` reads
+#: ``catalogue.SEVERITIES`` and must not import the controls (pandas) with it.
+_WHERE = {
+    "SEVERITIES": "audit.findings.catalogue",
+    "Control": "audit.findings.catalogue",
+    "load_catalogue": "audit.findings.catalogue",
+    "CONTROLS": "audit.findings.controls",
+    "Outcome": "audit.findings.controls.base",
+    "Scope": "audit.findings.controls.base",
+    "MUTE_COLUMNS": "audit.findings.mutes",
+    "apply_mutes": "audit.findings.mutes",
+    "read_mutes": "audit.findings.mutes",
+    "FINDING_COLUMNS": "audit.findings.runner",
+    "STATUSES": "audit.findings.runner",
+    "finding_uid": "audit.findings.runner",
+    "run_controls": "audit.findings.runner",
+    "summarise": "audit.findings.runner",
+}
+
+
+def __getattr__(name: str) -> object:
+    """A public name, imported from its module on first use (then kept as a plain attribute)."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "CONTROLS",

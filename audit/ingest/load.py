@@ -17,6 +17,7 @@ The formats are documented in ``docs/formats.md``; the columns in ``docs/tables.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import multiprocessing
 import os
@@ -27,9 +28,8 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -41,6 +41,9 @@ from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import verify_parsed
 from audit.paths import expand
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Captures", "LoadWarning", "expand_paths", "frame_from_columns", "load_captures"]
 
@@ -263,6 +266,8 @@ def _assemble(files, contents, hashes, tasks, results) -> Captures:
             LoadWarning,
             stacklevel=3,
         )
+    import pandas as pd
+
     inputs = pd.DataFrame(
         {
             "source": pd.Series([str(p) for p in files], dtype="str"),
@@ -276,12 +281,19 @@ def _assemble(files, contents, hashes, tasks, results) -> Captures:
     return Captures(_frame(table), inputs, naive)
 
 
-_PANDAS_TYPES = {
-    pa.int64(): pd.Int64Dtype(),
-    pa.float64(): pd.Float64Dtype(),
-    pa.bool_(): pd.BooleanDtype(),
-    pa.large_string(): pd.StringDtype(na_value=np.nan),
-}
+@functools.cache
+def _pandas_types() -> dict[pa.DataType, object]:
+    """Arrow type -> the pandas dtype of the deliveries columns (pandas imported on first use:
+    the verify path never needs it)."""
+    import numpy as np
+    import pandas as pd
+
+    return {
+        pa.int64(): pd.Int64Dtype(),
+        pa.float64(): pd.Float64Dtype(),
+        pa.bool_(): pd.BooleanDtype(),
+        pa.large_string(): pd.StringDtype(na_value=np.nan),
+    }
 
 
 def frame_from_columns(columns: dict[str, list]) -> pd.DataFrame:
@@ -290,7 +302,7 @@ def frame_from_columns(columns: dict[str, list]) -> pd.DataFrame:
 
 
 def _frame(table: pa.Table) -> pd.DataFrame:
-    df = table.to_pandas(types_mapper=_PANDAS_TYPES.get)
+    df = table.to_pandas(types_mapper=_pandas_types().get)
     if "line" in df:
         df["line"] = df["line"].astype("int64")
     return df

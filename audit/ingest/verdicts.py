@@ -8,21 +8,25 @@ import threading
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow as pa
 
 from audit.ingest import parallel, records
 from audit.ingest.extract import EXTRACTED, body_columns
 from audit.ingest.formats import format_of, jsonl
 from audit.ingest.load import LoadWarning, expand_paths
-from audit.ingest.query import frame_from_arrow
 from audit.ingest.secrets import read_secrets
 from audit.ingest.signatures import subscription_logged, verify_parsed
 from audit.ingest.verification import VERDICT_COLUMNS
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
+from audit.tables import STORED_DELIVERIES
 
-__all__ = ["LogRows", "read_logs", "verify_logs"]
+if TYPE_CHECKING:  # pandas is imported where a frame is built: `audit verify` never needs it
+    import pandas as pd
+
+__all__ = ["LogRows", "read_logs", "verdict_table", "verdicts_by_name", "verify_logs"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,62 @@ def read_logs(
     ``upto``, ``rows`` leaves out the records received after it (``inputs`` still counts
     them), piece by piece, so no frame of every record is built and then filtered.
     """
+    import pandas as pd
+
+    from audit.ingest.query import frame_from_arrow
+
+    got = _read(
+        logs,
+        secrets_path,
+        columns=columns,
+        header_prefix=header_prefix,
+        tolerance_s=tolerance_s,
+        workers=workers,
+        piece_bytes=piece_bytes,
+        hash_files=hash_files,
+        upto=upto,
+    )
+    rows = frame_from_arrow(got.table)
+    files = got.files
+    inputs = pd.DataFrame(
+        {
+            "source": pd.Series([str(f) for f in files], dtype="str"),
+            "size": pd.Series([f.stat().st_size for f in files], dtype="int64"),
+            "sha256": pd.Series(got.hashes, dtype="str"),
+            "records": pd.Series([got.counts[str(f)][0] for f in files], dtype="int64"),
+            "unreadable": pd.Series([got.counts[str(f)][1] for f in files], dtype="int64"),
+        }
+    )
+    if got.naive:
+        warnings.warn(_naive_message(got.naive), LoadWarning, stacklevel=2)
+    return LogRows(rows, inputs, got.naive)
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What :func:`_read` gives: the rows as Arrow, the files, per-file ``[records,
+    unreadable]``, the files' sha256 and the naive-time count."""
+
+    table: pa.Table
+    files: list[Path]
+    counts: dict[str, list[int]]
+    hashes: list[str]
+    naive: int
+
+
+def _read(
+    logs: Iterable[str | os.PathLike],
+    secrets_path: str | os.PathLike,
+    *,
+    columns: Sequence[str],
+    header_prefix: str,
+    tolerance_s: float,
+    workers: int | None,
+    piece_bytes: int | None,
+    hash_files: bool,
+    upto: pd.Timestamp | None,
+) -> _Read:
+    """:func:`read_logs` without pandas: the rows in the store's Arrow types."""
     files = expand_paths(logs)
     secrets = read_secrets(secrets_path)
     wanted = {v: k for k, v in header_names(header_prefix).items()}
@@ -99,23 +159,12 @@ def read_logs(
                 by_file[str(f)][-1] = _received_upto(table, upto)
     tables = [t for f in files for t in by_file[str(f)]]
     empty = records.stored_columns({n: [] for n in names}, names)
-    rows = frame_from_arrow(pa.concat_tables([empty, *tables]))
-    inputs = pd.DataFrame(
-        {
-            "source": pd.Series([str(f) for f in files], dtype="str"),
-            "size": pd.Series([f.stat().st_size for f in files], dtype="int64"),
-            "sha256": pd.Series(hashes.result(), dtype="str"),
-            "records": pd.Series([counts[str(f)][0] for f in files], dtype="int64"),
-            "unreadable": pd.Series([counts[str(f)][1] for f in files], dtype="int64"),
-        }
-    )
-    if naive:
-        warnings.warn(
-            f"{naive} received_at value(s) had no UTC offset and were read as UTC",
-            LoadWarning,
-            stacklevel=2,
-        )
-    return LogRows(rows, inputs, naive)
+    table = pa.concat_tables([empty, *tables])
+    return _Read(table, files, counts, hashes.result(), naive)
+
+
+def _naive_message(naive: int) -> str:
+    return f"{naive} received_at value(s) had no UTC offset and were read as UTC"
 
 
 def verify_logs(
@@ -131,6 +180,46 @@ def verify_logs(
     >>> verify_logs(["captures/"], "secrets.json")["verdict"].value_counts()  # doctest: +SKIP
     """
     return read_logs(logs, secrets_path, hash_files=False, **kw).rows
+
+
+def verdict_table(
+    logs: Iterable[str | os.PathLike],
+    secrets_path: str | os.PathLike,
+    *,
+    header_prefix: str = DEFAULT_HEADER_PREFIX,
+    tolerance_s: float = CLOCK_TOLERANCE_S,
+    workers: int | None = None,
+    piece_bytes: int | None = None,
+) -> pa.Table:
+    """:func:`verify_logs` as an Arrow table, without importing pandas (``audit verify``).
+
+    The table is ``pa.Table.from_pandas(verify_logs(...), preserve_index=False)``: the same
+    columns, types, values and ``pandas`` schema metadata, so a Parquet file written from it
+    equals the one written from the frame and reads back into pandas in the same dtypes.
+    """
+    got = _read(
+        logs,
+        secrets_path,
+        columns=VERDICT_COLUMNS,
+        header_prefix=header_prefix,
+        tolerance_s=tolerance_s,
+        workers=workers,
+        piece_bytes=piece_bytes,
+        hash_files=False,
+        upto=None,
+    )
+    if got.naive:
+        warnings.warn(_naive_message(got.naive), LoadWarning, stacklevel=2)
+    return got.table.cast(STORED_DELIVERIES.pandas_schema(VERDICT_COLUMNS))
+
+
+def verdicts_by_name(table: pa.Table) -> dict[str, int]:
+    """How many rows of ``table`` have each ``verdict`` (missing ones not counted), for
+    :func:`audit.ingest.verification.verdict_count_rows`."""
+    import pyarrow.compute as pc
+
+    counts = pc.value_counts(table.column("verdict")).to_pylist()
+    return {c["values"]: c["counts"] for c in counts if c["values"] is not None}
 
 
 def _received_upto(table: pa.Table, upto: pd.Timestamp) -> pa.Table:

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from audit.ingest.load import frame_from_columns, load_captures
 from audit.ingest.secrets import SecretStore, read_secrets
 from audit.ingest.signatures import VERDICTS, verify_columns
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 __all__ = [
     "VERDICT_COLUMNS",
     "SignatureAudit",
     "audit_signatures",
+    "verdict_count_rows",
     "verdict_counts",
     "verify_frame",
 ]
@@ -113,10 +116,29 @@ def verify_frame(
 
 def verdict_counts(deliveries: pd.DataFrame) -> pd.DataFrame:
     """Counts by verdict in check order, with shares; verdicts that did not occur are omitted."""
+    import pandas as pd
+
     counts = deliveries["verdict"].value_counts()
-    order = [v for v in VERDICTS if v in counts.index]
-    order += sorted(v for v in counts.index if v not in VERDICTS)  # never drop one silently
+    order = _check_order(counts.index)
     out = pd.DataFrame({"verdict": order, "count": [int(counts[v]) for v in order]})
     total = int(out["count"].sum())
     out["share"] = out["count"] / total if total else 0.0
     return out
+
+
+def verdict_count_rows(counts: Mapping[str, int]) -> list[tuple[str, int, float]]:
+    """The rows of :func:`verdict_counts` as ``(verdict, count, share)`` tuples, from counts by
+    verdict, without pandas (``audit verify``); verdicts counted zero times are omitted.
+
+    >>> verdict_count_rows({"valid": 3, "signature_mismatch": 1, "no_secret": 0})
+    [('valid', 3, 0.75), ('signature_mismatch', 1, 0.25)]
+    """
+    order = _check_order(v for v, n in counts.items() if n)
+    total = sum(counts[v] for v in order)
+    return [(v, counts[v], counts[v] / total) for v in order]
+
+
+def _check_order(verdicts: Iterable[str]) -> list[str]:
+    """Verdicts in check order; any other after them, sorted (never dropped silently)."""
+    found = set(verdicts)
+    return [v for v in VERDICTS if v in found] + sorted(found - set(VERDICTS))
