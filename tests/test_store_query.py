@@ -72,3 +72,31 @@ def test_read_logs_upto_leaves_later_records_out_but_counts_them(tmp_path):
     assert got.rows["line"].tolist() == [1, 2, 4]  # the boundary is kept; no time: kept
     pd.testing.assert_frame_equal(got.inputs, every.inputs)  # the file still has 4 records
     assert got.inputs["records"].tolist() == [4]
+
+
+def test_rows_moved_in_runs_come_back_in_the_order_python_sorts_them(monkeypatch):
+    """Both ways of rebuilding (zero-copy runs, and take when there are too many runs) give the
+    order Python's sort of (source, line) gives; sources include non-ASCII names."""
+    import random
+
+    import audit.ingest.query as query
+
+    rng = random.Random(3)
+    rows = [(s, n) for s in ("b.jsonl", "a.jsonl", "é.jsonl", "z/a.jsonl") for n in range(1, 400)]
+    runs = [rows[i : i + rng.randint(1, 50)] for i in range(0, len(rows), 50)]
+    rng.shuffle(runs)
+    shuffled = [r for run in runs for r in run]
+    t = pa.table(
+        {
+            "source": [s for s, _ in shuffled],
+            "line": [n for _, n in shuffled],
+            "tag": [f"{s}:{n}" for s, n in shuffled],
+        }
+    )
+    want = sorted(shuffled)
+    for max_runs in (10_000, 0):
+        monkeypatch.setattr(query, "_MAX_RUNS", max_runs)
+        got = query._in_input_order(t)
+        pairs = zip(got["source"].to_pylist(), got["line"].to_pylist(), strict=True)
+        assert list(pairs) == want
+        assert got["tag"].to_pylist() == [f"{s}:{n}" for s, n in want]

@@ -253,10 +253,14 @@ def events_table(
         (ev["first_received_at"] - ev["event_timestamp"]).dt.total_seconds().astype("Float64")
     )
     last_no = ev["last_attempt_no"].astype("int64")
-    next_delay = last_no.map(lambda k: expected_delay(k, k + 1) if k < MAX_ATTEMPTS else np.nan)
-    deadline = ev["last_received_at"] + pd.to_timedelta(
-        next_delay + next_delay.map(lambda e: tol(e) if e == e else np.nan), unit="s"
-    )
+    # A few distinct attempt numbers: the schedule is looked up once per number, not per event.
+    wait = {
+        k: (
+            expected_delay(k, k + 1) + tol(expected_delay(k, k + 1)) if k < MAX_ATTEMPTS else np.nan
+        )
+        for k in last_no.unique().tolist()
+    }
+    deadline = ev["last_received_at"] + pd.to_timedelta(last_no.map(wait), unit="s")
     outcome = np.select(
         [ev["_any_ok"], ev["_last_unknown"], last_no >= MAX_ATTEMPTS, as_of <= deadline],
         ["delivered", "unknown", "exhausted", "pending"],
