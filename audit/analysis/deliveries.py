@@ -211,8 +211,11 @@ def events_table(
     if a.empty:
         return EVENTS.empty()
     keys = ["subscription_id", "event_id"]
-    g = a.groupby(keys, sort=False)
-    first = g.first()
+    body = "body" if "body" in a.columns else "fingerprint"
+    # The first row's envelope columns only: first() of every column held a copy of each.
+    first = a.groupby(keys, sort=False)[
+        ["event", "event_timestamp", "incident_id", "is_test", body]
+    ].first()
     success = a["success"].fillna(False).astype(bool)
     a = a.assign(
         _ok=success,
@@ -242,7 +245,7 @@ def events_table(
             "last_attempt_no": g["attempt_no"].max(),
             "_any_ok": g["_ok"].any(),
             "_last_unknown": g["_unknown"].last(),
-            "_body": first["body" if "body" in a.columns else "fingerprint"],
+            "_body": first[body],
         }
     ).reset_index()
     if "body" in a.columns:
