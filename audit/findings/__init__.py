@@ -6,8 +6,9 @@
 - ``runner``: :func:`run_controls` turns the controls' outcomes into finding rows.
 """
 
-import importlib
 import typing
+
+from audit.lazy import lazy_names as _lazy_names
 
 if typing.TYPE_CHECKING:
     from audit.findings.catalogue import SEVERITIES, Control, load_catalogue
@@ -42,18 +43,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> object:
-    """A public name, imported from its module on first use (then kept as a plain attribute)."""
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy_names(globals(), _WHERE)
 
 
 __all__ = [
