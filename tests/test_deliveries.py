@@ -226,3 +226,23 @@ def test_an_uncaptured_early_answer_does_not_hide_exhaustion():
     assert e.loc[0, "outcome"] == "exhausted"
     _, e = run([(0, 503, 10), (30, None, None)], as_of=FAR)
     assert e.loc[0, "outcome"] == "unknown"
+
+
+def test_events_do_not_depend_on_the_row_order_or_the_index_labels():
+    """Two events interleaved, rows shuffled, the index labels repeated and out of order: the
+    events table is the one of the same rows in order with a plain index (worked by hand: evt_a
+    delivered on attempt 2, evt_b exhausted after five failures on schedule)."""
+    a_rows = frame([(0, 500, 40), (30, 204, 40)], event_id="evt_a")
+    b_rows = frame(
+        [(0, 500, 40), (30, 500, 40), (150, 500, 40), (750, 500, 40), (4350, 500, 40)],
+        event_id="evt_b",
+    )
+    rows = pd.concat([a_rows, b_rows], ignore_index=True)
+    plain = events_table(infer_attempts(rows, as_of=FAR), as_of=FAR)
+    shuffled = rows.iloc[[5, 0, 3, 6, 1, 2, 4]]
+    shuffled.index = [3, 3, 1, 0, 9, 9, 2]
+    got = events_table(infer_attempts(shuffled, as_of=FAR), as_of=FAR)
+    assert col(got, "event_id") == ["evt_a", "evt_b"]
+    assert col(got, "outcome") == ["delivered", "exhausted"]
+    assert col(got, "attempts") == [2, 5] and col(got, "last_attempt_no") == [2, 5]
+    pd.testing.assert_frame_equal(got, plain)

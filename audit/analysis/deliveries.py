@@ -204,9 +204,14 @@ def events_table(
         *("response_status", "on_schedule", "missing_before", "event", "event_timestamp"),
         *("incident_id", "is_test", "body" if "body" in attempts.columns else "fingerprint"),
     ]
-    a = attempts.loc[attempts["attempt_no"].notna(), used].sort_values(
-        ["subscription_id", "event_id", "received_at"], kind="stable"
-    )
+    # The order from the three sort keys first, then one copy of the used columns in that order
+    # (a filtered copy, then a sorted copy of it, held two copies of every used column).
+    order_by = ["subscription_id", "event_id", "received_at"]
+    pos = np.flatnonzero(attempts["attempt_no"].notna().to_numpy())
+    by = attempts[order_by].iloc[pos].reset_index(drop=True)
+    perm = by.sort_values(order_by, kind="stable").index.to_numpy()
+    del by
+    a = attempts[used].iloc[pos[perm]]
     cols = EVENTS.names
     if a.empty:
         return EVENTS.empty()
