@@ -27,6 +27,7 @@ STAGES = {
     "audit.atomic": 0,
     "audit.safe": 0,
     "audit.redaction": 0,
+    "audit.lazy": 0,
     # the flow
     "audit.ingest": 1,
     "audit.analysis": 2,

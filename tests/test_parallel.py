@@ -8,7 +8,7 @@ import warnings
 
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from audit.ingest.parallel import plan_pieces
@@ -30,6 +30,9 @@ from tests.test_signatures import SECRET
 def test_pieces_cover_the_file_with_true_line_numbers(tmp_path_factory, lines, size, tail, bom):
     path = tmp_path_factory.mktemp("p") / "f.jsonl"
     data = b"\n".join(lines) + (b"\n" if tail and lines else b"")
+    # A file that opens with gzip's magic bytes is read as gzip, whatever its name (a corrupt one
+    # is a LoadError: test_load, test_hostile_inputs); plain pieces are what is tested here.
+    assume(bom or not data.startswith(b"\x1f\x8b"))
     path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + data)
     data = ((b"\xef\xbb\xbf" if bom else b"") + data).removeprefix(b"\xef\xbb\xbf")
     pieces = list(plan_pieces(path, piece_bytes=size))
