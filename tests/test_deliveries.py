@@ -11,8 +11,16 @@ import json
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from audit.analysis.deliveries import events_table, infer_attempts, latency_summary, success_rates
+from audit.analysis.deliveries import (
+    Tolerance,
+    events_table,
+    infer_attempts,
+    latency_summary,
+    success_rates,
+)
 from tests.builders import deliveries_frame
 
 T0 = pd.Timestamp("2026-10-01T00:00:00Z")
@@ -246,3 +254,74 @@ def test_events_do_not_depend_on_the_row_order_or_the_index_labels():
     assert col(got, "outcome") == ["delivered", "exhausted"]
     assert col(got, "attempts") == [2, 5] and col(got, "last_attempt_no") == [2, 5]
     pd.testing.assert_frame_equal(got, plain)
+
+
+def _numbered_one_by_one(deliveries: pd.DataFrame, floor: float, share: float) -> list[tuple]:
+    """The rule of infer_attempts as a plain loop (its first version), for comparison:
+    (attempt_no, delay_s, expected_delay_s, on_schedule, missing_before) per input row."""
+    out = [(None, None, None, None, None)] * len(deliveries)
+    keyed = sorted(
+        (r.subscription_id, r.event_id, r.received_at.value / 1e9, i)
+        for i, r in enumerate(deliveries.itertuples())
+        if r.verdict == "valid"
+    )
+    prev_key, prev_no, prev_t = None, 0, 0.0
+    for sub, eid, t, i in keyed:
+        if (sub, eid) != prev_key:
+            out[i] = (1, None, 0.0, True, 0)
+            prev_key, prev_no, prev_t = (sub, eid), 1, t
+            continue
+        d, no, exp, ok = t - prev_t, prev_no + 1, None, False
+        for k in range(prev_no + 1, 6):
+            e = float(sum((30, 120, 600, 3600)[prev_no - 1 : k - 1]))
+            if abs(d - e) <= max(floor, share * e):
+                no, exp, ok = k, e, True
+                break
+        if not ok and prev_no < 5:
+            exp = float((30, 120, 600, 3600)[prev_no - 1])
+        out[i] = (no, d, exp, ok, no - prev_no - 1)
+        prev_no, prev_t = no, t
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    events=st.lists(
+        st.lists(  # per event: gaps near the schedule's delays, their tolerance edges and not
+            st.sampled_from([0, 5, 20, 30, 40, 41, 140, 150, 160, 165, 675, 750, 825, 4350, 4785]),
+            min_size=0,
+            max_size=8,
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    few=st.sampled_from([1, 2, 64]),
+    seed=st.integers(0, 2**16),
+    tolerance=st.sampled_from([(10.0, 0.1), (200.0, 0.5), (0.0, 0.0), (30.0, 1.0)]),
+)
+def test_numbering_rows_by_position_equals_numbering_them_one_by_one(events, few, seed, tolerance):
+    """Every event's attempts (equal times included, rows shuffled, some not valid), numbered
+    position by position or one by one (``_FEW``), as the plain loop numbers them; wide
+    tolerances make several attempt numbers match (the smallest wins)."""
+    import audit.analysis.deliveries as deliveries
+
+    recs = []
+    for n, gaps in enumerate(events):
+        t = 0
+        for i, gap in enumerate([0, *gaps]):
+            t += gap
+            recs.append((t, 500, 10.0, "valid" if (n + i) % 7 else "signature_mismatch"))
+    frames = [frame([r], event_id=f"evt_{n}") for n, r in enumerate(recs)]
+    rows = pd.concat(frames, ignore_index=True)
+    rows["event_id"] = [f"evt_{n}" for n, gaps in enumerate(events) for _ in range(len(gaps) + 1)]
+    rows = rows.sample(frac=1, random_state=seed).reset_index(drop=True)
+    old = deliveries._FEW
+    deliveries._FEW = few
+    try:
+        got = infer_attempts(rows, as_of=FAR, tolerance=Tolerance(*tolerance))
+    finally:
+        deliveries._FEW = old
+    names = ["attempt_no", "delay_s", "expected_delay_s", "on_schedule", "missing_before"]
+    assert list(zip(*(col(got, c) for c in names), strict=True)) == _numbered_one_by_one(
+        rows, *tolerance
+    )

@@ -92,6 +92,79 @@ def _success(status: pd.Series, ms: pd.Series) -> pd.Series:
     return ok.mask(status.isna())
 
 
+#: The schedule's delays between attempt ``a`` and a later ``b`` (``_SCHEDULE[a, b]``).
+_SCHEDULE = np.full((MAX_ATTEMPTS + 1, MAX_ATTEMPTS + 1), np.nan)
+for _a in range(1, MAX_ATTEMPTS + 1):
+    for _b in range(_a + 1, MAX_ATTEMPTS + 1):
+        _SCHEDULE[_a, _b] = expected_delay(_a, _b)
+#: Below this many rows at one position, the rest of the rows are numbered one by one.
+_FEW = 64
+
+
+def _number_attempts(
+    t: np.ndarray, first: np.ndarray, tol: Tolerance
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Attempt numbers of rows sorted by group then time (``first`` marks a group's first row):
+    (attempt_no, delay_s, expected_delay_s, on_schedule), by the rule of :func:`infer_attempts`.
+
+    Each row depends only on the row before it in its group, so all the second rows are
+    numbered at once, then all the third rows, and so on; when few rows remain at a position
+    (one event delivered very many times), the rest are numbered one by one.
+    """
+    n = len(t)
+    no = np.ones(n, dtype=np.int64)
+    delay = np.full(n, np.nan)
+    expected = np.zeros(n)
+    ok = np.ones(n, dtype=bool)
+    starts = np.flatnonzero(first)
+    position = np.arange(n) - np.repeat(starts, np.diff(np.append(starts, n)))
+    by_position = np.argsort(position, kind="stable")
+    bounds = np.searchsorted(position[by_position], np.arange(1, position.max(initial=0) + 2))
+    allowed = np.vectorize(tol, otypes=[float])(np.nan_to_num(_SCHEDULE))  # tol(e) per cell
+    for p in range(1, len(bounds)):
+        rows = by_position[bounds[p - 1] : bounds[p]]
+        if len(rows) < _FEW:
+            _number_one_by_one(
+                np.sort(by_position[bounds[p - 1] :]), t, no, delay, expected, ok, tol
+            )
+            break
+        d = t[rows] - t[rows - 1]
+        prev = no[rows - 1]
+        got = np.zeros(len(rows), dtype=np.int64)
+        for k in range(2, MAX_ATTEMPTS + 1):  # the smallest number whose delay matches
+            a = np.minimum(prev, MAX_ATTEMPTS)
+            e = _SCHEDULE[a, k]
+            hit = (got == 0) & (prev < k) & (np.abs(d - e) <= allowed[a, k])
+            got[hit] = k
+        found = got > 0
+        nxt = np.minimum(prev + 1, MAX_ATTEMPTS)
+        fallback = np.where(
+            prev < MAX_ATTEMPTS, _SCHEDULE[np.minimum(prev, MAX_ATTEMPTS), nxt], np.nan
+        )
+        no[rows] = np.where(found, got, prev + 1)
+        e_found = _SCHEDULE[np.minimum(prev, MAX_ATTEMPTS), np.maximum(got, 1)]
+        expected[rows] = np.where(found, e_found, fallback)
+        ok[rows] = found
+        delay[rows] = d
+    return no, delay, expected, ok
+
+
+def _number_one_by_one(rows, t, no, delay, expected, ok, tol) -> None:
+    """:func:`_number_attempts` for the rows left (ascending), each after the one before it."""
+    for j in rows.tolist():
+        prev_no = int(no[j - 1])
+        d = t[j] - t[j - 1]
+        got, exp, hit = prev_no + 1, math.nan, False
+        for k in range(prev_no + 1, MAX_ATTEMPTS + 1):
+            e = expected_delay(prev_no, k)
+            if abs(d - e) <= tol(e):
+                got, exp, hit = k, e, True
+                break
+        if not hit and prev_no < MAX_ATTEMPTS:
+            exp = expected_delay(prev_no, prev_no + 1)
+        no[j], delay[j], expected[j], ok[j] = got, d, exp, hit
+
+
 def infer_attempts(
     deliveries: pd.DataFrame, *, as_of: pd.Timestamp, tolerance: Tolerance | None = None
 ) -> pd.DataFrame:
@@ -125,31 +198,23 @@ def infer_attempts(
     use = (out["verdict"] == "valid") & out["event_id"].notna() & out["received_at"].notna()
     idx = np.flatnonzero(use.to_numpy())
     if len(idx):
-        sub = out["subscription_id"].to_numpy(dtype=object)[idx]
-        eid = out["event_id"].to_numpy(dtype=object)[idx]
+        # Group codes instead of Python strings; rows of one (subscription, event id) in time
+        # order (a stable sort: equal times keep their input order).
+        # Codes of the two key columns instead of Python strings; rows of one (subscription,
+        # event id) in time order (a stable sort: equal times keep their input order).
+        sub = pd.factorize(out["subscription_id"], use_na_sentinel=False)[0][idx]
+        eid = pd.factorize(out["event_id"], use_na_sentinel=False)[0][idx]
         t = out["received_at"].to_numpy(dtype="datetime64[ns]")[idx].view("int64") / 1e9
-        order = np.lexsort((t, eid, sub.astype(str)))
-        prev_key, prev_no, prev_t = None, 0, 0.0
-        for j in order:
-            row = idx[j]
-            key = (sub[j], eid[j])
-            if key != prev_key:
-                attempt[row], expected[row], on_sched[row] = 1, 0.0, True
-                prev_key, prev_no, prev_t = key, 1, t[j]
-                continue
-            d = t[j] - prev_t
-            delay[row] = d
-            no, exp, ok = prev_no + 1, math.nan, False
-            for k in range(prev_no + 1, MAX_ATTEMPTS + 1):
-                e = expected_delay(prev_no, k)
-                if abs(d - e) <= tol(e):
-                    no, exp, ok = k, e, True
-                    break
-            if not ok and prev_no < MAX_ATTEMPTS:
-                exp = expected_delay(prev_no, prev_no + 1)
-            attempt[row], expected[row], on_sched[row] = no, exp, ok
-            missing[row] = no - prev_no - 1
-            prev_no, prev_t = no, t[j]
+        order = np.lexsort((t, eid, sub))
+        rows = idx[order]
+        sub, eid = sub[order], eid[order]
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = (sub[1:] != sub[:-1]) | (eid[1:] != eid[:-1])
+        del sub, eid
+        no, d, exp, ok = _number_attempts(t[order], first, tol)
+        attempt[rows], delay[rows], expected[rows], on_sched[rows] = no, d, exp, ok
+        prev = np.concatenate(([0], no[:-1]))
+        missing[rows] = np.where(first, 0, no - prev - 1)
     valid = attempt > 0
     out["attempt_no"] = pd.array(np.where(valid, attempt, 0), dtype="Int64")
     out.loc[~valid, "attempt_no"] = pd.NA
