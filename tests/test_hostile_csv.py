@@ -11,11 +11,12 @@ from __future__ import annotations
 import csv
 import json
 import re
+import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from audit.cli import main
@@ -24,7 +25,13 @@ from audit.report.inputs import load_inputs
 from audit.report.params import check_params, parse_period
 from audit.report.pipeline import compute
 from audit.report.rundir import write_tables
-from audit.safe import neutralise_cell, write_csv
+from audit.safe import (
+    _LIVE_RE2,
+    CSV_DATE_FORMAT,
+    neutralise_cell,
+    neutralise_frame,
+    write_csv,
+)
 from tests.builders import write_jsonl, write_secrets
 
 SECRET = "csv-test-secret"
@@ -219,3 +226,55 @@ def test_any_text_round_trips_as_one_inert_cell(tmp_path_factory, cells):
     for original, (read, n) in zip(cells, rows[1:], strict=True):
         assert read in (original, "'" + original) and not live(read)
         assert n.isdigit()
+
+
+_TRICKY = "=+-@\t\r\n \x0b\x0c\x1c\x1f\x85\xa0\u1680\u2007\u2028\u3000\u200b\ufeff1.5eE'\"xé"
+
+
+@given(st.lists(st.one_of(st.none(), st.text(alphabet=_TRICKY, max_size=6)), min_size=1))
+@example(["-1.5", "+3", " -2e5 ", "=1+1", "@x", None, "\u3000=x"])
+def test_a_text_column_is_neutralised_as_each_cell_alone(cells):
+    """The column-at-once test (RE2 in pyarrow) changes exactly the cells that
+    neutralise_cell (Python's re, Unicode whitespace) changes, nulls left alone."""
+    column = pd.Series(cells, dtype="str")
+    got = neutralise_frame(pd.DataFrame({"c": column}))["c"].tolist()
+    want = [neutralise_cell(v) for v in column.tolist()]
+    assert [None if pd.isna(v) else v for v in got] == [None if pd.isna(v) else v for v in want]
+
+
+def test_the_column_test_spells_out_every_whitespace_character():
+    """Python's \\s is every character whose isspace() is true; all of them are listed."""
+    every = {c for c in range(sys.maxunicode + 1) if chr(c).isspace()}
+    assert every == {c for c in range(0x3001) if chr(c).isspace()}
+    assert all(f"\\x{{{c:x}}}" in _LIVE_RE2 for c in every)
+
+
+def test_times_in_csv_are_written_as_pandas_formats_them(tmp_path):
+    """Times are formatted at once; the file equals pandas' own ``date_format`` output (wall
+    time in the column's zone, microseconds truncated, before 1970 too, NaT empty)."""
+    times = [
+        "2026-10-01T00:00:00.123456789Z",
+        "1969-12-31T23:59:59.999999999Z",
+        "1700-01-01T00:00:00.000000500Z",
+        None,
+        "2262-04-10T23:47:16.854775807Z",
+    ]
+    utc = pd.Series(pd.to_datetime(times, utc=True))
+    df = pd.DataFrame(
+        {
+            "utc": utc,
+            "berlin": utc.dt.tz_convert("Europe/Berlin"),
+            "naive": utc.dt.tz_localize(None),
+            "text": ["=1", "a", None, "b", "c"],
+            "n": [1.5, None, 3, 4, 5],
+        }
+    )
+    write_csv(df, tmp_path / "got.csv")
+    df.assign(text=["'=1", "a", None, "b", "c"]).to_csv(
+        tmp_path / "want.csv",
+        index=False,
+        date_format=CSV_DATE_FORMAT,
+        quoting=csv.QUOTE_NONNUMERIC,
+        lineterminator="\n",
+    )
+    assert (tmp_path / "got.csv").read_text() == (tmp_path / "want.csv").read_text()
