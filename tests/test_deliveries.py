@@ -303,7 +303,7 @@ def test_numbering_rows_by_position_equals_numbering_them_one_by_one(events, few
     """Every event's attempts (equal times included, rows shuffled, some not valid), numbered
     position by position or one by one (``_FEW``), as the plain loop numbers them; wide
     tolerances make several attempt numbers match (the smallest wins)."""
-    import audit.analysis.deliveries as deliveries
+    import audit.analysis.schedule as schedule
 
     recs = []
     for n, gaps in enumerate(events):
@@ -315,12 +315,12 @@ def test_numbering_rows_by_position_equals_numbering_them_one_by_one(events, few
     rows = pd.concat(frames, ignore_index=True)
     rows["event_id"] = [f"evt_{n}" for n, gaps in enumerate(events) for _ in range(len(gaps) + 1)]
     rows = rows.sample(frac=1, random_state=seed).reset_index(drop=True)
-    old = deliveries._FEW
-    deliveries._FEW = few
+    old = schedule._FEW
+    schedule._FEW = few
     try:
         got = infer_attempts(rows, as_of=FAR, tolerance=Tolerance(*tolerance))
     finally:
-        deliveries._FEW = old
+        schedule._FEW = old
     names = ["attempt_no", "delay_s", "expected_delay_s", "on_schedule", "missing_before"]
     assert list(zip(*(col(got, c) for c in names), strict=True)) == _numbered_one_by_one(
         rows, *tolerance

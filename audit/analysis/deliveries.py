@@ -11,17 +11,17 @@ All functions are pure: frames in, frames out, time enters as ``as_of``.
 from __future__ import annotations
 
 import hashlib
-import math
 
 import numpy as np
 import orjson
 import pandas as pd
 
+from audit.analysis.rows import take_rows
+from audit.analysis.schedule import Tolerance, expected_delay, number_attempts
 from audit.errors import ParameterError
 from audit.spec import (
     DELIVERY_TIMEOUT_MS,
     MAX_ATTEMPTS,
-    RETRY_DELAYS_S,
     TEST_EVENT,
     TEST_INCIDENT_PREFIX,
 )
@@ -59,110 +59,10 @@ def is_test(event: pd.Series, incident_id: pd.Series) -> np.ndarray:
     return test_event | prefix.to_numpy(dtype=bool)
 
 
-class Tolerance:
-    """How far an observed retry delay may be from the schedule: ``max(floor_s, share * expected)``.
-
-    >>> Tolerance()(600)
-    60.0
-    >>> Tolerance()(30)
-    10.0
-    """
-
-    def __init__(self, floor_s: float = 10.0, share: float = 0.10) -> None:
-        if floor_s < 0 or share < 0:
-            raise ParameterError("tolerance floor and share must be non-negative")
-        self.floor_s, self.share = float(floor_s), float(share)
-
-    def __call__(self, expected_s: float) -> float:
-        return max(self.floor_s, self.share * expected_s)
-
-
-def expected_delay(from_attempt: int, to_attempt: int) -> float:
-    """Scheduled time between attempt ``from_attempt`` and a later ``to_attempt`` (seconds).
-
-    >>> expected_delay(1, 2), expected_delay(1, 3), expected_delay(1, 5)
-    (30.0, 150.0, 4350.0)
-    """
-    return float(sum(RETRY_DELAYS_S[from_attempt:to_attempt]))
-
-
 def _success(status: pd.Series, ms: pd.Series) -> pd.Series:
     """2xx within 5 s (``response_ms`` <= 5000 or unknown); NA when no status was captured."""
     ok = (status.between(200, 299) & ~(ms > DELIVERY_TIMEOUT_MS).fillna(False)).astype("boolean")
     return ok.mask(status.isna())
-
-
-#: The schedule's delays between attempt ``a`` and a later ``b`` (``_SCHEDULE[a, b]``).
-_SCHEDULE = np.full((MAX_ATTEMPTS + 1, MAX_ATTEMPTS + 1), np.nan)
-for _a in range(1, MAX_ATTEMPTS + 1):
-    for _b in range(_a + 1, MAX_ATTEMPTS + 1):
-        _SCHEDULE[_a, _b] = expected_delay(_a, _b)
-#: Below this many rows at one position, the rest of the rows are numbered one by one.
-_FEW = 64
-
-
-def _number_attempts(
-    t: np.ndarray, first: np.ndarray, tol: Tolerance
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Attempt numbers of rows sorted by group then time (``first`` marks a group's first row):
-    (attempt_no, delay_s, expected_delay_s, on_schedule), by the rule of :func:`infer_attempts`.
-
-    Each row depends only on the row before it in its group, so all the second rows are
-    numbered at once, then all the third rows, and so on; when few rows remain at a position
-    (one event delivered very many times), the rest are numbered one by one.
-    """
-    n = len(t)
-    no = np.ones(n, dtype=np.int64)
-    delay = np.full(n, np.nan)
-    expected = np.zeros(n)
-    ok = np.ones(n, dtype=bool)
-    starts = np.flatnonzero(first)
-    position = np.arange(n) - np.repeat(starts, np.diff(np.append(starts, n)))
-    by_position = np.argsort(position, kind="stable")
-    bounds = np.searchsorted(position[by_position], np.arange(1, position.max(initial=0) + 2))
-    allowed = np.vectorize(tol, otypes=[float])(np.nan_to_num(_SCHEDULE))  # tol(e) per cell
-    for p in range(1, len(bounds)):
-        rows = by_position[bounds[p - 1] : bounds[p]]
-        if len(rows) < _FEW:
-            _number_one_by_one(
-                np.sort(by_position[bounds[p - 1] :]), t, no, delay, expected, ok, tol
-            )
-            break
-        d = t[rows] - t[rows - 1]
-        prev = no[rows - 1]
-        got = np.zeros(len(rows), dtype=np.int64)
-        for k in range(2, MAX_ATTEMPTS + 1):  # the smallest number whose delay matches
-            a = np.minimum(prev, MAX_ATTEMPTS)
-            e = _SCHEDULE[a, k]
-            hit = (got == 0) & (prev < k) & (np.abs(d - e) <= allowed[a, k])
-            got[hit] = k
-        found = got > 0
-        nxt = np.minimum(prev + 1, MAX_ATTEMPTS)
-        fallback = np.where(
-            prev < MAX_ATTEMPTS, _SCHEDULE[np.minimum(prev, MAX_ATTEMPTS), nxt], np.nan
-        )
-        no[rows] = np.where(found, got, prev + 1)
-        e_found = _SCHEDULE[np.minimum(prev, MAX_ATTEMPTS), np.maximum(got, 1)]
-        expected[rows] = np.where(found, e_found, fallback)
-        ok[rows] = found
-        delay[rows] = d
-    return no, delay, expected, ok
-
-
-def _number_one_by_one(rows, t, no, delay, expected, ok, tol) -> None:
-    """:func:`_number_attempts` for the rows left (ascending), each after the one before it."""
-    for j in rows.tolist():
-        prev_no = int(no[j - 1])
-        d = t[j] - t[j - 1]
-        got, exp, hit = prev_no + 1, math.nan, False
-        for k in range(prev_no + 1, MAX_ATTEMPTS + 1):
-            e = expected_delay(prev_no, k)
-            if abs(d - e) <= tol(e):
-                got, exp, hit = k, e, True
-                break
-        if not hit and prev_no < MAX_ATTEMPTS:
-            exp = expected_delay(prev_no, prev_no + 1)
-        no[j], delay[j], expected[j], ok[j] = got, d, exp, hit
 
 
 def infer_attempts(
@@ -211,7 +111,7 @@ def infer_attempts(
         first = np.ones(len(order), dtype=bool)
         first[1:] = (sub[1:] != sub[:-1]) | (eid[1:] != eid[:-1])
         del sub, eid
-        no, d, exp, ok = _number_attempts(t[order], first, tol)
+        no, d, exp, ok = number_attempts(t[order], first, tol)
         attempt[rows], delay[rows], expected[rows], on_sched[rows] = no, d, exp, ok
         prev = np.concatenate(([0], no[:-1]))
         missing[rows] = np.where(first, 0, no - prev - 1)
@@ -269,21 +169,27 @@ def events_table(
         *("response_status", "on_schedule", "missing_before", "event", "event_timestamp"),
         *("incident_id", "is_test", "body" if "body" in attempts.columns else "fingerprint"),
     ]
-    # The order from the three sort keys first, then one copy of the used columns in that order
-    # (a filtered copy, then a sorted copy of it, held two copies of every used column).
-    order_by = ["subscription_id", "event_id", "received_at"]
-    pos = np.flatnonzero(attempts["attempt_no"].notna().to_numpy())
-    by = attempts[order_by].iloc[pos].reset_index(drop=True)
-    perm = by.sort_values(order_by, kind="stable").index.to_numpy()
-    del by
-    a = attempts[used].iloc[pos[perm]]
+    # Rows of one (subscription, event id) together, in time order: the order from integer
+    # codes (sorted like the strings) first, then one copy of the used columns in that order.
+    # Groups are then runs of rows, numbered once, instead of strings hashed per groupby.
+    keep = attempts["attempt_no"].notna() & attempts["subscription_id"].notna()
+    pos = np.flatnonzero(keep.to_numpy())
+    sub = pd.factorize(attempts["subscription_id"], sort=True)[0][pos]
+    eid = pd.factorize(attempts["event_id"], sort=True)[0][pos]
+    t = attempts["received_at"].array.asi8[pos]
+    perm = np.lexsort((t, eid, sub))
+    sub, eid = sub[perm], eid[perm]
+    start = np.ones(len(perm), dtype=bool)
+    start[1:] = (sub[1:] != sub[:-1]) | (eid[1:] != eid[:-1])
+    group = np.cumsum(start) - 1
+    del sub, eid, t
+    a = take_rows(attempts[used], pos[perm])
     cols = EVENTS.names
     if a.empty:
         return EVENTS.empty()
-    keys = ["subscription_id", "event_id"]
     body = "body" if "body" in a.columns else "fingerprint"
     # The first row's envelope columns only: first() of every column held a copy of each.
-    first = a.groupby(keys, sort=False)[
+    first = a.groupby(group, sort=False)[
         ["event", "event_timestamp", "incident_id", "is_test", body]
     ].first()
     success = a["success"].fillna(False).astype(bool)
@@ -294,11 +200,14 @@ def events_table(
         _off=~a["on_schedule"].fillna(False).astype(bool),
         _ok_t=a["received_at"].where(success),
     )
-    first_ok_t = a.groupby(keys, sort=False)["_ok_t"].transform("min")
+    first_ok_t = a.groupby(group, sort=False)["_ok_t"].transform("min")
     a["_after"] = (a["received_at"] > first_ok_t).fillna(False).astype(bool)
-    g = a.groupby(keys, sort=False)
+    g = a.groupby(group, sort=False)
+    starts = np.flatnonzero(start)
     ev = pd.DataFrame(
         {
+            "subscription_id": a["subscription_id"].iloc[starts].reset_index(drop=True),
+            "event_id": a["event_id"].iloc[starts].reset_index(drop=True),
             "event": first["event"],
             "event_timestamp": first["event_timestamp"],
             "incident_id": first["incident_id"],
@@ -317,7 +226,7 @@ def events_table(
             "_last_unknown": g["_unknown"].last(),
             "_body": first[body],
         }
-    ).reset_index()
+    ).reset_index(drop=True)
     if "body" in a.columns:
         ev["fingerprint"] = pd.Series([_fingerprint(b) for b in ev["_body"]], dtype="str")
     else:  # extracted once at ingest (the evidence store)

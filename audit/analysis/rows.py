@@ -1,0 +1,39 @@
+"""Rows of a frame by position, the columns taken side by side.
+
+Taking rows in a new order reads memory at random, one column at a time; pyarrow and numpy
+release the GIL while they copy, so the columns of a wide frame are taken on two threads.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["take_rows"]
+
+#: Below this many cells, threads cost more than they save.
+_SMALL = 200_000
+
+
+def take_rows(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
+    """``frame.iloc[positions]`` with a fresh ``RangeIndex``: the same columns, dtypes and values.
+
+    >>> take_rows(pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"]}), np.array([2, 0]))
+       a  b
+    0  3  z
+    1  1  x
+    """
+    threads = min(2, os.cpu_count() or 1)
+    if threads < 2 or len(positions) * frame.shape[1] < _SMALL or not frame.columns.is_unique:
+        return frame.iloc[positions].reset_index(drop=True)
+
+    def one(name: str) -> pd.Series:
+        return frame[name].take(positions).reset_index(drop=True)
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        columns = list(pool.map(one, frame.columns))
+    data = dict(zip(frame.columns, columns, strict=True))
+    return pd.DataFrame(data, columns=frame.columns, copy=False)  # fresh columns: no copy
