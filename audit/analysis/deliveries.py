@@ -163,17 +163,21 @@ def events_table(
     """
     as_of = as_utc(as_of)
     tol = tolerance or Tolerance()
-    # Only the columns used below: grouping every column of a wide frame costs memory and time.
+    # Only the columns used below, taken in two rounds: the envelope columns (whose first
+    # values per event are kept) are freed before the others are grouped.
+    body = "body" if "body" in attempts.columns else "fingerprint"
+    envelope = ["event", "event_timestamp", "incident_id", "is_test", body]
     used = [
         *("subscription_id", "event_id", "received_at", "attempt_no", "success"),
-        *("response_status", "on_schedule", "missing_before", "event", "event_timestamp"),
-        *("incident_id", "is_test", "body" if "body" in attempts.columns else "fingerprint"),
+        *("response_status", "on_schedule", "missing_before"),
     ]
     # Rows of one (subscription, event id) together, in time order: the order from integer
     # codes (sorted like the strings) first, then one copy of the used columns in that order.
     # Groups are then runs of rows, numbered once, instead of strings hashed per groupby.
     keep = attempts["attempt_no"].notna() & attempts["subscription_id"].notna()
     pos = np.flatnonzero(keep.to_numpy())
+    if not len(pos):
+        return EVENTS.empty()
     sub = pd.factorize(attempts["subscription_id"], sort=True)[0][pos]
     eid = pd.factorize(attempts["event_id"], sort=True)[0][pos]
     t = attempts["received_at"].array.asi8[pos]
@@ -183,15 +187,10 @@ def events_table(
     start[1:] = (sub[1:] != sub[:-1]) | (eid[1:] != eid[:-1])
     group = np.cumsum(start) - 1
     del sub, eid, t
+    # The first value of each envelope column per event (first() skips missing values).
+    first = take_rows(attempts[envelope], pos[perm]).groupby(group, sort=False).first()
     a = take_rows(attempts[used], pos[perm])
     cols = EVENTS.names
-    if a.empty:
-        return EVENTS.empty()
-    body = "body" if "body" in a.columns else "fingerprint"
-    # The first row's envelope columns only: first() of every column held a copy of each.
-    first = a.groupby(group, sort=False)[
-        ["event", "event_timestamp", "incident_id", "is_test", body]
-    ].first()
     success = a["success"].fillna(False).astype(bool)
     a = a.assign(
         _ok=success,
@@ -227,7 +226,7 @@ def events_table(
             "_body": first[body],
         }
     ).reset_index(drop=True)
-    if "body" in a.columns:
+    if body == "body":
         ev["fingerprint"] = pd.Series([_fingerprint(b) for b in ev["_body"]], dtype="str")
     else:  # extracted once at ingest (the evidence store)
         ev["fingerprint"] = ev["_body"].astype("str")
