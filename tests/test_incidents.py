@@ -523,6 +523,22 @@ def test_conflicting_bodies_under_one_event_id_are_counted(tmp_path):
     assert one(inc, "inc_8")["status"] == "pending_review"
 
 
+def test_conflicts_are_told_apart_among_many_event_ids(tmp_path):
+    """Copies are compared with their own event's first receipt, whatever the event ids sort
+    as and whatever forged rows carry other ids: z1 resent alike, a1 resent changed, m1 once."""
+    records = [
+        signed(body("z1", CREATED, 0, "inc_1", status="pending_review"), 10),
+        signed(body("b0", CREATED, 0, "inc_5", status="closed"), 10.5, forged=True),
+        signed(body("a1", CREATED, 0, "inc_2", status="pending_review"), 11),
+        signed(body("m1", CREATED, 0, "inc_3", status="pending_review"), 12),
+        signed(body("z1", CREATED, 0, "inc_1", status="pending_review"), 13),
+        signed(body("a1", CREATED, 0, "inc_2", status="closed"), 14),
+        signed(body("a0", CREATED, 0, "inc_4", status="closed"), 14.5, forged=True),
+    ]
+    counts = incidents_table(verified(tmp_path, records), as_of=ts(60)).attrs["counts"]
+    assert (counts["valid"], counts["duplicates"], counts["conflicting_bodies"]) == (5, 2, 1)
+
+
 def test_dtypes(scenario_a):
     inc = incidents_table(scenario_a, as_of=AS_OF)
     utc = "datetime64[ns, UTC]"
@@ -755,3 +771,34 @@ def test_demo_attacks_never_reach_the_fold(demo):
     # The takedown analysis consumes the table without exclusions.
     inc = incidents_table(deliveries, as_of=as_of)
     assert sum(takedown_durations(inc, as_of=as_of).exclusions.values()) == 0
+
+
+_TIMES = [
+    "2026-10-01T00:00:00Z",
+    "2026-10-01T02:00:00+02:00",
+    "2026-10-01T00:00:00.123456789Z",
+    "2026-10-01T00:00:00",
+    "2026-10-01",
+    "9999-01-01T00:00:00Z",
+    "1677-09-21T00:12:43.145224191Z",
+    "not a time",
+    "",
+    "2026-13-01T00:00:00Z",
+    None,
+]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from(_TIMES), min_size=1, max_size=40))
+def test_each_distinct_time_parsed_once_equals_parsing_them_all(raw):
+    """The times parsed per distinct string are what pandas gives parsing the whole column
+    (out of range as NaT), and the unparsable count is the same."""
+    from audit.analysis.incident_events import _parse_times
+
+    column = pd.Series(raw, dtype="str")
+    got, bad = _parse_times(column)
+    want = pd.to_datetime(column, utc=True, format="ISO8601", errors="coerce")
+    lo, hi = pd.Timestamp.min.tz_localize("UTC"), pd.Timestamp.max.tz_localize("UTC")
+    want = want.where((want >= lo) & (want <= hi)).astype("datetime64[ns, UTC]")
+    pd.testing.assert_series_equal(got, want, check_names=False)
+    assert bad == int((column.notna() & want.isna()).sum())

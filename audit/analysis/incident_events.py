@@ -152,11 +152,16 @@ _MAX_NS = pd.Timestamp.max.tz_localize("UTC")
 
 
 def _parse_times(raw: pd.Series) -> tuple[pd.Series, int]:
-    """ISO 8601 strings to UTC ns; unparsable (or out of range) strings become NaT, counted."""
-    parsed = pd.to_datetime(raw, utc=True, format="ISO8601", errors="coerce")
-    parsed = parsed.where((parsed >= _MIN_NS) & (parsed <= _MAX_NS))
-    bad = int((raw.notna() & parsed.isna()).sum())
-    return parsed.astype(_UTC), bad
+    """ISO 8601 strings to UTC ns; unparsable (or out of range) strings become NaT, counted.
+
+    Each distinct string is parsed once (an incident's events repeat its times)."""
+    codes, uniques = pd.factorize(raw)
+    parsed = pd.to_datetime(pd.Series(uniques), utc=True, format="ISO8601", errors="coerce")
+    parsed = parsed.where((parsed >= _MIN_NS) & (parsed <= _MAX_NS)).astype(_UTC)
+    ns = np.append(parsed.array.asi8, np.iinfo(np.int64).min)[codes]  # code -1 (missing): NaT
+    bad = int(np.count_nonzero(parsed.isna().to_numpy()[codes[codes >= 0]]))
+    times = pd.Series(ns.view("datetime64[ns]"), index=raw.index).dt.tz_localize("UTC")
+    return times, bad
 
 
 _STR = pd.StringDtype(na_value=np.nan)  # pandas' "str" dtype
@@ -309,14 +314,18 @@ def _events(deliveries: pd.DataFrame, as_of: pd.Timestamp) -> tuple[pd.DataFrame
     received = d["received_at"].array.asi8[idx]
     received = np.where(received == np.iinfo(np.int64).min, np.iinfo(np.int64).max, received)
     idx = idx[np.argsort(received, kind="stable")]
-    codes = pd.factorize(d["event_id"].iloc[idx])[0]
-    first = np.unique(codes, return_index=True)[1]  # position of each event id's first receipt
+    # Event ids as codes numbered in sorted order: for the duplicates here, the sort below.
+    event_codes = pd.factorize(d["event_id"], sort=True)[0]
+    codes = event_codes[idx]
+    first_at, first = np.unique(codes, return_index=True)  # each event id's first receipt
     dup = np.ones(len(idx), dtype=bool)
     dup[first] = False
     counts["duplicates"] = int(dup.sum())
     if dup.any():  # same event id, different bytes: counted (the first receipt is used)
-        bodies = d[_body_key(d)].to_numpy(dtype=object)[idx]
-        differ = bodies[dup] != bodies[first[codes[dup]]]
+        bodies = d[_body_key(d)]
+        copies = bodies.iloc[idx[dup]].to_numpy(dtype=object)
+        firsts = bodies.iloc[idx[first[np.searchsorted(first_at, codes[dup])]]]
+        differ = copies != firsts.to_numpy(dtype=object)
         counts["conflicting_bodies"] = len(np.unique(codes[dup][differ]))
     extracted = "body" not in d.columns
     pos = idx[~dup]
@@ -343,12 +352,12 @@ def _events(deliveries: pd.DataFrame, as_of: pd.Timestamp) -> tuple[pd.DataFrame
     stamped = d["event_timestamp"].iloc[pos]
     order = np.lexsort(  # the last key first; NaT after every time, as sort_values puts it
         (
-            pd.factorize(d["event_id"].iloc[pos], sort=True)[0],
+            event_codes[pos],
             received.array.asi8,
             received.isna().to_numpy(),
             stamped.array.asi8,
             stamped.isna().to_numpy(),
-            pd.factorize(d["incident_id"].iloc[pos], sort=True)[0],
+            pd.factorize(d["incident_id"], sort=True)[0][pos],
         )
     )
     del received, stamped
