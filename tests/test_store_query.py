@@ -21,9 +21,12 @@ def test_rows_out_of_order_are_sorted_by_source_then_line():
     assert got.column("verdict").to_pylist() == ["v3", "v5", "v2", "v1", "v4"]
 
 
-def test_rows_in_order_are_returned_as_they_are():
-    t = pa.table({"source": ["a", "a", "b"], "line": [1, 2, 1], "x": [3, 2, 1]})
-    assert _in_input_order(t) is t
+def test_rows_in_order_keep_their_order_in_one_chunk_per_column():
+    first = pa.table({"source": ["a", "a"], "line": [1, 2], "x": [3, 2]})
+    t = pa.concat_tables([first, pa.table({"source": ["b"], "line": [1], "x": [1]})])
+    got = _in_input_order(t)
+    assert got.equals(t)
+    assert [got.column(n).num_chunks for n in got.column_names] == [1, 1, 1]
     one = pa.table({"source": ["a"], "line": [5]})
     assert _in_input_order(one) is one
 

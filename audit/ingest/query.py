@@ -15,6 +15,7 @@ import pandas as pd
 import pyarrow as pa
 
 from audit.errors import InputError
+from audit.ingest.records import combine_columns
 from audit.ingest.store import DATASET, Store
 from audit.tables import STORED_DELIVERIES
 from audit.timeutil import as_utc
@@ -105,7 +106,7 @@ def _query(files, columns, where: str, params: list) -> pa.Table:
 
 
 def _in_input_order(table: pa.Table) -> pa.Table:
-    """``table`` sorted by ``source, line`` (returned as is when it already is).
+    """``table`` sorted by ``source, line``, one chunk per column.
 
     Rows come back almost in order: only a file's unreadable records (the ``month=none`` part)
     and a piece that spans two months sit apart. So the order is computed on one integer key
@@ -121,7 +122,9 @@ def _in_input_order(table: pa.Table) -> pa.Table:
     a, b = src.slice(0, len(src) - 1), src.slice(1)
     step = pc.or_(pc.less(a, b), pc.and_(pc.equal(a, b), pc.less(line[:-1], line[1:])))
     if pc.all(step).as_py():
-        return table
+        schema, columns = table.schema, table.columns
+        del table
+        return combine_columns(schema, columns)
     names = sorted(n for n in pc.unique(src).to_pylist() if n is not None)
     # Python orders str by code point, as Arrow orders UTF-8 bytes; a null source goes last.
     rank = pc.fill_null(pc.index_in(src, value_set=pa.array(names, pa.string())), len(names))
@@ -134,24 +137,16 @@ def _in_input_order(table: pa.Table) -> pa.Table:
     if len(starts) <= _MAX_RUNS:
         runs = [table.slice(int(order[s]), int(e - s)) for s, e in zip(starts, ends, strict=True)]
         del table
-        return _contiguous(pa.concat_tables(runs))
+        joined = pa.concat_tables(runs)
+        del runs
+        schema, columns = joined.schema, joined.columns
+        del joined
+        return combine_columns(schema, columns)
     names, columns = table.column_names, table.columns
     del table
     out = []
     for k in range(len(columns)):  # one column at a time: the old one is freed as we go
         out.append(columns[k].take(order))
-        columns[k] = None
-    return pa.table(out, names=names)
-
-
-def _contiguous(table: pa.Table) -> pa.Table:
-    """One chunk per column, as ``take`` gives (the frame downstream sees the same layout
-    either way), built one column at a time so that at most one column exists twice."""
-    names, columns = table.column_names, table.columns
-    del table
-    out = []
-    for k in range(len(columns)):
-        out.append(columns[k].combine_chunks())
         columns[k] = None
     return pa.table(out, names=names)
 

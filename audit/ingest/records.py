@@ -197,6 +197,18 @@ def _from_buffers(typ: pa.DataType, n: int, valid: np.ndarray | None, buffers: l
     return pa.Array.from_buffers(typ, n, [bitmap, *map(pa.py_buffer, buffers)], null_count=nulls)
 
 
+def combine_columns(schema: pa.Schema, columns: list) -> pa.Table:
+    """A table of ``schema`` with one chunk per column from ``columns`` (chunked arrays), which
+    it empties as it goes: when nothing else holds them, at most one column exists twice.
+
+    pandas gets one array per column (its operations on many chunks copy them again)."""
+    out = []
+    for k in range(len(columns)):
+        out.append(columns[k].combine_chunks())
+        columns[k] = None
+    return pa.Table.from_arrays(out, schema=schema)
+
+
 def stored_table(columns: dict[str, list], file_sha256: str) -> pa.Table:
     """Parsed and verified columns (plus ``subscription_logged``) as a store table."""
     cols = dict(columns)
