@@ -57,7 +57,8 @@ def number_attempts(
     t: np.ndarray, first: np.ndarray, tol: Tolerance
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Attempt numbers of rows sorted by group then time (``first`` marks a group's first row):
-    (attempt_no, delay_s, expected_delay_s, on_schedule), by the rule of :func:`infer_attempts`.
+    (attempt_no, delay_s, expected_delay_s, on_schedule), by the rule of
+    :func:`audit.analysis.deliveries.infer_attempts`.
 
     Each row depends only on the row before it in its group, so all the second rows are
     numbered at once, then all the third rows, and so on; when few rows remain at a position
@@ -82,19 +83,18 @@ def number_attempts(
             break
         d = t[rows] - t[rows - 1]
         prev = no[rows - 1]
+        a = np.minimum(prev, MAX_ATTEMPTS)  # past the last attempt: no number matches
         got = np.zeros(len(rows), dtype=np.int64)
         for k in range(2, MAX_ATTEMPTS + 1):  # the smallest number whose delay matches
-            a = np.minimum(prev, MAX_ATTEMPTS)
             e = _SCHEDULE[a, k]
             hit = (got == 0) & (prev < k) & (np.abs(d - e) <= allowed[a, k])
             got[hit] = k
         found = got > 0
-        nxt = np.minimum(prev + 1, MAX_ATTEMPTS)
         fallback = np.where(
-            prev < MAX_ATTEMPTS, _SCHEDULE[np.minimum(prev, MAX_ATTEMPTS), nxt], np.nan
+            prev < MAX_ATTEMPTS, _SCHEDULE[a, np.minimum(prev + 1, MAX_ATTEMPTS)], np.nan
         )
         no[rows] = np.where(found, got, prev + 1)
-        e_found = _SCHEDULE[np.minimum(prev, MAX_ATTEMPTS), np.maximum(got, 1)]
+        e_found = _SCHEDULE[a, np.maximum(got, 1)]
         expected[rows] = np.where(found, e_found, fallback)
         ok[rows] = found
         delay[rows] = d
@@ -102,7 +102,7 @@ def number_attempts(
 
 
 def _number_one_by_one(rows, t, no, delay, expected, ok, tol) -> None:
-    """:func:`_number_attempts` for the rows left (ascending), each after the one before it."""
+    """:func:`number_attempts` for the rows left (ascending), each after the one before it."""
     for j in rows.tolist():
         prev_no = int(no[j - 1])
         d = t[j] - t[j - 1]
