@@ -67,7 +67,10 @@ def report_tables(
     from audit.ingest.verification import verdict_counts
 
     tables = dict(analysis.tables())
+    # The store's extracted helper columns left out before the rows are cut (a cut copies
+    # every column); no table below shows them.
     d = analysis.deliveries
+    d = d.drop(columns=[c for c in EXTRACTED if c in d.columns])
     period_d = deliveries_in_period(d, period)
     e = analysis.events
     period_e = e[in_period(e["first_received_at"], period)] if "first_received_at" in e else e
@@ -84,7 +87,7 @@ def report_tables(
     tables["undelivered_events"] = real[real["outcome"].isin(["exhausted", "lost"])]
     # The request appendices show what was received, not the store's extracted helper columns
     # (so a report from the store has the same tables as one from raw captures).
-    requests = period_d.drop(columns=[c for c in EXTRACTED if c in period_d.columns])
+    requests = period_d
     if evidence is not None:
         requests = _with_evidence(requests, evidence)
     tables["off_schedule_attempts"] = requests[

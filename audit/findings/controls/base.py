@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 
 from audit.analysis.analyze import Analysis
+from audit.analysis.deliveries import ATTEMPT_COLUMNS
+from audit.ingest.verification import VERDICT_COLUMNS
 
 __all__ = [
     "DONE_STATUSES",
@@ -68,7 +70,8 @@ class Scope:
     Attributes
     ----------
     deliveries
-        Requests received in the period (every verdict).
+        Requests received in the period (every verdict), with the columns of the deliveries
+        table as ``audit analyze`` writes it (the verdict and attempt columns).
     valid
         Those of them whose verdict is ``valid``: the service's deliveries.
     events
@@ -96,7 +99,10 @@ class Scope:
 
     @cached_property
     def deliveries(self) -> pd.DataFrame:
+        # The columns of the deliveries table as written (deliveries.parquet), not the store's
+        # extracted incident fields: each row filter below copies every column it holds.
         d = self.analysis.deliveries
+        d = d[[c for c in (*VERDICT_COLUMNS, *ATTEMPT_COLUMNS) if c in d.columns]]
         return d[in_period(d["received_at"], self.period_start, self.period_end)]
 
     @cached_property
