@@ -98,8 +98,6 @@ def infer_attempts(
     use = (out["verdict"] == "valid") & out["event_id"].notna() & out["received_at"].notna()
     idx = np.flatnonzero(use.to_numpy())
     if len(idx):
-        # Group codes instead of Python strings; rows of one (subscription, event id) in time
-        # order (a stable sort: equal times keep their input order).
         # Codes of the two key columns instead of Python strings; rows of one (subscription,
         # event id) in time order (a stable sort: equal times keep their input order).
         sub = pd.factorize(out["subscription_id"], use_na_sentinel=False)[0][idx]
