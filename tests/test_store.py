@@ -353,3 +353,19 @@ def test_cli_verify_with_logs_and_store_writes_only_those_logs(setup, tmp_path):
     assert got["source"].tolist() == [str(log)] * 5 and got["line"].tolist() == [1, 2, 3, 4, 5]
     assert main(["verify", "--store", str(store), "--out", str(out)]) == 0
     assert len(pd.read_csv(out)) == 7
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_controls_judge_the_columns_of_the_written_deliveries_table(sim):
+    """Controls read the deliveries as deliveries.parquet has them (an auditor re-checks them
+    there), not the store's extracted incident fields, which each cut by period would copy."""
+    from audit.findings.controls.base import Scope
+
+    store = sim[2]
+    start = pd.Timestamp("2026-10-01", tz="UTC")
+    end = pd.Timestamp("2026-10-09", tz="UTC")
+    a = run_analyses(load_analysis_inputs(store, start=start, end=end).deliveries, as_of=end)
+    assert "data_status" in a.deliveries.columns  # the store's extracted fields are loaded
+    scope = Scope(a, start, end, {})
+    assert list(scope.deliveries.columns) == list(a.tables()["deliveries"].columns)
+    assert len(scope.valid) == int((a.deliveries["verdict"] == "valid").sum())
