@@ -441,6 +441,18 @@ def test_plot_latency_distributions_empty_sides():
 # ------------------------------------------------------------------------------------------
 
 
+def test_plot_clock_skew_legend_sits_beside_the_axes_over_no_point():
+    fig = P.plot_clock_skew(verified(SKEW_ROWS))
+    ax = fig.axes[0]
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)  # the constrained layout is done on drawing
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert legend.x0 >= ax.get_window_extent(renderer).x1  # right of the plotting area
+    assert legend.x1 <= fig.bbox.x1  # and still inside the figure (the layout made room)
+
+
 def test_plot_clock_skew_window_and_points():
     fig = P.plot_clock_skew(verified(SKEW_ROWS))
     ax = fig.axes[0]

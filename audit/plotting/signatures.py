@@ -108,7 +108,9 @@ def plot_clock_skew(
     ax.set_xlabel("received at (UTC)")
     ax.set_ylabel("skew (s" + (", symlog scale)" if yscale == "symlog" else ")"))
     ax.set_title(title)
-    ax.legend(handles, labels, fontsize="small", loc="best")
+    # Beside the axes, never over a point; "best" would test each of its places against every
+    # point drawn (3.5 s for a million requests).
+    ax.legend(handles, labels, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3)
     return fig
 
