@@ -634,3 +634,19 @@ def test_plotting_keeps_its_drawing_api_and_only_draws():
         assert got == expected, name
     # the frames live in audit.analysis.metrics; plotting exports only drawing
     assert set(P.__all__) == {*PLOT_SIGNATURES, "NO_DATA", "log_bins"}
+
+
+def test_a_report_cuts_its_deliveries_by_period_once_per_table():
+    """Figures share one period cut of the run's deliveries; a replaced table is cut anew."""
+    from audit.report import figures
+    from audit.report.rundir import RunData
+
+    times = pd.to_datetime(["2026-09-30T23:00Z", "2026-10-02T00:00Z", "2026-11-01T00:00Z"])
+    d = pd.DataFrame({"received_at": times, "source": "a.jsonl", "verdict": "valid"})
+    period = {"label": "2026-10", "start": "2026-10-01T00:00Z", "end": "2026-11-01T00:00Z"}
+    run = RunData({"period": period}, pd.DataFrame(), tables={"deliveries": d})
+    first = figures._period_deliveries(run)
+    assert first["received_at"].tolist() == [times[1]]  # the period is [start, end)
+    assert figures._period_deliveries(run) is first
+    run.tables["deliveries"] = d.iloc[:1]  # an analyst replaces the table: cut anew
+    assert figures._period_deliveries(run).empty

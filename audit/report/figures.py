@@ -17,6 +17,8 @@ __all__ = ["clock_skew", "daily_failures", "latency", "retry_delays", "takedown"
 
 
 def _period_deliveries(run: RunData) -> pd.DataFrame:
+    """The run's deliveries received in its period, cut once per deliveries table (each figure
+    asks twice; a million rows take about 0.3 s to cut)."""
     from audit.report.params import Period
     from audit.report.tables import deliveries_in_period
 
@@ -24,8 +26,13 @@ def _period_deliveries(run: RunData) -> pd.DataFrame:
     p = run.manifest.get("period", {})
     if d.empty or not p.get("start"):
         return d
+    cached = run.derived.get("period_deliveries")
+    if cached is not None and cached[0] is d:  # the same table object, not a replaced one
+        return cached[1]
     period = Period(str(p.get("label")), pd.Timestamp(p["start"]), pd.Timestamp(p["end"]))
-    return deliveries_in_period(d, period)
+    cut = deliveries_in_period(d, period)
+    run.derived["period_deliveries"] = (d, cut)
+    return cut
 
 
 def _nothing(run: RunData, what: str) -> HTML | None:

@@ -84,6 +84,8 @@ class RunData:
     trend: dict = field(default_factory=dict)
     run_dir: Path | None = None
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    #: Frames computed from the tables and kept for the next figure (see audit.report.figures).
+    derived: dict[str, object] = field(default_factory=dict, repr=False, compare=False)
 
     def table(self, name: str) -> pd.DataFrame:
         """The table ``name`` (``tables/<name>.parquet``), or an empty frame."""
