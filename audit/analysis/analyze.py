@@ -32,7 +32,10 @@ from audit.spec import (
 )
 from audit.timeutil import as_utc
 
-__all__ = ["Analysis", "analyze", "parse_as_of", "run_analyses"]
+__all__ = ["DELIVERY_TABLE_COLUMNS", "Analysis", "analyze", "parse_as_of", "run_analyses"]
+
+#: The columns of the deliveries table ``audit analyze`` writes (and the controls judge).
+DELIVERY_TABLE_COLUMNS: tuple[str, ...] = (*VERDICT_COLUMNS, *ATTEMPT_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class Analysis:
     def tables(self) -> dict[str, pd.DataFrame]:
         """The tables written by ``audit analyze``, by file stem."""
         return {
-            "deliveries": self.deliveries[[*VERDICT_COLUMNS, *ATTEMPT_COLUMNS]],
+            "deliveries": self.deliveries[list(DELIVERY_TABLE_COLUMNS)],
             "events": self.events,
             "incidents": self.incidents,
             "status_intervals": self.status_intervals,

@@ -14,9 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from audit.analysis.analyze import Analysis
-from audit.analysis.deliveries import ATTEMPT_COLUMNS
-from audit.ingest.verification import VERDICT_COLUMNS
+from audit.analysis.analyze import DELIVERY_TABLE_COLUMNS, Analysis
 
 __all__ = [
     "DONE_STATUSES",
@@ -102,7 +100,7 @@ class Scope:
         # The columns of the deliveries table as written (deliveries.parquet), not the store's
         # extracted incident fields: each row filter below copies every column it holds.
         d = self.analysis.deliveries
-        d = d[[c for c in (*VERDICT_COLUMNS, *ATTEMPT_COLUMNS) if c in d.columns]]
+        d = d[[c for c in DELIVERY_TABLE_COLUMNS if c in d.columns]]
         return d[in_period(d["received_at"], self.period_start, self.period_end)]
 
     @cached_property
