@@ -161,6 +161,18 @@ def test_only_valid_deliveries_count():
     assert e.loc[0, "attempts"] == 2 and e.loc[0, "off_schedule"] == 0
 
 
+def test_one_event_sent_to_two_subscriptions_is_two_events():
+    """Same event id, two subscriptions: each has its own attempts, numbered from 1 (wh_2's
+    copy 30 s after wh_1's is not wh_1's second attempt)."""
+    rows = frame([(0, 503, 10), (30, 204, 10), (31, 204, 10)])
+    rows.loc[1, "subscription_id"] = "wh_2"
+    a = infer_attempts(rows, as_of=FAR)
+    e = events_table(a, as_of=FAR)
+    assert col(a, "attempt_no") == [1, 1, 2]
+    assert col(e, "subscription_id") == ["wh_1", "wh_2"]
+    assert col(e, "attempts") == [2, 1] and col(e, "outcome") == ["delivered", "delivered"]
+
+
 def test_naive_as_of_is_rejected():
     from audit.errors import ParameterError
 

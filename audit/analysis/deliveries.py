@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from audit.analysis.rows import take_rows
+from audit.analysis.rows import key_runs, take_rows
 from audit.analysis.schedule import Tolerance, expected_delay, number_attempts
 from audit.errors import ParameterError
 from audit.spec import (
@@ -98,17 +98,10 @@ def infer_attempts(
     use = (out["verdict"] == "valid") & out["event_id"].notna() & out["received_at"].notna()
     idx = np.flatnonzero(use.to_numpy())
     if len(idx):
-        # Codes of the two key columns instead of Python strings; rows of one (subscription,
-        # event id) in time order (a stable sort: equal times keep their input order).
-        sub = pd.factorize(out["subscription_id"], use_na_sentinel=False)[0][idx]
-        eid = pd.factorize(out["event_id"], use_na_sentinel=False)[0][idx]
+        # Rows of one (subscription, event id) in time order (equal times keep their order).
         t = out["received_at"].to_numpy(dtype="datetime64[ns]")[idx].view("int64") / 1e9
-        order = np.lexsort((t, eid, sub))
+        order, first = key_runs(out, idx, ["subscription_id", "event_id"], t)
         rows = idx[order]
-        sub, eid = sub[order], eid[order]
-        first = np.ones(len(order), dtype=bool)
-        first[1:] = (sub[1:] != sub[:-1]) | (eid[1:] != eid[:-1])
-        del sub, eid
         no, d, exp, ok = number_attempts(t[order], first, tol)
         attempt[rows], delay[rows], expected[rows], on_sched[rows] = no, d, exp, ok
         prev = np.concatenate(([0], no[:-1]))
@@ -176,15 +169,9 @@ def events_table(
     pos = np.flatnonzero(keep.to_numpy())
     if not len(pos):
         return EVENTS.empty()
-    sub = pd.factorize(attempts["subscription_id"], sort=True)[0][pos]
-    eid = pd.factorize(attempts["event_id"], sort=True)[0][pos]
     t = attempts["received_at"].array.asi8[pos]
-    perm = np.lexsort((t, eid, sub))
-    sub, eid = sub[perm], eid[perm]
-    start = np.ones(len(perm), dtype=bool)
-    start[1:] = (sub[1:] != sub[:-1]) | (eid[1:] != eid[:-1])
+    perm, start = key_runs(attempts, pos, ["subscription_id", "event_id"], t, sort_keys=True)
     group = np.cumsum(start) - 1
-    del sub, eid, t
     # The first value of each envelope column per event (first() skips missing values).
     first = take_rows(attempts[envelope], pos[perm]).groupby(group, sort=False).first()
     a = take_rows(attempts[used], pos[perm])
