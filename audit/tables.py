@@ -24,6 +24,7 @@ __all__ = [
     "ATTEMPTS",
     "DELIVERIES",
     "EVENTS",
+    "EVIDENCE_COLUMNS",
     "FINDINGS",
     "INCIDENTS",
     "STATUS_INTERVALS",
@@ -102,6 +103,9 @@ STORED_DELIVERIES = DELIVERIES.extend(
 instead of parsing bodies again. Partitioned by ``month`` (``YYYY-MM`` of ``received_at``,
 ``none`` for unreadable records without a time)."""
 
+
+#: What a report shows of a request it rejected (as received), beyond the analysis columns.
+EVIDENCE_COLUMNS: tuple[str, ...] = ("signature", "timestamp_header", "event_header", "body")
 
 ATTEMPTS = Table(
     "attempts",

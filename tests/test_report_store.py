@@ -58,6 +58,33 @@ def test_store_and_raw_give_the_same_findings_and_tables(demo, tmp_path):
         )
 
 
+def test_raw_captures_keep_bodies_only_as_evidence_of_records_not_valid(demo, tmp_path):
+    """From raw captures, the report holds no body of a valid record (memory at 1M): the
+    deliveries carry none, and the evidence is exactly what the store gives for the records
+    that are not valid."""
+    from audit.ingest.query import not_valid_evidence
+
+    raw_inputs, _ = _computed(demo)
+    got_inputs, _ = _computed(demo, store=tmp_path / "store")
+    assert "body" not in raw_inputs.deliveries.columns
+    raw_ev, got_ev = raw_inputs.evidence, got_inputs.evidence
+    d = raw_inputs.deliveries
+    not_valid = d[d["verdict"] != "valid"]
+    assert 0 < len(raw_ev) == len(not_valid) < len(d)
+    assert set(zip(raw_ev["source"], raw_ev["line"], strict=True)) == set(
+        zip(not_valid["source"], not_valid["line"], strict=True)
+    )
+    assert raw_ev["body"].notna().sum() > len(raw_ev) // 2  # rejected requests, as received
+    store_ev = not_valid_evidence(tmp_path / "store")
+    assert len(store_ev) == len(got_ev) == len(raw_ev)
+
+    def by_place(ev: pd.DataFrame) -> pd.DataFrame:
+        ev = ev.assign(source=ev["source"].map(lambda s: Path(s).name))
+        return ev.sort_values(["source", "line"]).reset_index(drop=True)
+
+    pd.testing.assert_frame_equal(by_place(raw_ev), by_place(store_ev))
+
+
 def test_a_store_alone_needs_no_logs_and_reads_only_the_period(demo, tmp_path):
     store = tmp_path / "store"
     _computed(demo, store=store)  # ingest once

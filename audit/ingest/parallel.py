@@ -147,12 +147,16 @@ def map_pieces(
             _CONTEXT.clear()
 
 
-def verdict_batch(piece: Piece) -> tuple[Piece, tuple[pa.Table, int, int]]:
+def verdict_batch(piece: Piece) -> tuple[Piece, tuple[pa.Table, int, int, pa.Table | None]]:
     """Worker: verify a piece, return it (without its bytes) and only the columns ``names``
-    (no bodies), the naive-time count and the unreadable count."""
+    (no bodies), the naive-time count, the unreadable count and, when the context asks for
+    ``evidence``, :func:`audit.ingest.records.evidence_table` (the bodies of the records that
+    are not valid, else None)."""
     cols, naive, unreadable = verify_piece(piece)
     table = records.stored_columns(cols, _CONTEXT["names"])
-    return Piece(piece.path, piece.first_line, piece.start, piece.end), (table, naive, unreadable)
+    evidence = records.evidence_table(cols) if _CONTEXT.get("evidence") else None
+    got = (table, naive, unreadable, evidence)
+    return Piece(piece.path, piece.first_line, piece.start, piece.end), got
 
 
 def default_piece_bytes(total: int, workers: int) -> int:

@@ -17,7 +17,7 @@ import pyarrow as pa
 from audit.errors import InputError
 from audit.ingest.records import combine_columns
 from audit.ingest.store import DATASET, Store
-from audit.tables import STORED_DELIVERIES
+from audit.tables import EVIDENCE_COLUMNS, STORED_DELIVERIES
 from audit.timeutil import as_utc
 
 __all__ = [
@@ -221,10 +221,6 @@ def load_deliveries(
         keep = f"list_contains({_sql_list(files)}, file_sha256)" if files else "FALSE"
         sql_where += (" AND " if sql_where else "WHERE ") + keep
     return frame_from_arrow(_query(parts, columns, sql_where, params))
-
-
-#: What a report shows of a request it rejected, beyond the analysis columns.
-EVIDENCE_COLUMNS: tuple[str, ...] = ("signature", "timestamp_header", "event_header", "body")
 
 
 def not_valid_evidence(

@@ -28,9 +28,9 @@ from audit.ingest.formats import FORMATS
 from audit.ingest.formats.base import NAT
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import subscription_logged, verify_columns, verify_parsed
-from audit.tables import STORED_DELIVERIES
+from audit.tables import EVIDENCE_COLUMNS, STORED_DELIVERIES
 
-__all__ = ["body_columns", "read_chunks", "stored_table", "verify_chunk"]
+__all__ = ["body_columns", "evidence_table", "read_chunks", "stored_table", "verify_chunk"]
 
 SCHEMA = STORED_DELIVERIES.arrow_schema()
 _BOM = b"\xef\xbb\xbf"
@@ -207,6 +207,19 @@ def combine_columns(schema: pa.Schema, columns: list) -> pa.Table:
         out.append(columns[k].combine_chunks())
         columns[k] = None
     return pa.Table.from_arrays(out, schema=schema)
+
+
+#: The columns of :func:`evidence_table`.
+EVIDENCE_NAMES: tuple[str, ...] = ("source", "line", "received_at", *EVIDENCE_COLUMNS)
+
+
+def evidence_table(columns: dict[str, list]) -> pa.Table:
+    """``source, line, received_at`` and the request as received
+    (:data:`audit.tables.EVIDENCE_COLUMNS`) of the rows whose ``verdict`` is not ``valid``:
+    the few rows a report shows whole."""
+    keep = [i for i, v in enumerate(columns["verdict"]) if v != "valid"]
+    picked = {n: [columns[n][i] for i in keep] for n in EVIDENCE_NAMES}
+    return stored_columns(picked, EVIDENCE_NAMES)
 
 
 def stored_table(columns: dict[str, list], file_sha256: str) -> pa.Table:

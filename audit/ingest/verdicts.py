@@ -17,7 +17,7 @@ from audit.ingest import parallel, records
 from audit.ingest.extract import EXTRACTED, body_columns
 from audit.ingest.formats import format_of, jsonl
 from audit.ingest.load import LoadWarning, expand_paths
-from audit.ingest.secrets import read_secrets
+from audit.ingest.secrets import SecretStore, read_secrets
 from audit.ingest.signatures import subscription_logged, verify_parsed
 from audit.ingest.verification import VERDICT_COLUMNS
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
@@ -32,16 +32,19 @@ __all__ = ["LogRows", "read_logs", "verdict_table", "verdicts_by_name", "verify_
 @dataclass(frozen=True)
 class LogRows:
     """Rows read from raw captures: ``rows`` (the requested columns), ``inputs`` (one row per
-    file: ``source, size, sha256, records, unreadable``) and ``naive_times``."""
+    file: ``source, size, sha256, records, unreadable``), ``naive_times`` and, when asked for,
+    ``evidence``: ``source, line`` and :data:`audit.tables.EVIDENCE_COLUMNS` of the records
+    that are not valid (what ``audit.ingest.query.not_valid_evidence`` reads from a store)."""
 
     rows: pd.DataFrame
     inputs: pd.DataFrame
     naive_times: int
+    evidence: pd.DataFrame | None = None
 
 
 def read_logs(
     logs: Iterable[str | os.PathLike],
-    secrets_path: str | os.PathLike,
+    secrets_path: str | os.PathLike | SecretStore,
     *,
     columns: Sequence[str] = VERDICT_COLUMNS,
     header_prefix: str = DEFAULT_HEADER_PREFIX,
@@ -50,6 +53,7 @@ def read_logs(
     piece_bytes: int | None = None,
     hash_files: bool = True,
     upto: pd.Timestamp | None = None,
+    evidence: bool = False,
 ) -> LogRows:
     """Verify raw captures on every core and keep only ``columns`` (any of the store's, see
     ``audit.tables.STORED_DELIVERIES``; the body is extracted from, never kept), in input order.
@@ -59,6 +63,8 @@ def read_logs(
     thread of the parent while the workers verify (empty with ``hash_files=False``). With
     ``upto``, ``rows`` leaves out the records received after it (``inputs`` still counts
     them), piece by piece, so no frame of every record is built and then filtered.
+    ``secrets_path`` may be secrets already read (:class:`audit.ingest.secrets.SecretStore`). With
+    ``evidence``, the bodies of the records that are not valid come back too (``evidence``).
     """
     import pandas as pd
 
@@ -74,6 +80,7 @@ def read_logs(
         piece_bytes=piece_bytes,
         hash_files=hash_files,
         upto=upto,
+        evidence=evidence,
     )
     rows = frame_from_arrow(got.table)
     files = got.files
@@ -88,7 +95,8 @@ def read_logs(
     )
     if got.naive:
         warnings.warn(_naive_message(got.naive), LoadWarning, stacklevel=2)
-    return LogRows(rows, inputs, got.naive)
+    proof = None if got.evidence is None else frame_from_arrow(got.evidence)
+    return LogRows(rows, inputs, got.naive, proof)
 
 
 @dataclass(frozen=True)
@@ -101,11 +109,12 @@ class _Read:
     counts: dict[str, list[int]]
     hashes: list[str]
     naive: int
+    evidence: pa.Table | None = None
 
 
 def _read(
     logs: Iterable[str | os.PathLike],
-    secrets_path: str | os.PathLike,
+    secrets_path: str | os.PathLike | SecretStore,
     *,
     columns: Sequence[str],
     header_prefix: str,
@@ -114,10 +123,11 @@ def _read(
     piece_bytes: int | None,
     hash_files: bool,
     upto: pd.Timestamp | None,
+    evidence: bool = False,
 ) -> _Read:
     """:func:`read_logs` without pandas: the rows in the store's Arrow types."""
     files = expand_paths(logs)
-    secrets = read_secrets(secrets_path)
+    secrets = secrets_path if isinstance(secrets_path, SecretStore) else read_secrets(secrets_path)
     wanted = {v: k for k, v in header_names(header_prefix).items()}
     workers = parallel.cpu_workers() if workers is None else max(1, workers)
     total = sum(f.stat().st_size for f in files)
@@ -135,15 +145,21 @@ def _read(
         secrets=secrets,
         tolerance_s=tolerance_s,
         workers=workers,
-        extra={"names": names, "extract": bool(set(names) & set(EXTRACTED))},
+        extra={
+            "names": names,
+            "extract": bool(set(names) & set(EXTRACTED)),
+            "evidence": evidence,
+        },
     )
     by_file: dict[str, list[pa.Table]] = {str(f): [] for f in files}
+    proof: dict[str, list[pa.Table]] = {str(f): [] for f in files}
     counts = {str(f): [0, 0] for f in files}
     naive = 0
     hashes = _Hashes(files, enabled=hash_files)
-    for piece, (table, naive_one, unreadable) in results:
+    for piece, (table, naive_one, unreadable, not_valid) in results:
         hashes.start()  # after the first result: the workers are forked by then
         by_file[piece.path].append(table)
+        proof[piece.path].append(not_valid)
         counts[piece.path][0] += table.num_rows
         counts[piece.path][1] += unreadable
         naive += naive_one
@@ -151,8 +167,11 @@ def _read(
             by_file[piece.path][-1] = _received_upto(table, upto)
     for f, w in zip(files, whole, strict=True):
         if w:
-            table, unreadable, naive_one = _whole(f, wanted, secrets, tolerance_s, names)
+            table, unreadable, naive_one, not_valid = _whole(
+                f, wanted, secrets, tolerance_s, names, evidence
+            )
             by_file[str(f)].append(table)
+            proof[str(f)].append(not_valid)
             counts[str(f)] = [table.num_rows, unreadable]
             naive += naive_one
             if upto is not None:
@@ -160,7 +179,16 @@ def _read(
     tables = [t for f in files for t in by_file[str(f)]]
     empty = records.stored_columns({n: [] for n in names}, names)
     table = pa.concat_tables([empty, *tables])
-    return _Read(table, files, counts, hashes.result(), naive)
+    kept = None
+    if evidence:
+        none = records.stored_columns(
+            {n: [] for n in records.EVIDENCE_NAMES}, records.EVIDENCE_NAMES
+        )
+        kept = pa.concat_tables([none, *(t for f in files for t in proof[str(f)])])
+        if upto is not None:
+            kept = _received_upto(kept, upto)
+        kept = kept.drop_columns(["received_at"])
+    return _Read(table, files, counts, hashes.result(), naive, kept)
 
 
 def _naive_message(naive: int) -> str:
@@ -278,11 +306,14 @@ def _sha256(path) -> str:
     return h.hexdigest()
 
 
-def _whole(path, wanted, secrets, tolerance_s, names) -> tuple[pa.Table, int, int]:
+def _whole(
+    path, wanted, secrets, tolerance_s, names, evidence=False
+) -> tuple[pa.Table, int, int, pa.Table | None]:
     buf = format_of(path.name).parse(records.read_whole(path), str(path), wanted)
     cols = buf.columns()
     cols["subscription_logged"] = subscription_logged(cols)
     cols.update(verify_parsed(cols, secrets, tolerance_s=tolerance_s))
     if set(names) & set(EXTRACTED):
         cols.update(body_columns(cols["body"]))
-    return records.stored_columns(cols, names), buf.unreadable, buf.naive_times
+    not_valid = records.evidence_table(cols) if evidence else None
+    return records.stored_columns(cols, names), buf.unreadable, buf.naive_times, not_valid

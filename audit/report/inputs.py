@@ -74,7 +74,10 @@ def load_inputs(
     With ``store``, ``logs`` (may be empty) are ingested into it first, then every stored
     delivery received from ``start`` minus the lookback up to ``as_of`` (default ``end``) is
     read from it (:func:`audit.ingest.query.load_analysis_inputs`); ``files`` lists the store's
-    files. Without ``store``, ``start``, ``end`` and ``as_of`` are not used.
+    files. Without ``store``, the logs are verified on every core as ``audit analyze`` reads
+    them (:func:`audit.ingest.verdicts.read_logs`: no body kept, except those of the records
+    that are not valid, the report's evidence), up to ``as_of`` (default ``end``, else all);
+    ``start`` is not used.
 
     Raises
     ------
@@ -84,8 +87,9 @@ def load_inputs(
     """
     from audit.analysis.subscriptions import load_snapshots, snapshot_files
     from audit.findings import read_mutes
-    from audit.ingest.load import load_captures
+    from audit.ingest.query import ANALYSIS_COLUMNS
     from audit.ingest.secrets import read_secrets
+    from audit.ingest.verdicts import read_logs
 
     if not logs and store is None:
         raise InputError("give at least one capture file, folder or glob")
@@ -94,8 +98,16 @@ def load_inputs(
         raise InputError(f"{secrets_file}: the secrets file does not exist")
     secrets = read_secrets(secrets_file)
     if store is None:
-        caps = load_captures(list(logs), header_prefix=header_prefix, secrets=secrets)
-        deliveries, listed, evidence = caps.deliveries, caps.inputs, None
+        got = read_logs(
+            list(logs),
+            secrets,
+            columns=ANALYSIS_COLUMNS,
+            header_prefix=header_prefix,
+            upto=as_of if as_of is not None else end,
+            evidence=True,
+        )
+        deliveries, listed, evidence = got.rows, got.inputs, got.evidence
+        del got
     else:
         deliveries, listed, evidence = _from_store(
             store, logs, secrets_file, header_prefix, start, end, as_of
