@@ -3,14 +3,15 @@
 Usage::
 
     python benchmarks/bench_store.py verify [--records 200000] [--runs 3]
-    python benchmarks/bench_store.py month [--incidents 6000] [--runs 3]
+    python benchmarks/bench_store.py month [--incidents 6000] [--runs 3] [--report]
 
 ``verify`` writes captures shaped like real ones (ISO and Unix ``received_at``, header names in
 any case, ~3 % header lists, ~1 % ``body_b64``, a secret rotation, ~1 % invalid) and times
 ``audit verify --out x.parquet`` / ``x.csv`` and ``audit ingest`` against a hand-written loop
 that handles the same shapes. ``month`` simulates a month (``audit simulate --days 31``) and
 times ``audit analyze`` cold from the raw captures and warm from a store, against the same loop
-over the same captures.
+over the same captures; with ``--report``, also the whole ``audit report --period 2026-10``
+(analyses, controls, run folder and the rendered notebook) cold and warm.
 
 Every measurement is a fresh process (``audit ...`` or the loop); kinds are alternated within
 each run so that drift on a shared machine hits them alike; the script prints medians and the
@@ -176,15 +177,19 @@ def run(cmd: list[str]) -> dict:
     """Run a command in a fresh wrapper process: wall seconds and the largest process's RSS."""
     code = (
         "import json,resource,subprocess,sys,time;t=time.perf_counter();"
-        "subprocess.run(sys.argv[1:],check=True,stdout=subprocess.DEVNULL,"
-        "stderr=subprocess.DEVNULL);s=time.perf_counter()-t;"
-        "print(json.dumps({'seconds':s,'rss_mb':"
+        "c=subprocess.run(sys.argv[1:],stdout=subprocess.DEVNULL,"
+        "stderr=subprocess.DEVNULL).returncode;s=time.perf_counter()-t;"
+        "print(json.dumps({'seconds':s,'code':c,'rss_mb':"
         "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024}))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, *cmd], check=True, capture_output=True, text=True
     ).stdout
-    return json.loads(out)
+    got = json.loads(out)
+    # `audit report` exits 1 when a finding fails (the simulated month plants some).
+    if got["code"] not in ((0, 1) if cmd[1:2] == ["report"] else (0,)):
+        raise SystemExit(f"{' '.join(cmd[:2])} exited {got['code']}")
+    return got
 
 
 def loop_cmd(paths: list[Path], secrets: Path) -> list[str]:
@@ -303,6 +308,16 @@ def bench_month(args) -> None:
                 *as_of,
             ],
         }
+        if args.report:
+            runs = iter(range(10**6))
+            period = ["--period", "2026-10", "--quiet"]
+
+            def report_cmd(*source: str) -> list[str]:
+                out = str(d / f"report{next(runs)}")  # a fresh folder: no trend or index grows
+                return [AUDIT, "report", *source, "--secrets", str(secrets), *period, "--out", out]
+
+            kinds["report cold (raw)"] = lambda: report_cmd(str(caps))
+            kinds["report warm (store)"] = lambda: report_cmd("--store", str(store))
         results = measure(kinds, args.runs)
         size = sum(f.stat().st_size for f in files) / 1e6
         print(
@@ -324,6 +339,7 @@ def main() -> None:
     m.add_argument("--incidents", type=int, default=6000)
     m.add_argument("--days", type=int, default=31)
     m.add_argument("--runs", type=int, default=3)
+    m.add_argument("--report", action="store_true", help="also time the whole audit report")
     lp = sub.add_parser("loop")
     lp.add_argument("--secrets", type=Path, required=True)
     lp.add_argument("paths", nargs="+", type=Path)

@@ -28,6 +28,7 @@ STAGES = {
     "audit.safe": 0,
     "audit.redaction": 0,
     "audit.lazy": 0,
+    "audit.memory": 0,
     # the flow
     "audit.ingest": 1,
     "audit.analysis": 2,

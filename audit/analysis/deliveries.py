@@ -288,7 +288,7 @@ def success_rates(
 
 def latency_summary(attempts: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     """p50/p95/p99/max of ack latency (ms), emission latency (s) and clock skew (s)."""
-    valid = attempts[attempts["verdict"] == "valid"]
+    valid = attempts.loc[attempts["verdict"] == "valid", ["response_ms", "skew_s"]]  # 2 columns
     series = {
         "ack_latency_ms": valid["response_ms"].dropna().astype(float),
         "emission_latency_s": events.loc[~events["is_test"], "emission_latency_s"]

@@ -28,6 +28,7 @@ from audit.ingest.formats import FORMATS
 from audit.ingest.formats.base import NAT
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import subscription_logged, verify_columns, verify_parsed
+from audit.memory import release_free_memory
 from audit.tables import EVIDENCE_COLUMNS, STORED_DELIVERIES
 
 __all__ = ["body_columns", "evidence_table", "read_chunks", "stored_table", "verify_chunk"]
@@ -201,11 +202,14 @@ def combine_columns(schema: pa.Schema, columns: list) -> pa.Table:
     """A table of ``schema`` with one chunk per column from ``columns`` (chunked arrays), which
     it empties as it goes: when nothing else holds them, at most one column exists twice.
 
-    pandas gets one array per column (its operations on many chunks copy them again)."""
+    pandas gets one array per column (its operations on many chunks copy them again). The
+    chunks' memory goes back to the operating system (:func:`audit.memory.release_free_memory`),
+    not only to the allocator, or the next stage would start on top of it."""
     out = []
     for k in range(len(columns)):
         out.append(columns[k].combine_chunks())
         columns[k] = None
+    release_free_memory()
     return pa.Table.from_arrays(out, schema=schema)
 
 

@@ -7,7 +7,7 @@ import os
 import threading
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -82,7 +82,11 @@ def read_logs(
         upto=upto,
         evidence=evidence,
     )
-    rows = frame_from_arrow(got.table)
+    # One chunk per column (pandas copies many-chunk columns again in every filter), the pieces
+    # freed as their columns are joined.
+    schema, columns = got.table.schema, got.table.columns
+    got = replace(got, table=None)
+    rows = frame_from_arrow(records.combine_columns(schema, columns))
     files = got.files
     inputs = pd.DataFrame(
         {

@@ -11,8 +11,7 @@
    say "rendering failed".
 5. The folder is renamed into place and the index rebuilt.
 
-Temporary folders left by a killed run are renamed ``<run id>.failed`` by the next run.
-See ``docs/report.md``.
+Temporary folders left by a killed run become ``<run id>.failed`` (``docs/report.md``).
 """
 
 from __future__ import annotations
@@ -28,9 +27,8 @@ import platform
 import secrets
 import stat
 import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,11 +36,11 @@ import pandas as pd
 
 from audit.errors import ParameterError, ReportError
 from audit.findings import SEVERITIES
+from audit.report.compute import Computed, compute
 from audit.report.index import build_index, scan_runs
-from audit.report.inputs import Inputs, load_inputs
-from audit.report.params import Period, ReportParams, check_params
+from audit.report.inputs import load_inputs
+from audit.report.params import Period, check_params
 from audit.report.rundir import findings_records, write_json, write_tables
-from audit.report.tables import report_tables
 
 __all__ = [
     "EXIT_CONTROL_ERROR",
@@ -129,62 +127,6 @@ def mark_stale(root: Path, by_run: str) -> list[Path]:
         os.replace(tmp, final)
         moved.append(final)
     return moved
-
-
-@dataclass(frozen=True)
-class Computed:
-    """The analyses, the findings and the report tables of one period (in memory)."""
-
-    analysis: object
-    findings: pd.DataFrame
-    tables: dict[str, pd.DataFrame]
-    notes: list[str] = field(default_factory=list)
-
-
-def compute(inputs: Inputs, params: ReportParams, period: Period) -> Computed:
-    """Analyses and controls as of ``params.as_of`` (pure; warnings become report notes).
-
-    Listing snapshots fetched after ``as_of`` are left out, like records received after it.
-    """
-    from audit.analysis.analyze import run_analyses
-    from audit.findings import run_controls
-
-    subs = inputs.subscriptions
-    if not subs.empty:
-        subs = subs[subs["fetched_at"] <= params.as_of].reset_index(drop=True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        analysis = run_analyses(
-            inputs.deliveries,
-            as_of=params.as_of,
-            subscriptions=subs,
-            inputs=inputs.files,
-            clock_start=params.clock_start,
-        )
-        findings = run_controls(
-            analysis,
-            period_start=period.start,
-            period_end=period.end,
-            params=dict(params.thresholds),
-            secrets_age=inputs.secrets_age,
-            mutes=inputs.mutes,
-        )
-        tables = report_tables(analysis, period, evidence=inputs.evidence)
-    notes = list(dict.fromkeys(str(w.message).splitlines()[0] for w in caught))
-    tables["inputs"] = _mark_late_snapshots(inputs, params.as_of)
-    return Computed(analysis, findings, tables, notes)
-
-
-def _mark_late_snapshots(inputs: Inputs, as_of: pd.Timestamp) -> pd.DataFrame:
-    """The file list, with snapshots fetched after ``as_of`` marked as read but not used."""
-    files = inputs.files.copy()
-    subs = inputs.subscriptions
-    if subs.empty:
-        return files
-    late = set(subs.loc[subs["fetched_at"] > as_of, "source"].astype(str))
-    mask = files["source"].astype(str).isin(late) & (files["kind"] == "snapshot")
-    files.loc[mask, "kind"] = "snapshot fetched after as_of (not used)"
-    return files
 
 
 def exit_code(findings: pd.DataFrame, fail_on: str) -> int:
@@ -318,6 +260,7 @@ def run_report(
         f"files ({int((d['verdict'] == 'valid').sum())} valid, "
         f"{int((d['verdict'] == 'unreadable').sum())} unreadable)"
     )
+    del d  # compute takes the frame over, to free it
     computed = compute(inputs, checked, period)
     code = exit_code(computed.findings, fail_on)
     failing = int((computed.findings["status"] == "fail").sum())

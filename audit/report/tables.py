@@ -26,15 +26,44 @@ def in_period(times: pd.Series, period: Period, *, keep_missing: bool = False) -
 def deliveries_in_period(d: pd.DataFrame, period: Period) -> pd.DataFrame:
     """Requests received in the period, and the untimed ones (unreadable lines) whose file has
     readable records in the period, or none at all (then nothing places them elsewhere)."""
+    return d[_delivered_in(d, period)]
+
+
+def _delivered_in(d: pd.DataFrame, period: Period) -> pd.Series:
+    """The mask of :func:`deliveries_in_period`."""
     t = d["received_at"]
     inside = in_period(t, period)
     untimed = t.isna()
     if untimed.any():
-        spans = d[~untimed].groupby("source")["received_at"].agg(["min", "max"])
+        timed = ~untimed  # two columns grouped, not a copy of every row and column
+        spans = t[timed].groupby(d["source"][timed]).agg(["min", "max"])
         overlaps = (spans["min"] < period.end) & (spans["max"] >= period.start)
         keep = d.loc[untimed, "source"].map(overlaps).fillna(True).astype(bool)
         inside = inside | keep.reindex(d.index, fill_value=False)
-    return d[inside]
+    return inside
+
+
+#: What the period's summaries read (verdict_counts, success_rates, latency_summary and the
+#: event outcomes).
+_SUMMARISED_DELIVERIES = (
+    "verdict",
+    "received_at",
+    "subscription_id",
+    "event",
+    "attempt_no",
+    "success",
+    "is_test",
+    "response_ms",
+    "skew_s",
+)
+_SUMMARISED_EVENTS = (
+    "is_test",
+    "outcome",
+    "first_received_at",
+    "subscription_id",
+    "event",
+    "emission_latency_s",
+)
 
 
 def _safe(fn, *args, **kwargs) -> pd.DataFrame:
@@ -67,37 +96,46 @@ def report_tables(
     from audit.ingest.verification import verdict_counts
 
     tables = dict(analysis.tables())
-    # The store's extracted helper columns left out before the rows are cut (a cut copies
-    # every column); no table below shows them.
+    # The store's extracted helper columns are left out; no table below shows them. The
+    # summaries read a few columns of the period's rows, and the tables that list rows copy
+    # those rows only: a cut of every column would copy nearly every row at 1M (0.4 GB).
     d = analysis.deliveries
     d = d.drop(columns=[c for c in EXTRACTED if c in d.columns])
-    period_d = deliveries_in_period(d, period)
+    in_d = _delivered_in(d, period)
+    period_d = d.loc[in_d, [c for c in _SUMMARISED_DELIVERIES if c in d.columns]]
     e = analysis.events
-    period_e = e[in_period(e["first_received_at"], period)] if "first_received_at" in e else e
+    in_e = in_period(e["first_received_at"], period) if "first_received_at" in e else None
+    in_e = pd.Series(True, index=e.index) if in_e is None else in_e
+    period_e = e.loc[in_e, [c for c in _SUMMARISED_EVENTS if c in e.columns]]
     tables["verdict_counts"] = _safe(verdict_counts, period_d)
     tables["success_by_subscription"] = _safe(success_rates, period_d, period_e, by="subscription")
     tables["success_by_event"] = _safe(success_rates, period_d, period_e, by="event")
     tables["latency"] = _safe(latency_summary, period_d, period_e)
     tables["takedown_durations"] = analysis.takedown_durations
     tables["takedown_km_all"] = _safe(_km_all, analysis.takedown_durations)
-    real = period_e[~period_e["is_test"].astype(bool)] if "is_test" in period_e else period_e
+    not_test = ~e["is_test"].astype(bool) if "is_test" in e else pd.Series(True, index=e.index)
+    real = period_e[not_test[in_e]]
     tables["event_outcomes"] = _safe(
         lambda: real.groupby(["subscription_id", "outcome"]).size().rename("events").reset_index()
     )
-    tables["undelivered_events"] = real[real["outcome"].isin(["exhausted", "lost"])]
+    tables["undelivered_events"] = e[in_e & not_test & e["outcome"].isin(["exhausted", "lost"])]
     # The request appendices show what was received, not the store's extracted helper columns
-    # (so a report from the store has the same tables as one from raw captures).
-    requests = period_d
+    # (so a report from the store has the same tables as one from raw captures). The evidence
+    # joins the few rows shown, not every row of the period (a copy of them all at 1M).
+    off_schedule = d[
+        in_d
+        & (
+            (d["on_schedule"] == False).fillna(False).astype(bool)  # noqa: E712
+            | (d["attempt_no"] > MAX_ATTEMPTS).fillna(False).astype(bool)
+        )
+    ]
+    not_valid = d[in_d & (d["verdict"] != "valid")]
     if evidence is not None:
-        requests = _with_evidence(requests, evidence)
-    tables["off_schedule_attempts"] = requests[
-        (requests["on_schedule"] == False).fillna(False).astype(bool)  # noqa: E712
-        | (requests["attempt_no"] > MAX_ATTEMPTS).fillna(False).astype(bool)
-    ]
-    tables["retried_after_success"] = period_e[
-        period_e["retry_after_success"].fillna(False).astype(bool)
-    ]
-    tables["not_valid_requests"] = requests[requests["verdict"] != "valid"]
+        off_schedule = _with_evidence(off_schedule, evidence)
+        not_valid = _with_evidence(not_valid, evidence)
+    tables["off_schedule_attempts"] = off_schedule
+    tables["retried_after_success"] = e[in_e & e["retry_after_success"].fillna(False).astype(bool)]
+    tables["not_valid_requests"] = not_valid
     inc = analysis.incidents
     waiting = inc[inc["status"].isin(["approval_required", "action_required"])]
     tables["waiting_on_client"] = waiting.sort_values("awaiting_client_s", ascending=False)

@@ -27,22 +27,24 @@ def dlv_01(s: Scope) -> Outcome:
     res, limit, v = "all deliveries", s.params["max_slow_ack_rate"], s.valid
     if v.empty:
         return skip("No valid delivery was received in the period.", res)
-    known = v[v["response_ms"].notna()]
-    if known.empty:
+    ms = v["response_ms"]
+    ack_ms = ms[ms.notna()]
+    if ack_ms.empty:
         return skip(f"No response_ms was captured for the {len(v)} valid deliveries.", res)
-    slow = known[known["response_ms"] > DELIVERY_TIMEOUT_MS].sort_values("received_at")
-    rate = len(slow) / len(known)
+    late = (ms > DELIVERY_TIMEOUT_MS).fillna(False).astype(bool)  # the rows shown are copied
+    slow = v[late].sort_values("received_at")
+    rate = len(slow) / len(ack_ms)
     ev: dict[str, Any] = {
-        "deliveries": len(known),
+        "deliveries": len(ack_ms),
         "slow": len(slow),
         "rate": rate,
         "threshold": limit,
-        "ack_ms": quantiles(known["response_ms"]),
+        "ack_ms": quantiles(ack_ms),
     }
     ev |= delivery_examples(slow)
     ok = rate <= limit
     reason = (
-        f"{len(slow)} of {len(known)} valid deliveries ({pct(rate)}) were answered after more "
+        f"{len(slow)} of {len(ack_ms)} valid deliveries ({pct(rate)}) were answered after more "
         f"than {_TIMEOUT_S:g} s, {'within' if ok else 'above'} the limit of {pct(limit)}."
     )
     return verdict(ok, reason, res, ev)
@@ -55,17 +57,20 @@ def dlv_02(s: Scope) -> Outcome:
     a captured answer; test deliveries are left out.
     """
     res, limit, v = "all deliveries", s.params["min_first_attempt_success"], s.valid
-    firsts = v[(v["attempt_no"] == 1).fillna(False).astype(bool) & ~v["is_test"].astype(bool)]
-    known = firsts[firsts["success"].notna()]
-    if known.empty:
-        what = "with a response_status " if len(firsts) else ""
+    # Masks over every delivery; only the failed first attempts (shown) are copied.
+    first = (v["attempt_no"] == 1).fillna(False).astype(bool) & ~v["is_test"].astype(bool)
+    success = v["success"]
+    known = first & success.notna()
+    n_known = int(known.sum())
+    if not n_known:
+        what = "with a response_status " if first.any() else ""
         return skip(f"No first attempt {what}of an incident event was received in the period.", res)
-    failed = known[~known["success"].astype(bool)].sort_values("received_at")
-    rate = 1 - len(failed) / len(known)
+    failed = v[known & ~success.fillna(True).astype(bool)].sort_values("received_at")
+    rate = 1 - len(failed) / n_known
     slow = (failed["response_ms"] > DELIVERY_TIMEOUT_MS).fillna(False).astype(bool)
     answer = failed["response_status"].astype("string").where(~slow, "slow")
     ev: dict[str, Any] = {
-        "first_attempts": len(known),
+        "first_attempts": n_known,
         "failed": len(failed),
         "rate": rate,
         "threshold": limit,
@@ -74,7 +79,7 @@ def dlv_02(s: Scope) -> Outcome:
     ev |= delivery_examples(failed)
     ok = rate >= limit
     reason = (
-        f"{len(known) - len(failed)} of {len(known)} first attempts succeeded ({pct(rate)}), "
+        f"{n_known - len(failed)} of {n_known} first attempts succeeded ({pct(rate)}), "
         f"{'at least' if ok else 'below'} the {pct(limit)} required."
     )
     return verdict(ok, reason, res, ev)

@@ -31,14 +31,16 @@ def sig_01(s: Scope) -> Outcome:
         return skip("No request was received in the period.", res)
     if d["response_status"].isna().all():
         return skip("No response_status was captured for the requests of the period.", res)
-    readable = d[d["verdict"] != "unreadable"]
-    bad = readable[readable["verdict"] != "valid"]
+    # Masks over every request, copies of the few rows shown (not of every request, at 1M).
+    readable = d["verdict"] != "unreadable"
+    n_readable = int(readable.sum())
+    bad = d[readable & (d["verdict"] != "valid")]
     known = bad[bad["response_status"].notna()]
     wrong = known[known["response_status"] != 401]
     accepted = wrong[wrong["response_status"].between(200, 299)]
     ev: dict[str, Any] = {
         "requests": len(d),
-        "unreadable_excluded": len(d) - len(readable),
+        "unreadable_excluded": len(d) - n_readable,
         "not_valid": len(bad),
         "no_response_status": len(bad) - len(known),
         "answered_401": len(known) - len(wrong),
@@ -48,7 +50,7 @@ def sig_01(s: Scope) -> Outcome:
         "wrong_answers_by_status": counts(wrong["response_status"]),
     }
     if bad.empty:
-        reason = f"None of the {len(readable)} readable requests had a non-valid verdict."
+        reason = f"None of the {n_readable} readable requests had a non-valid verdict."
         return Outcome("pass", reason, res, ev)
     if known.empty:
         reason = f"None of the {len(bad)} requests with a non-valid verdict has a response_status."
@@ -70,13 +72,14 @@ def sig_02(s: Scope) -> Outcome:
     res, v = "all deliveries", s.valid
     if v.empty:
         return skip("No valid delivery was received in the period.", res)
-    known = v[v["response_status"].notna()]
-    if known.empty:
+    status = v["response_status"]
+    n_known = int(status.notna().sum())
+    if not n_known:
         return skip(f"No response_status was captured for the {len(v)} valid deliveries.", res)
-    refused = known[known["response_status"].isin([401, 403])]
+    refused = v[status.isin([401, 403]).fillna(False).astype(bool)]  # a missing one is neither
     ev: dict[str, Any] = {
         "valid": len(v),
-        "with_response_status": len(known),
+        "with_response_status": n_known,
         "refused": len(refused),
         "refused_by_status": counts(refused["response_status"]),
         "refused_by_subscription": counts(refused["subscription_id"]),
@@ -84,11 +87,11 @@ def sig_02(s: Scope) -> Outcome:
     if "matched_secret" in refused:  # labels such as wh_main#2, never a secret value
         ev["refused_by_matched_secret"] = counts(refused["matched_secret"])
     if refused.empty:
-        reason = f"None of the {len(known)} valid deliveries was answered 401 or 403."
+        reason = f"None of the {n_known} valid deliveries was answered 401 or 403."
         return Outcome("pass", reason, res, ev)
     ev |= delivery_examples(refused.sort_values("received_at"))
     reason = (
-        f"{len(refused)} of {len(known)} valid deliveries were answered 401 or 403: the "
+        f"{len(refused)} of {n_known} valid deliveries were answered 401 or 403: the "
         "receiver checks with a wrong or stale secret or a re-serialised body."
     )
     return Outcome("fail", reason, res, ev)
@@ -97,17 +100,20 @@ def sig_02(s: Scope) -> Outcome:
 def sig_03(s: Scope) -> Outcome:
     """p99 of |clock skew| of valid deliveries is under ``max_skew_p99_s``."""
     res, limit = "all deliveries", s.params["max_skew_p99_s"]
-    v = s.valid[s.valid["skew_s"].notna()]
-    if v.empty:
+    v = s.valid
+    known = v["skew_s"].notna()
+    skew = v.loc[known, "skew_s"].astype(float).abs()
+    if skew.empty:
         return skip("No valid delivery with a clock skew was received in the period.", res)
-    skew = v["skew_s"].astype(float).abs()
     stats = quantiles(skew)
-    over = v.assign(_abs=skew)[skew >= limit].sort_values("_abs", ascending=False)
+    # A mask over every valid delivery; only the rows shown are copied.
+    high = (v["skew_s"].astype(float).abs() >= limit).to_numpy()  # a missing skew is not high
+    over = v[high].assign(_abs=skew[high[known.to_numpy()]]).sort_values("_abs", ascending=False)
     ev = {"abs_skew_s": stats, "threshold_s": limit, "at_or_over_threshold": len(over)}
     ev |= delivery_examples(over)
     ok = stats["p99"] < limit
     reason = (
-        f"p99 of |clock skew| over {len(v)} valid deliveries is {stats['p99']:.3g} s, "
+        f"p99 of |clock skew| over {len(skew)} valid deliveries is {stats['p99']:.3g} s, "
         f"{'under' if ok else 'not under'} {limit:g} s (max {stats['max']:.3g} s)."
     )
     return verdict(ok, reason, res, ev)
