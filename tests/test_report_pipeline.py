@@ -291,3 +291,34 @@ def test_an_unreadable_manifest_is_listed_and_breaks_nothing(tmp_path, blob):
     assert "unreadable manifest" in page and bad.name in page
     assert f'href="2026-09/{good.name}/report.html"' in page
     assert "PASS 3" in page
+
+
+def test_the_frames_are_freed_before_the_notebook_renders(hostile, tmp_path, monkeypatch):  # noqa: F811
+    """The kernel reads the run folder; the parent must not hold the analysis beside it (at
+    1M deliveries 1.7 GB, as much as the kernel itself)."""
+    import gc
+    import weakref
+
+    import audit.report.pipeline as pipeline
+    import audit.report.render as render
+
+    logs, secrets = hostile
+    alive = {}
+    real_compute = pipeline.compute
+
+    def compute(inputs, params, period):
+        computed = real_compute(inputs, params, period)
+        alive["deliveries"] = weakref.ref(computed.analysis.deliveries)
+        alive["tables"] = weakref.ref(computed.tables["deliveries"])
+        return computed
+
+    def fake_render(nb_path, run_dir, *, title, timeout_s):
+        gc.collect()
+        alive["at render"] = {k: ref() is not None for k, ref in list(alive.items())}
+        (run_dir / "report.html").write_text("<html></html>", encoding="utf-8")
+
+    monkeypatch.setattr(pipeline, "compute", compute)
+    monkeypatch.setattr(render, "render", fake_render)
+    result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
+    assert result.exit_code == 1 and result.html is not None
+    assert alive["at render"] == {"deliveries": False, "tables": False}

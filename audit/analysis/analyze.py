@@ -169,7 +169,8 @@ def run_analyses(
     records, which have no time, are kept). The fields extracted from the bodies at ingest
     (:data:`audit.ingest.extract.EXTRACTED`) are read by the incident fold and by the event
     grouping (``fingerprint``), and left out of ``Analysis.deliveries``: no later step reads
-    them, and at 1M deliveries they are a third of the frame.
+    them, and at 1M deliveries they are a third of the frame (freed as soon as the fold is done
+    when the caller hands the frame over: ``run_analyses(load())``, not ``run_analyses(d)``).
     """
     received = deliveries["received_at"]
     known = received.isna() | (received <= as_of)
@@ -276,10 +277,11 @@ def analyze(
     later = (received > when).fillna(False).to_numpy(dtype=bool)
     if later.any():  # left out here (as run_analyses would), so the full frame can be freed
         deliveries = deliveries[~later]
-    del received
     subs = load_snapshots(snapshots) if snapshots else None
+    held = [deliveries]  # handed over: run_analyses, its only holder, frees what it is done with
+    del deliveries, received
     return run_analyses(
-        deliveries,
+        held.pop(),
         as_of=when,
         subscriptions=subs,
         inputs=inputs,

@@ -42,17 +42,15 @@ def compute(inputs: Inputs, params: ReportParams, period: Period) -> Computed:
     subs = inputs.subscriptions
     if not subs.empty:
         subs = subs[subs["fetched_at"] <= params.as_of].reset_index(drop=True)
-    deliveries = inputs.hand_over_deliveries()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         analysis = run_analyses(
-            deliveries,
+            inputs.hand_over_deliveries(),  # its only holder: it frees what it no longer needs
             as_of=params.as_of,
             subscriptions=subs,
             inputs=inputs.files,
             clock_start=params.clock_start,
         )
-        del deliveries  # the analysis keeps what it needs; the rest goes back to the system
         release_free_memory()
         findings = run_controls(
             analysis,
