@@ -347,3 +347,19 @@ def test_rotation_cases_without_subscription(timestamp, received_at, signature, 
     secrets = SecretStore.from_values({"wh_0": [("zero", None)], **test_signatures.ROTATION})
     cols, _ = both([rec], secrets)
     assert cols["verdict"] == [verdict]
+
+
+@pytest.mark.parametrize("which", ["Signature", "Timestamp", "Event", "Delivery-Id"])
+def test_a_header_repeated_under_an_escaped_spelling_is_a_repeat_on_both_paths(which):
+    """``"X-PhishFort-Signatur\\u0065"`` is the same key to JSON (the last one wins) but not
+    to a byte count: the fast path must not take the last value as the only one."""
+    rec = valid()
+    rec["headers"]["X-PhishFort-Event"] = "incident.created"
+    name = next(k for k in rec["headers"] if k.endswith(which))
+    escaped = name[:-1] + f"\\u{ord(name[-1]):04x}"
+    decoy = "sha256=" + "0" * 64 if which == "Signature" else "1"
+    line = json.dumps(rec).replace('"headers": {', f'"headers": {{"{escaped}": "{decoy}", ', 1)
+    assert json.loads(line)["headers"][name] == rec["headers"][name]  # JSON keeps the last
+    cols, slow = both([line, valid()])
+    assert slow == 1 and cols["verdict"][1] == "valid"
+    assert cols["verdict"][0] != "valid" or which in ("Event", "Delivery-Id")

@@ -233,9 +233,11 @@ def plot_latency_distributions(
     fig.suptitle(title or "Delivery latencies")
     has_a = len(attempts) > 0
     has_e = len(events) > 0
-    valid = attempts[attempts["verdict"] == "valid"] if has_a else attempts
+    # The rows are cut in the few columns drawn, not in every column (1M rows: 1.3 s).
+    valid = attempts.loc[attempts["verdict"] == "valid", ["response_ms"]] if has_a else attempts
     ack, ack_dropped = _positive(valid["response_ms"]) if has_a else (np.array([]), 0)
-    real = events[~events["is_test"].astype(bool)] if has_e else events
+    drawn = ["is_test", "emission_latency_s"]
+    real = events.loc[~events["is_test"].astype(bool), drawn] if has_e else events
     emit, emit_dropped = _positive(real["emission_latency_s"]) if has_e else (np.array([]), 0)
     summary = (
         latency_summary(attempts if has_a else _EMPTY_ATT, real if has_e else _EMPTY_EV)
