@@ -42,6 +42,8 @@ def _computed(demo, **store):
     loaded = inputs.deliveries
     computed = compute(inputs, params, period)
     assert inputs.deliveries is None  # handed over to the analyses, freed when they are done
+    with pytest.raises(InputError, match="already computed once"):  # a clear error, not None
+        compute(inputs, params, period)
     return replace(inputs, deliveries=loaded), computed
 
 

@@ -84,9 +84,9 @@ def read_logs(
     )
     # One chunk per column (pandas copies many-chunk columns again in every filter), the pieces
     # freed as their columns are joined.
-    schema, columns = got.table.schema, got.table.columns
+    schema, arrays = got.table.schema, got.table.columns
     got = replace(got, table=None)
-    rows = frame_from_arrow(records.combine_columns(schema, columns))
+    rows = frame_from_arrow(records.combine_columns(schema, arrays))
     files = got.files
     inputs = pd.DataFrame(
         {

@@ -61,7 +61,7 @@ class Inputs:
         """
         deliveries = self.deliveries
         if deliveries is None:
-            raise RuntimeError("the deliveries were already handed over")
+            raise InputError("these inputs were already computed once: load them again")
         self.deliveries = None
         return deliveries
 
