@@ -8,6 +8,7 @@ time (an unreadable line) counts where its file's readable records are (see
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from audit.analysis.analyze import Analysis
@@ -113,12 +114,17 @@ def report_tables(
     tables["latency"] = _safe(latency_summary, period_d, period_e)
     tables["takedown_durations"] = analysis.takedown_durations
     tables["takedown_km_all"] = _safe(_km_all, analysis.takedown_durations)
-    not_test = ~e["is_test"].astype(bool) if "is_test" in e else pd.Series(True, index=e.index)
-    real = period_e[not_test[in_e]]
+    # Judged within the period only (an event outside it may lack a value), by position.
+    real_in = ~period_e["is_test"].astype(bool) if "is_test" in period_e else True
+    real = period_e[real_in] if "is_test" in period_e else period_e
     tables["event_outcomes"] = _safe(
         lambda: real.groupby(["subscription_id", "outcome"]).size().rename("events").reset_index()
     )
-    tables["undelivered_events"] = e[in_e & not_test & e["outcome"].isin(["exhausted", "lost"])]
+    undelivered = np.zeros(len(e), dtype=bool)
+    undelivered[in_e.to_numpy(dtype=bool)] = (
+        real_in & period_e["outcome"].isin(["exhausted", "lost"])
+    ).to_numpy(dtype=bool)
+    tables["undelivered_events"] = e[undelivered]
     # The request appendices show what was received, not the store's extracted helper columns
     # (so a report from the store has the same tables as one from raw captures). The evidence
     # joins the few rows shown, not every row of the period (a copy of them all at 1M).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from audit.findings.controls.base import (
@@ -106,9 +107,10 @@ def sig_03(s: Scope) -> Outcome:
     if skew.empty:
         return skip("No valid delivery with a clock skew was received in the period.", res)
     stats = quantiles(skew)
-    # A mask over every valid delivery; only the rows shown are copied.
-    high = (v["skew_s"].astype(float).abs() >= limit).to_numpy()  # a missing skew is not high
-    over = v[high].assign(_abs=skew[high[known.to_numpy()]]).sort_values("_abs", ascending=False)
+    # Positions among the valid deliveries; only the rows shown are copied.
+    high = (skew >= limit).to_numpy()
+    over = v.iloc[np.flatnonzero(known.to_numpy())[high]].assign(_abs=skew.to_numpy()[high])
+    over = over.sort_values("_abs", ascending=False)
     ev = {"abs_skew_s": stats, "threshold_s": limit, "at_or_over_threshold": len(over)}
     ev |= delivery_examples(over)
     ok = stats["p99"] < limit
