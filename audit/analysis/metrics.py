@@ -56,6 +56,18 @@ def plain_label(value: object) -> str:
     return MISSING_GROUP if value is None or value is pd.NA or value != value else str(value)
 
 
+def plain_labels(values: pd.Series) -> pd.Series:
+    """:func:`plain_label` of every value; a string column is labelled once per distinct value
+    (a million rows of a few subscriptions: 0.8 s one by one)."""
+    if not isinstance(values.dtype, pd.StringDtype):
+        return values.map(plain_label)
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    labels = np.array([*(str(u) for u in uniques), MISSING_GROUP], dtype=object)
+    return pd.Series(
+        labels[codes], index=values.index, dtype=values.iloc[:0].map(plain_label).dtype
+    )
+
+
 def _unit_scale(unit: str) -> float:
     if unit not in TIME_UNITS:
         raise ParameterError(f"unit must be one of {', '.join(TIME_UNITS)}, got {unit!r}")
@@ -167,7 +179,9 @@ def daily_failure_rate(attempts: pd.DataFrame, *, fill_days: bool = True) -> pd.
         attempts, _ATTEMPT_COLS, "attempts", "audit.analysis.deliveries.infer_attempts()"
     )
     out_cols = ["day", "subscription_id", "attempts", "answered", "failed", "failure_rate"]
-    a = attempts[attempts["attempt_no"].notna()] if len(attempts) else attempts
+    # The rows are cut in the four columns read, not in all of them.
+    a = attempts[list(_ATTEMPT_COLS)] if len(attempts) else attempts
+    a = a[a["attempt_no"].notna()] if len(a) else a
     if a.empty:
         return pd.DataFrame(
             {
@@ -181,7 +195,7 @@ def daily_failure_rate(attempts: pd.DataFrame, *, fill_days: bool = True) -> pd.
     parts = pd.DataFrame(
         {
             "day": utc_times(a["received_at"]).dt.floor("D"),
-            "subscription_id": a["subscription_id"].map(plain_label),
+            "subscription_id": plain_labels(a["subscription_id"]),
             "attempts": 1,
             "answered": success.notna().astype("int64"),
             "failed": (~success).fillna(False).astype("int64"),
@@ -241,7 +255,7 @@ def retry_delays(attempts: pd.DataFrame) -> pd.DataFrame:
     kind = np.select([~on, missed], ["off_schedule", "after_missing"], default="on_schedule")
     out = pd.DataFrame(
         {
-            "subscription_id": r["subscription_id"].map(plain_label) if len(r) else [],
+            "subscription_id": plain_labels(r["subscription_id"]) if len(r) else [],
             "event_id": r["event_id"],
             "attempt_no": r["attempt_no"].astype("int64"),
             "delay_s": r["delay_s"].astype("float64"),

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from audit.analysis.metrics import plain_label, require_columns
+from audit.analysis.metrics import plain_labels, require_columns
 from audit.errors import ParameterError
 from audit.ingest.signatures import VERDICTS
 from audit.ingest.verification import verdict_counts
@@ -70,25 +70,25 @@ def plot_clock_skew(
     )
     fig, (ax,) = new_figure()
     title = title or "Clock skew: receipt time − signed timestamp"
-    d = (
-        deliveries[deliveries["skew_s"].notna() & deliveries["received_at"].notna()]
-        if len(deliveries)
-        else deliveries
-    )
+    d = deliveries
+    if len(d):  # the rows are cut in the three columns drawn, not in all
+        d = d[["received_at", "skew_s", "verdict"]]
+        d = d[d["skew_s"].notna() & d["received_at"].notna()]
     if d.empty:
         no_data(ax, title)
         return fig
     skew = d["skew_s"].to_numpy(dtype=float)
     times = naive_utc(d["received_at"])
-    verdicts = d["verdict"].map(plain_label).to_numpy(dtype=object)
+    codes, found = pd.factorize(plain_labels(d["verdict"]))
     ax.axhspan(-tolerance_s, tolerance_s, color="tab:green", alpha=0.08, linewidth=0)
     window = ax.axhline(tolerance_s, color="tab:green", linestyle="--", linewidth=1)
     ax.axhline(-tolerance_s, color="tab:green", linestyle="--", linewidth=1)
     handles, labels = [window], [f"accepted window ±{tolerance_s:g} s"]
-    order = [v for v in VERDICTS if v in set(verdicts)]
-    order += sorted(set(verdicts) - set(order))
+    code_of = {str(v): k for k, v in enumerate(found)}
+    order = [v for v in VERDICTS if v in code_of]
+    order += sorted(set(code_of) - set(order))
     for verdict in order:
-        sel = verdicts == verdict
+        sel = codes == code_of[verdict]
         is_valid = verdict == "valid"
         h = ax.scatter(
             times[sel],

@@ -26,7 +26,7 @@ __all__ = ["axis_limit_h", "embed", "takedown_panels"]
 def embed(fig: Figure, alt: str, caption: str | None = None) -> HTML:
     """The figure as an inline PNG with ``alt`` text (what it shows) and a caption."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=96)
     data = base64.b64encode(buf.getvalue()).decode("ascii")
     cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
     return HTML(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,16 +90,41 @@ class RunData:
     run_dir: Path | None = None
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     #: Frames computed from the tables and kept for the next figure (see audit.report.figures).
-    derived: dict[str, object] = field(default_factory=dict, repr=False, compare=False)
+    derived: dict[object, object] = field(default_factory=dict, repr=False, compare=False)
 
-    def table(self, name: str) -> pd.DataFrame:
-        """The table ``name`` (``tables/<name>.parquet``), or an empty frame."""
-        if name not in self.tables:
-            path = self.run_dir / "tables" / f"{name}.parquet" if self.run_dir else None
-            self.tables[name] = (
-                pd.read_parquet(path) if path is not None and path.is_file() else pd.DataFrame()
-            )
-        return self.tables[name]
+    def table(self, name: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """The table ``name`` (``tables/<name>.parquet``), or an empty frame.
+
+        With ``columns``, only those of them the table has: read from the file alone (a
+        figure that draws three columns of a million rows does not read twenty), or taken
+        from the whole table when it is already in memory. Each answer is kept, so asking
+        again gives the same frame object (until the whole table is replaced).
+        """
+        if columns is None:
+            if name not in self.tables:
+                self.tables[name] = self._read(name, None)
+            return self.tables[name]
+        key = ("columns", name, tuple(columns))
+        whole = self.tables.get(name)
+        kept = self.derived.get(key)
+        if not isinstance(kept, tuple) or kept[0] is not whole:  # new, or the table replaced
+            if whole is not None:
+                cut = whole[[c for c in columns if c in whole.columns]]
+            else:
+                cut = self._read(name, columns)
+            kept = self.derived[key] = (whole, cut)
+        return kept[1]
+
+    def _read(self, name: str, columns: Sequence[str] | None) -> pd.DataFrame:
+        path = self.run_dir / "tables" / f"{name}.parquet" if self.run_dir else None
+        if path is None or not path.is_file():
+            return pd.DataFrame()
+        if columns is not None:
+            import pyarrow.parquet as pq
+
+            present = set(pq.read_schema(path).names)
+            columns = [c for c in columns if c in present]
+        return pd.read_parquet(path, columns=columns)
 
 
 def _read_json(path: Path, default: object) -> object:

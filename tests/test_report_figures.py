@@ -1,0 +1,78 @@
+"""The report's figures read only the columns they draw, and draw the same from either source."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from audit.analysis.metrics import plain_label, plain_labels
+from audit.report import figures
+from audit.report.explore import explore
+from audit.report.rundir import open_run, write_tables
+
+FIGURES = ("verdicts", "clock_skew", "daily_failures", "latency", "retry_delays", "takedown")
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """The demo month explored in memory, and the same tables written as a run folder."""
+    memory = explore(period_start="2026-10-01", period_end="2026-11-01")
+    folder = tmp_path_factory.mktemp("run")
+    write_tables(memory.tables, folder / "tables")
+    (folder / "manifest.json").write_text(json.dumps(memory.manifest))
+    (folder / "findings.json").write_text("[]")
+    return memory, folder
+
+
+def test_figures_read_only_the_columns_they_draw_from_a_run_folder(demo_run):
+    _, folder = demo_run
+    run = open_run(folder)
+    for name in FIGURES:
+        getattr(figures, name)(run)
+    # Neither wide table was read whole: only cuts of the columns drawn.
+    assert "deliveries" not in run.tables and "events" not in run.tables
+    drawn = figures._period_deliveries(run)
+    assert set(drawn.columns) <= set(figures._DRAWN) and len(drawn.columns) < 15
+    whole = pd.read_parquet(folder / "tables" / "deliveries.parquet")
+    assert len(whole.columns) > len(drawn.columns)
+    cut = run.table("deliveries", ["verdict", "no_such_column", "skew_s"])
+    assert list(cut.columns) == ["verdict", "skew_s"]  # absent columns are left out
+    pd.testing.assert_frame_equal(cut, whole[["verdict", "skew_s"]])
+    assert run.table("deliveries", ["verdict", "no_such_column", "skew_s"]) is cut  # kept
+
+
+def test_figures_from_a_folder_equal_figures_from_memory(demo_run):
+    """Whole tables in memory (an analyst's run) and column cuts read from files give the
+    same pictures, byte for byte."""
+    memory, folder = demo_run
+    run = open_run(folder)
+    for name in FIGURES:
+        assert str(getattr(figures, name)(run)) == str(getattr(figures, name)(memory)), name
+
+
+def test_a_column_cut_of_a_table_in_memory_follows_a_replaced_table(demo_run):
+    memory, _ = demo_run
+    run = type(memory)(memory.manifest, memory.findings, {}, None, dict(memory.tables))
+    first = run.table("deliveries", ["verdict"])
+    assert first is run.table("deliveries", ["verdict"])
+    run.tables["deliveries"] = memory.tables["deliveries"].iloc[:3]
+    assert len(run.table("deliveries", ["verdict"])) == 3
+
+
+labels = st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "", " x", "(missing)"])))
+
+
+@given(values=labels, dtype=st.sampled_from(["str", "string", "object"]))
+def test_labels_by_distinct_value_equal_labels_one_by_one(values, dtype):
+    s = pd.Series(values, dtype=dtype, index=np.arange(len(values)) * 2 + 5)
+    pd.testing.assert_series_equal(plain_labels(s), s.map(plain_label))
+
+
+def test_labels_of_an_object_column_keep_equal_values_of_other_types_apart():
+    s = pd.Series([1, 1.0, True, "1", float("nan"), None], dtype=object)
+    assert plain_labels(s).tolist() == ["1", "1.0", "True", "1", "(missing)", "(missing)"]
