@@ -4,6 +4,7 @@ pandas route gives: the same table, metadata, files, counts and warnings."""
 from __future__ import annotations
 
 import warnings
+from unittest import mock
 
 import pandas as pd
 import pyarrow as pa
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from audit.cli.store import write_table
+from audit.ingest import records
 from audit.ingest.records import _array
 from audit.ingest.verdicts import verdict_table, verdicts_by_name, verify_logs
 from audit.ingest.verification import VERDICT_COLUMNS, verdict_count_rows, verdict_counts
@@ -79,8 +81,16 @@ _VALUES = st.one_of(
     typ=st.sampled_from([pa.string(), pa.int64(), pa.float64(), pa.bool_()]),
     plain=st.booleans(),
     values=st.lists(_VALUES, max_size=12),
+    pandas_loaded=st.booleans(),
 )
-def test_arrays_are_built_as_pa_array_builds_them(typ, plain, values):
+def test_arrays_are_built_as_pa_array_builds_them(typ, plain, values, pandas_loaded):
+    """Both routes: numpy buffers (a process without pandas, ``audit verify``) and ``pa.array``
+    itself (pandas already loaded)."""
+    with mock.patch.object(records, "_pandas_loaded", return_value=pandas_loaded):
+        _check_array(typ, plain, values)
+
+
+def _check_array(typ, plain, values):
     if plain:  # mostly the column's own type, the usual case
         kind = {pa.string(): str, pa.int64(): int, pa.float64(): float, pa.bool_(): bool}[typ]
         values = [v for v in values if v is None or type(v) is kind]

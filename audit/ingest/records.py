@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import operator
+import sys
 import zlib
 from collections.abc import Iterator
 from itertools import compress, repeat
@@ -129,11 +130,19 @@ _PLAIN: dict[pa.DataType, type] = {
 _NONE = type(None)
 
 
+def _pandas_loaded() -> bool:
+    """Whether this process has imported pandas already (then ``pa.array`` costs no import,
+    and it builds a string column about three times as fast as the numpy route below)."""
+    return "pandas" in sys.modules
+
+
 def _array(values: list, typ: pa.DataType) -> pa.Array:
     """``pa.array(values, typ, from_pandas=True)``, without pandas for a plain column."""
-    kinds = set(map(type, values))
     plain = _PLAIN.get(typ)
-    if plain is None or not kinds <= {plain, _NONE}:
+    if plain is None or _pandas_loaded():
+        return pa.array(values, typ, from_pandas=True)
+    kinds = set(map(type, values))
+    if not kinds <= {plain, _NONE}:
         return pa.array(values, typ, from_pandas=True)
     n = len(values)
     if plain is float:
