@@ -69,10 +69,51 @@ labels = st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "", " x", "(mi
 
 @given(values=labels, dtype=st.sampled_from(["str", "string", "object"]))
 def test_labels_by_distinct_value_equal_labels_one_by_one(values, dtype):
-    s = pd.Series(values, dtype=dtype, index=np.arange(len(values)) * 2 + 5)
+    s = pd.Series(values, dtype=dtype, index=np.arange(len(values)) * 2 + 5, name="sub")
     pd.testing.assert_series_equal(plain_labels(s), s.map(plain_label))
 
 
 def test_labels_of_an_object_column_keep_equal_values_of_other_types_apart():
     s = pd.Series([1, 1.0, True, "1", float("nan"), None], dtype=object)
     assert plain_labels(s).tolist() == ["1", "1.0", "True", "1", "(missing)", "(missing)"]
+
+
+def _png_size(html) -> tuple[int, int]:
+    import base64
+    import re
+    import struct
+
+    png = base64.b64decode(re.search(r"base64,([^\"]+)", str(html)).group(1))
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", png[16:24])  # IHDR width, height
+
+
+def test_an_embedded_figure_keeps_its_size_and_grows_only_to_show_all():
+    from audit.plotting import plot_daily_failure_rate
+    from audit.report.plotting import embed
+
+    n = 2000
+    rng = np.random.default_rng(0)
+    times = pd.Timestamp("2026-10-01", tz="UTC") + pd.to_timedelta(
+        rng.integers(0, 30 * 86400, n), unit="s"
+    )
+
+    def attempts(subs: int) -> pd.DataFrame:
+        names = [f"wh_subscription_{i:02d}" for i in range(subs)]
+        return pd.DataFrame(
+            {
+                "received_at": times,
+                "attempt_no": 1,
+                "success": rng.random(n) > 0.1,
+                "subscription_id": rng.choice(names, n),
+            }
+        )
+
+    few = plot_daily_failure_rate(attempts(3))
+    w, h = few.get_size_inches()
+    assert _png_size(embed(few, "x")) == (round(w * 96), round(h * 96))  # drawn as laid out
+    # A legend of 22 subscriptions is taller than the axes: the picture grows to show it all
+    # instead of cutting off its top rows and the title.
+    many = plot_daily_failure_rate(attempts(22))
+    w, h = many.get_size_inches()
+    assert _png_size(embed(many, "x"))[1] > h * 96 + 10

@@ -63,9 +63,8 @@ def plain_labels(values: pd.Series) -> pd.Series:
         return values.map(plain_label)
     codes, uniques = pd.factorize(values, use_na_sentinel=True)
     labels = np.array([*(str(u) for u in uniques), MISSING_GROUP], dtype=object)
-    return pd.Series(
-        labels[codes], index=values.index, dtype=values.iloc[:0].map(plain_label).dtype
-    )
+    dtype = values.iloc[:0].map(plain_label).dtype  # as map gives it
+    return pd.Series(labels[codes], index=values.index, dtype=dtype, name=values.name)
 
 
 def _unit_scale(unit: str) -> float:

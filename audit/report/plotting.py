@@ -14,7 +14,9 @@ import math
 
 import numpy as np
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.image import imsave
 from matplotlib.ticker import PercentFormatter
 
 from audit.report.format import HTML
@@ -23,16 +25,42 @@ from audit.report.markup import esc
 __all__ = ["axis_limit_h", "embed", "takedown_panels"]
 
 
+#: Figures are drawn at this resolution (pixels per inch).
+_DPI = 96
+
+
 def embed(fig: Figure, alt: str, caption: str | None = None) -> HTML:
-    """The figure as an inline PNG with ``alt`` text (what it shows) and a caption."""
+    """The figure as an inline PNG with ``alt`` text (what it shows) and a caption.
+
+    The figure is drawn once, at its own size (its layout engine has made room for labels and
+    legends). Only when something still reaches past the edges (a legend of a few dozen
+    subscriptions) is it saved again with a tight box, which grows the picture to show it all.
+    """
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=96)
+    fig.set_dpi(_DPI)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    if _fits(fig, canvas):
+        imsave(buf, canvas.buffer_rgba(), format="png", origin="upper", dpi=_DPI)
+    else:
+        fig.savefig(buf, format="png", dpi=_DPI, bbox_inches="tight")
     data = base64.b64encode(buf.getvalue()).decode("ascii")
     cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
     return HTML(
         f'<figure class="audit"><img src="data:image/png;base64,{data}" alt="{esc(alt)}">'
         f"{cap}</figure>"
     )
+
+
+def _fits(fig: Figure, canvas: FigureCanvasAgg) -> bool:
+    """Whether everything drawn lies within the figure (to a pixel)."""
+    inside = fig.get_tightbbox(canvas.get_renderer())  # inches
+    width, height = fig.get_size_inches()
+    px = 1 / _DPI
+    return bool(
+        inside.x0 >= -px and inside.y0 >= -px and inside.x1 <= width + px
+        and inside.y1 <= height + px
+    )  # fmt: skip
 
 
 def axis_limit_h(durations: pd.DataFrame, q: float = 0.99) -> float:
