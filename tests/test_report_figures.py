@@ -44,6 +44,7 @@ def test_figures_read_only_the_columns_they_draw_from_a_run_folder(demo_run):
     assert list(cut.columns) == ["verdict", "skew_s"]  # absent columns are left out
     pd.testing.assert_frame_equal(cut, whole[["verdict", "skew_s"]])
     assert run.table("deliveries", ["verdict", "no_such_column", "skew_s"]) is cut  # kept
+    assert list(run.table("deliveries", "verdict").columns) == ["verdict"]  # one name, a column
 
 
 def test_figures_from_a_folder_equal_figures_from_memory(demo_run):

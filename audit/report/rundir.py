@@ -104,6 +104,8 @@ class RunData:
             if name not in self.tables:
                 self.tables[name] = self._read(name, None)
             return self.tables[name]
+        if isinstance(columns, str):  # one column named, not its letters
+            columns = [columns]
         key = ("columns", name, tuple(columns))
         whole = self.tables.get(name)
         kept = self.derived.get(key)
