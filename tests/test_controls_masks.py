@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
+from hypothesis import given
+from hypothesis import strategies as st
 
 from audit.findings.controls.dlv import dlv_02
 from audit.findings.controls.sig import sig_03
@@ -106,3 +109,16 @@ def test_report_tables_judge_test_events_within_the_period_only():
     assert tables["undelivered_events"]["event_id"].tolist() == ["e1"]
     outcomes = tables["event_outcomes"].set_index("outcome")["events"].to_dict()
     assert outcomes == {"delivered": 1, "lost": 1}
+
+
+_IDS = st.lists(st.one_of(st.none(), st.sampled_from(["inc_1", "inc_2", "", "inc_3", "é"])))
+
+
+@given(values=_IDS, among=_IDS, dtype=st.sampled_from(["str", "string", "string[python]"]))
+def test_membership_in_arrow_equals_isin(values, among, dtype):
+    from audit.findings.controls.base import member_of
+
+    v = pd.Series(values, dtype=dtype, index=np.arange(len(values)) * 3 + 1, name="incident_id")
+    a = pd.Series(among, dtype=dtype)
+    pd.testing.assert_series_equal(member_of(v, a), v.isin(a))
+    pd.testing.assert_series_equal(member_of(v, a.astype(object)), v.isin(a.astype(object)))

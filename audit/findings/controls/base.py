@@ -58,6 +58,21 @@ def in_period(series: pd.Series, start: pd.Timestamp, end: pd.Timestamp) -> pd.S
     return ((series >= start) & (series < end)).fillna(False).astype(bool)
 
 
+def member_of(values: pd.Series, among: pd.Series) -> pd.Series:
+    """``values.isin(among)``, the same answer. For two Arrow-backed string columns it is
+    computed in Arrow: pandas makes one Python scalar per value of ``among`` first (about 0.15 s
+    per call at 60,000 incidents, three calls in the TKD controls)."""
+    same = isinstance(values.dtype, pd.StringDtype) and values.dtype == among.dtype
+    if not same or values.dtype.storage != "pyarrow":
+        return values.isin(among)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    data = pa.chunked_array(pa.array(values.array))
+    found = pc.is_in(data, value_set=pa.array(among.array).cast(data.type))
+    return pd.Series(found.to_numpy(zero_copy_only=False), index=values.index, name=values.name)
+
+
 @dataclass
 class Scope:
     """The analysis frames cut to ``[period_start, period_end)``, each computed on first use.

@@ -17,6 +17,7 @@ from audit.findings.controls.base import (
     Outcome,
     Scope,
     ids,
+    member_of,
     skip,
     verdict,
 )
@@ -41,7 +42,7 @@ def time_to_takedown(s: Scope, q: float, label: str, limit_h: float) -> Outcome:
     if created.empty:
         return skip("No incident was created in the period.", res)
     durations = s.analysis.takedown_durations
-    d = durations[durations["incident_id"].isin(created["incident_id"])]
+    d = durations[member_of(durations["incident_id"], created["incident_id"])]
     if d.empty:
         reason = f"None of the {len(created)} incidents created in the period has a duration."
         return skip(reason, res, excluded=len(created))
@@ -110,7 +111,7 @@ def tkd_03(s: Scope) -> Outcome:
     waiting = iv[
         iv["current"].astype(bool)
         & iv["status"].isin(CLIENT_WAIT_STATUSES)
-        & iv["incident_id"].isin(inc["incident_id"])
+        & member_of(iv["incident_id"], inc["incident_id"])
     ].sort_values("duration_s", ascending=False)
     over = waiting[waiting["duration_s"] > limit_h * 3600.0]
     longest = float(waiting["duration_s"].max()) / 3600.0 if len(waiting) else None
