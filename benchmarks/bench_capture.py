@@ -45,6 +45,7 @@ def appends(folder: Path, n: int, fsync: bool) -> float:
 def receiver_rps(folder: Path, n: int) -> tuple[float, float]:
     secrets = folder / "secrets.json"
     secrets.write_text(json.dumps({"wh_b": [{"secret": SECRET}]}))
+    secrets.chmod(0o600)  # a secrets file is the owner's alone
     sock = bind("127.0.0.1", 0)
     server = make_server(receiver_app(secrets, folder / "captures"), sock, log_level="error")
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -107,6 +107,7 @@ def generate(path: Path, n: int, seed: int = 1) -> Path:
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
     secrets_path = path.with_name("secrets.json")
     secrets_path.write_text(json.dumps(secrets))
+    secrets_path.chmod(0o600)  # a secrets file is the owner's alone
     return secrets_path
 
 

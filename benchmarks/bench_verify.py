@@ -156,6 +156,7 @@ def main() -> None:
         log, secrets_path = Path(d) / "bench.jsonl", Path(d) / "secrets.json"
         generate(log, args.records)
         secrets_path.write_text(json.dumps({k: [{"secret": v}] for k, v in SECRETS.items()}))
+        secrets_path.chmod(0o600)  # a secrets file is the owner's alone
         size_mb = log.stat().st_size / 1e6
         results: dict[str, list[dict]] = {k: [] for k in kinds}
         for _ in range(args.runs):  # interleave kinds so drift hits both alike
