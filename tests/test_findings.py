@@ -995,3 +995,28 @@ def test_demo_planted_faults_fail(demo):
     stuck = {w["incident_id"] for w in truth["waiting_on_client"] if w["over_24h"]}
     assert set(one(findings, "TKD-03")["evidence"]["examples"]) == stuck
     assert one(findings, "SUB-02", "wh_legacy")["status"] == "fail"  # http://
+
+
+def _unreadable(source: str) -> dict:
+    """An unreadable line: no receipt time, no verdict but ``unreadable``."""
+    r = row(0, verdict="unreadable", status=None, ms=None, skew=None)
+    return r | {"source": source, "received_at": None, "subscription_id": None, "body": None}
+
+
+def test_sig_01_names_unreadable_lines_when_no_request_has_a_receipt_time():
+    """A period whose only captures are unreadable lines: SIG-01 says so, with their count,
+    instead of "no request was received" (found in a review: verdict_counts listed them)."""
+    a = analysis([_unreadable("/captures/a.jsonl"), _unreadable("/captures/a.jsonl")])
+    f = one(run(a, only="SIG-01"), "SIG-01")
+    assert f["status"] == "skip"
+    assert "2 unreadable line(s)" in f["reason"]
+    assert f["evidence"]["unreadable_excluded"] == 2
+
+
+def test_sig_01_counts_no_unreadable_line_of_a_file_read_in_another_period():
+    """Untimed lines count where their file's readable records are: a file read in August
+    places its unreadable line there, not in this period."""
+    before = row(-40 * 86400) | {"source": "/captures/old.jsonl"}
+    a = analysis([before, _unreadable("/captures/old.jsonl")])
+    f = one(run(a, only="SIG-01"), "SIG-01")
+    assert f["status"] == "skip" and f["reason"] == "No request was received in the period."

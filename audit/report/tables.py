@@ -32,15 +32,11 @@ def deliveries_in_period(d: pd.DataFrame, period: Period) -> pd.DataFrame:
 
 def _delivered_in(d: pd.DataFrame, period: Period) -> pd.Series:
     """The mask of :func:`deliveries_in_period`."""
-    t = d["received_at"]
-    inside = in_period(t, period)
-    untimed = t.isna()
-    if untimed.any():
-        timed = ~untimed  # two columns grouped, not a copy of every row and column
-        spans = t[timed].groupby(d["source"][timed]).agg(["min", "max"])
-        overlaps = (spans["min"] < period.end) & (spans["max"] >= period.start)
-        keep = d.loc[untimed, "source"].map(overlaps).fillna(True).astype(bool)
-        inside = inside | keep.reindex(d.index, fill_value=False)
+    from audit.findings.controls.base import untimed_in_period
+
+    inside = in_period(d["received_at"], period)
+    if d["received_at"].isna().any():
+        inside = inside | untimed_in_period(d, period.start, period.end)
     return inside
 
 

@@ -29,9 +29,11 @@ __all__ = [
     "ids",
     "in_period",
     "iso",
+    "member_of",
     "pct",
     "quantiles",
     "skip",
+    "untimed_in_period",
     "verdict",
 ]
 
@@ -56,6 +58,21 @@ class Outcome:
 def in_period(series: pd.Series, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
     """``start <= value < end``; missing values are outside."""
     return ((series >= start) & (series < end)).fillna(False).astype(bool)
+
+
+def untimed_in_period(d: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
+    """The records without a receipt time (unreadable lines) that count in ``[start, end)``:
+    those whose file has readable records in it, or none at all (then nothing places them
+    elsewhere). A mask over ``d`` (``received_at``, ``source``)."""
+    t = d["received_at"]
+    untimed = t.isna()
+    if not untimed.any():
+        return untimed.astype(bool)
+    timed = ~untimed  # two columns grouped, not a copy of every row and column
+    spans = t[timed].groupby(d["source"][timed]).agg(["min", "max"])
+    overlaps = (spans["min"] < end) & (spans["max"] >= start)
+    keep = d.loc[untimed, "source"].map(overlaps).fillna(True).astype(bool)
+    return keep.reindex(d.index, fill_value=False)
 
 
 def member_of(values: pd.Series, among: pd.Series) -> pd.Series:

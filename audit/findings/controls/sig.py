@@ -17,6 +17,7 @@ from audit.findings.controls.base import (
     iso,
     quantiles,
     skip,
+    untimed_in_period,
     verdict,
 )
 
@@ -29,6 +30,16 @@ def sig_01(s: Scope) -> Outcome:
     """
     res, d = "all requests", s.deliveries
     if d.empty:
+        everything = s.analysis.deliveries
+        unreadable = 0
+        if len(everything) and {"received_at", "source"} <= set(everything.columns):
+            unreadable = int(untimed_in_period(everything, s.period_start, s.period_end).sum())
+        if unreadable:  # lines that could not be read, so carry no receipt time
+            reason = (
+                f"No request with a receipt time was received in the period; {unreadable} "
+                "unreadable line(s) without one were captured, which cannot be judged."
+            )
+            return skip(reason, res, requests=0, unreadable_excluded=unreadable)
         return skip("No request was received in the period.", res)
     if d["response_status"].isna().all():
         return skip("No response_status was captured for the requests of the period.", res)
