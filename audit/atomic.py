@@ -6,6 +6,10 @@ fails (a full disk, a read-only folder) the temporary file is removed, the previ
 as it was, and :class:`~audit.errors.OutputError` names the target.
 
 A target that is a symbolic link is written at the link's final target (the link is kept).
+
+A writer killed before its rename (``kill -9``, a power cut) leaves its temporary file behind;
+the temporary file's name carries the writer's process id, and the next successful write of
+the same target removes those whose writer is gone and that are over a minute old.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -58,7 +64,8 @@ def atomic_output(
         except OSError:
             mode = 0o644
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        prefix = f".{target.name}.{os.getpid()}."
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=target.parent)
     except OSError as e:
         raise _error(target, e) from None
     try:
@@ -75,6 +82,46 @@ def atomic_output(
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _sweep(target)  # written: tidy what killed writers left (never fails the write)
+
+
+#: A temporary file this old whose writer is gone was left by a killed run.
+_STALE_S = 60.0
+
+
+def _sweep(target: Path) -> None:
+    """Remove the temporary files of ``target`` left by writers that are gone."""
+    if os.name != "posix":  # the process check below is POSIX's signal 0
+        return
+    head = f".{target.name}."
+    try:
+        left = [p for p in target.parent.iterdir() if p.name.startswith(head)]
+    except OSError:
+        return
+    now = time.time()
+    for p in left:
+        parts = p.name[len(head) :].split(".")  # <pid>.<random>.tmp, the name mkstemp made
+        if len(parts) != 3 or parts[2] != "tmp" or not parts[0].isdigit():
+            continue
+        if _alive(int(parts[0])):
+            continue
+        with contextlib.suppress(OSError):
+            info = p.lstat()
+            if stat.S_ISREG(info.st_mode) and now - info.st_mtime > _STALE_S:
+                p.unlink()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts as alive)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError, ValueError):  # not ours to signal, or no such number
+        return True
+    return True
 
 
 def _error(target: Path, e: OSError) -> OutputError:

@@ -1,0 +1,68 @@
+"""Atomic writes: what a killed writer leaves behind is removed by the next write."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from audit.atomic import write_text_atomic
+
+
+def _dead_pid() -> int:
+    """The id of a process that has ended (and was reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def _left(folder, name: str, pid: int, age_s: float) -> os.PathLike:
+    path = folder / f".out.csv.{pid}.{name}.tmp"
+    path.write_text("half a file")
+    then = time.time() - age_s
+    os.utime(path, (then, then))
+    return path
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the writer check is POSIX's signal 0")
+def test_a_write_removes_what_killed_writers_left_and_nothing_else(tmp_path):
+    dead = _dead_pid()
+    stale = _left(tmp_path, "abcd1234", dead, age_s=3600)
+    young = _left(tmp_path, "efgh5678", dead, age_s=0)  # may still be renamed by its writer
+    live = _left(tmp_path, "ijkl9012", os.getppid(), age_s=3600)  # its writer still runs
+    other = tmp_path / f".out.csv.backup.{dead}.mnop3456.tmp"  # another target's temporary
+    other.write_text("x")
+    os.utime(other, (time.time() - 3600,) * 2)
+    mine = tmp_path / ".out.csv.note"  # not a temporary file at all
+    mine.write_text("keep")
+
+    write_text_atomic(tmp_path / "out.csv", "a,b\n")
+
+    assert (tmp_path / "out.csv").read_text() == "a,b\n"
+    assert not stale.exists()
+    assert young.exists() and live.exists() and other.exists() and mine.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == sorted(
+        [young.name, live.name, other.name]
+    )  # the write's own temporary file was renamed, not left
+
+
+def test_a_killed_writer_leaves_a_temporary_file_the_next_write_removes(tmp_path):
+    """The real thing: a writer killed with SIGKILL halfway, then a second write."""
+    code = (
+        "import os, sys\n"
+        "from audit.atomic import atomic_output\n"
+        "with atomic_output(sys.argv[1]) as f:\n"
+        "    f.write('half'); f.flush(); os.kill(os.getpid(), 9)\n"
+    )
+    target = tmp_path / "out.csv"
+    done = subprocess.run([sys.executable, "-c", code, str(target)], check=False)
+    assert done.returncode == -9
+    (left,) = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert not target.exists()
+    os.utime(left, (time.time() - 120,) * 2)  # a minute and more ago
+    write_text_atomic(target, "whole\n")
+    assert target.read_text() == "whole\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]
