@@ -71,7 +71,8 @@ def untimed_in_period(d: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -
     timed = ~untimed  # two columns grouped, not a copy of every row and column
     spans = t[timed].groupby(d["source"][timed]).agg(["min", "max"])
     overlaps = (spans["min"] < end) & (spans["max"] >= start)
-    keep = d.loc[untimed, "source"].map(overlaps).fillna(True).astype(bool)
+    elsewhere = overlaps.index[~overlaps.to_numpy(dtype=bool)]  # files read in other periods
+    keep = ~d.loc[untimed, "source"].isin(elsewhere)  # unknown files count here
     return keep.reindex(d.index, fill_value=False)
 
 
