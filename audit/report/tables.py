@@ -34,10 +34,7 @@ def _delivered_in(d: pd.DataFrame, period: Period) -> pd.Series:
     """The mask of :func:`deliveries_in_period`."""
     from audit.findings.controls.base import untimed_in_period
 
-    inside = in_period(d["received_at"], period)
-    if d["received_at"].isna().any():
-        inside = inside | untimed_in_period(d, period.start, period.end)
-    return inside
+    return in_period(d["received_at"], period) | untimed_in_period(d, period.start, period.end)
 
 
 #: What the period's summaries read (verdict_counts, success_rates, latency_summary and the
