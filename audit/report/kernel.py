@@ -1,0 +1,204 @@
+"""The kernel that runs a report notebook, and one started ahead of time.
+
+The kernel is this interpreter's ipykernel (``sys.executable -m ipykernel_launcher``, whatever
+kernelspecs the user has installed) and talks to us over IPC (Unix sockets in a private
+folder) rather than TCP on localhost: nothing listens on a port, and ipykernel has no reason
+to print its "running over TCP without encryption" warning.
+
+:class:`WarmKernel` starts that kernel, with the report's imports, when a run begins: its
+start-up (about 2 s, on the core the analyses leave idle) then overlaps the analyses instead of
+following them. At rendering it moves into the run folder and papermill runs the notebook on
+it; a warm kernel that died or does not answer is dropped and papermill starts a fresh one, as
+it would have without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import uuid
+from pathlib import Path
+
+__all__ = ["WARM_IMPORTS", "WarmKernel", "kernel_manager_class", "sweep_kernel_folders"]
+
+#: Executed at kernel start-up (``IPKernelApp.exec_lines``): what the packaged notebook's
+#: first cells import. Importing a module twice is free, so a custom notebook loses nothing.
+WARM_IMPORTS = (
+    "from IPython.display import display",
+    "import audit.report.figures, audit.report.views, audit.plotting",
+)
+
+#: debugpy (loaded by ipykernel) warns about frozen modules on Python 3.11+: noise for a
+#: batch kernel that never debugs.
+QUIET_ENV = {"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+
+
+def kernel_manager_class():
+    """A jupyter_client ``AsyncKernelManager`` whose ``python3`` is this interpreter's
+    ipykernel, over Unix sockets in a private (0700) folder."""
+    from ipykernel.kernelspec import RESOURCES, get_kernel_dict
+    from jupyter_client import AsyncKernelManager
+    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+
+    class OwnPythonSpecs(KernelSpecManager):
+        """``python3`` is always this interpreter's ipykernel."""
+
+        def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+            if kernel_name == "python3":
+                return KernelSpec(resource_dir=RESOURCES, **get_kernel_dict())
+            return super().get_kernel_spec(kernel_name)
+
+    class IPCKernelManager(AsyncKernelManager):
+        """A kernel over Unix sockets in a private (0700) folder."""
+
+        def __init__(self, **kwargs):
+            sweep_kernel_folders()
+            folder = tempfile.mkdtemp(prefix=f"{_FOLDER}{os.getpid()}-")
+            name = f"kernel-{uuid.uuid4().hex[:12]}"
+            kwargs.setdefault("transport", "ipc")
+            kwargs.setdefault("connection_file", os.path.join(folder, f"{name}.json"))
+            kwargs.setdefault("ip", os.path.join(folder, name))
+            kwargs.setdefault("kernel_spec_manager", OwnPythonSpecs())
+            super().__init__(**kwargs)
+            self._audit_folder = folder
+            self._audit_clients: list = []
+
+        def client(self, **kwargs):
+            """A client, remembered so that shutting the kernel down closes its sockets
+            (nbclient leaves them open on a kernel it did not start)."""
+            kc = super().client(**kwargs)
+            self._audit_clients.append(kc)
+            return kc
+
+        async def _async_interrupt_kernel(self) -> None:
+            # jupyter_client sends SIGINT before every shutdown request; when it lands while
+            # the idle kernel handles a message, ipykernel logs "KeyboardInterrupt caught in
+            # kernel" on stderr (seen about once in ten runs). Once every cell has run there
+            # is nothing to interrupt: skip it and let the shutdown request (then a kill
+            # after the grace period) end the kernel. Interrupts on a timeout still happen.
+            if self.shutting_down:
+                return
+            await super()._async_interrupt_kernel()
+
+        async def _async_cleanup_resources(self, restart: bool = False) -> None:
+            await super()._async_cleanup_resources(restart=restart)
+            if not restart:
+                import shutil
+
+                for kc in self._audit_clients:
+                    kc.stop_channels()
+                self._audit_clients.clear()
+                shutil.rmtree(self._audit_folder, ignore_errors=True)
+
+    return IPCKernelManager
+
+
+_FOLDER = "audit-kernel-"
+
+
+def sweep_kernel_folders(root: str | None = None) -> list[Path]:
+    """Remove the socket folders (``audit-kernel-<pid>-*`` in the temporary directory) left by
+    runs killed before they could (``kill -9``): ours, whose process is gone, over a minute
+    old. Returns what was removed; never raises."""
+    import shutil
+    import stat
+    import time
+
+    from audit.atomic import _STALE_S, _alive
+
+    gone: list[Path] = []
+    if os.name != "posix":
+        return gone
+    base = Path(root or tempfile.gettempdir())
+    try:
+        left = [p for p in base.iterdir() if p.name.startswith(_FOLDER)]
+    except OSError:
+        return gone
+    now = time.time()
+    for p in left:
+        pid = p.name[len(_FOLDER) :].partition("-")[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            info = p.lstat()
+            if (
+                stat.S_ISDIR(info.st_mode)
+                and info.st_uid == os.getuid()
+                and now - info.st_mtime > _STALE_S
+            ):
+                shutil.rmtree(p)
+                gone.append(p)
+    return gone
+
+
+class WarmKernel:
+    """A report kernel started now, for a notebook rendered later.
+
+    Use as a context manager (the kernel is shut down on leaving, however the run ends), or
+    call :meth:`close`. Starting never raises: a kernel that cannot start leaves ``km`` None
+    and rendering starts its own.
+    """
+
+    def __init__(self) -> None:
+        from jupyter_core.utils import run_sync
+
+        self._run_sync = run_sync
+        self.km = None
+        self._taken = False
+        try:
+            km = kernel_manager_class()(kernel_name="python3")
+            run_sync(km.start_kernel)(
+                env={**os.environ, **QUIET_ENV},
+                extra_arguments=[f"--IPKernelApp.exec_lines={line}" for line in WARM_IMPORTS],
+            )
+            self.km = km
+        except Exception:  # rendering falls back to a fresh kernel and reports its own error
+            self.km = None
+
+    def __enter__(self) -> WarmKernel:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def take(self, cwd: Path, timeout_s: float):
+        """The kernel manager, ready and working in ``cwd``, for papermill's ``km``; None
+        (and the kernel shut down) when it died or does not answer within ``timeout_s``."""
+        km, self.km = self.km, None
+        if km is None:
+            return None
+        kc = None
+        try:
+            if not self._run_sync(km.is_alive)():
+                raise RuntimeError("the warm kernel died")
+            kc = km.client()
+            kc.start_channels()
+            self._run_sync(kc.wait_for_ready)(timeout=timeout_s)
+            code = f"import os as _os; _os.chdir({str(cwd)!r}); del _os"
+            msg_id = kc.execute(code, silent=True, store_history=False)
+            while True:
+                reply = self._run_sync(kc.get_shell_msg)(timeout=timeout_s)
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    break
+            if reply["content"]["status"] != "ok":
+                raise RuntimeError("the warm kernel could not enter the run folder")
+        except Exception:
+            self._shutdown(km, now=True)
+            return None
+        finally:
+            if kc is not None:
+                kc.stop_channels()
+        self.km, self._taken = km, True  # shut down by close(), after papermill
+        return km
+
+    def close(self) -> None:
+        """Shut the kernel down and remove its socket folder: with a shutdown request after a
+        rendering (as papermill does), at once when it was never used."""
+        km, self.km = self.km, None
+        if km is not None:
+            self._shutdown(km, now=not self._taken)
+
+    def _shutdown(self, km, *, now: bool) -> None:
+        with contextlib.suppress(Exception):  # a kernel already gone
+            self._run_sync(km.shutdown_kernel)(now=now)

@@ -1,0 +1,144 @@
+"""The report's kernel: started ahead of the analyses (imports done, then moved into the run
+folder), replaced when it died, shut down however the run ends; socket folders of killed runs
+swept."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+
+import audit.report.pipeline as pipeline
+from audit.errors import ReportError
+from audit.report import parse_period, run_report
+from audit.report.kernel import WarmKernel, sweep_kernel_folders
+from audit.report.render import render
+from tests.test_reports import hostile  # noqa: F401  (fixture)
+
+#: Prints whether the report's modules were imported before the notebook's first cell, and
+#: the kernel's working folder.
+PROBE = (
+    "import os, sys\n"
+    "print('imports', 'warm' if 'audit.report.views' in sys.modules else 'cold', "
+    "'cwd', os.getcwd())"
+)
+
+
+def _notebook(path):
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("run_dir = None", metadata={"tags": ["parameters"]}),
+            nbformat.v4.new_code_cell(PROBE),
+        ],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+    )
+    nbformat.write(nb, path)
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped) counts as gone
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.slow
+def test_the_notebook_runs_on_the_kernel_started_before_the_analyses(
+    hostile,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    logs, secrets = hostile
+    started = []
+
+    class Recorded(WarmKernel):
+        def __init__(self):
+            super().__init__()
+            started.append((self.km.provisioner.pid, self.km._audit_folder))
+
+    monkeypatch.setattr(pipeline, "WarmKernel", Recorded)
+    result = run_report(
+        [logs],
+        secrets_path=secrets,
+        period=parse_period("2026-10"),
+        out_dir=tmp_path / "r",
+        notebook=_notebook(tmp_path / "probe.ipynb"),
+    )
+    tmp = result.run_dir.with_name(f".tmp-{result.run_dir.name}")  # where it ran
+    assert f"imports warm cwd {tmp}" in result.html.read_text()
+    [(pid, folder)] = started
+    assert not _alive(pid) and not os.path.exists(folder)  # shut down, sockets removed
+
+
+@pytest.mark.slow
+def test_a_dead_warm_kernel_is_replaced_by_a_fresh_one(tmp_path):
+    kernel = WarmKernel()
+    pid, folder = kernel.km.provisioner.pid, kernel.km._audit_folder
+    os.kill(pid, 9)
+    while _alive(pid):
+        time.sleep(0.05)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    html = render(_notebook(tmp_path / "probe.ipynb"), run_dir, title="t", timeout_s=60,
+                  kernel=kernel)  # fmt: skip
+    assert f"imports cold cwd {run_dir}" in html.read_text()
+    assert kernel.km is None and not os.path.exists(folder)
+
+
+@pytest.mark.slow
+def test_the_warm_kernel_is_shut_down_when_the_run_fails(hostile, tmp_path, monkeypatch):  # noqa: F811
+    logs, secrets = hostile
+    started = []
+
+    class Recorded(WarmKernel):
+        def __init__(self):
+            super().__init__()
+            started.append((self.km.provisioner.pid, self.km._audit_folder))
+
+    def compute(*_a, **_k):
+        raise ReportError("the analyses failed")
+
+    monkeypatch.setattr(pipeline, "WarmKernel", Recorded)
+    monkeypatch.setattr(pipeline, "compute", compute)
+    with pytest.raises(ReportError, match="the analyses failed"):
+        run_report([logs], secrets_path=secrets, period=parse_period("2026-10"),
+                   out_dir=tmp_path / "r")  # fmt: skip
+    [(pid, folder)] = started
+    assert not _alive(pid) and not os.path.exists(folder)
+
+
+def test_socket_folders_of_killed_runs_are_swept(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    old = time.time() - 3600
+    made = {}
+    names = (
+        f"audit-kernel-{dead}-old",
+        f"audit-kernel-{dead}-young",
+        f"audit-kernel-{os.getpid()}-live",
+        "audit-kernel-x-odd",
+        f"other-{dead}-old",
+    )
+    for name in names:
+        p = tmp_path / name
+        p.mkdir()
+        (p / "kernel.json").write_text("{}")
+        made[name] = p
+        if not name.endswith("young"):
+            os.utime(p, (old, old))
+    (tmp_path / f"audit-kernel-{dead}-file").write_text("not a folder")
+    os.utime(tmp_path / f"audit-kernel-{dead}-file", (old, old))
+    gone = sweep_kernel_folders(str(tmp_path))
+    assert gone == [made[f"audit-kernel-{dead}-old"]]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted({*made, f"audit-kernel-{dead}-file"} - {f"audit-kernel-{dead}-old"})
