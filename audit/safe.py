@@ -34,16 +34,20 @@ __all__ = [
     "write_csv",
 ]
 
-FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 #: ISO format of times in every CSV.
 CSV_DATE_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 # Live: starts with TAB/CR, or =+-@ after any leading whitespace (\s covers every line break).
-_LIVE = re.compile(r"[\t\r]|\s*[=+\-@]")
+# Their full-width forms (U+FF1D, U+FF0B, U+FF0D, U+FF20) count too, as a precaution: Excel
+# with a CJK input method turns a typed full-width operator into its ASCII form, and an extra
+# "'" on text that starts with one costs nothing.
+_OPERATORS = "=+\\-@\uff1d\uff0b\uff0d\uff20"
+_LIVE = re.compile(rf"[\t\r]|\s*[{_OPERATORS}]")
 # The same test in RE2 (pyarrow), run on a whole column at once: its \s is ASCII only, so
 # Python's whitespace (every character whose str.isspace() is true) is spelled out.
 _SPACE = "".join(f"\\x{{{c:x}}}" for c in range(0x3001) if chr(c).isspace())
-_LIVE_RE2 = rf"^(?:[\t\r]|[{_SPACE}]*[=+\-@])"
+_LIVE_RE2 = rf"^(?:[\t\r]|[{_SPACE}]*[{_OPERATORS}])"
 _NUMBER = re.compile(r"\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\s*")
 
 _SCHEME = re.compile(r"^\s*(h)(tt)(ps?)(:)", re.IGNORECASE)

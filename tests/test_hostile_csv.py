@@ -35,7 +35,7 @@ from audit.safe import (
 from tests.builders import write_jsonl, write_secrets
 
 SECRET = "csv-test-secret"
-PAYLOADS = ["\r=cmd|' /C calc'!A0", "\n@SUM(1+1)", "\t=1+1", " =1+1", "-2+3", "+1+1"]
+PAYLOADS = ["\r=cmd|' /C calc'!A0", "\n@SUM(1+1)", "\t=1+1", " =1+1", "-2+3", "+1+1", "\uff1d1+1"]
 _NUMBER = re.compile(r"\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*")
 
 
@@ -43,7 +43,7 @@ def live(cell: str) -> bool:
     """Whether a spreadsheet would evaluate this cell (the test's own definition)."""
     if _NUMBER.fullmatch(cell):
         return False
-    return cell[:1] in ("\t", "\r") or cell.lstrip()[:1] in ("=", "+", "-", "@")
+    return cell[:1] in ("\t", "\r") or cell.lstrip()[:1] in tuple("=+-@\uff1d\uff0b\uff0d\uff20")
 
 
 def _body(n: int, payload: str, event: str, status: str) -> str:
@@ -182,6 +182,11 @@ def test_every_csv_writer_output_is_inert(hostile_inputs, tmp_path, capsys):
         ("\rx", "'\rx"),
         ("-1.5", "-1.5"),
         ("-2+3", "'-2+3"),
+        ("\uff1dHYPERLINK(1)", "'\uff1dHYPERLINK(1)"),  # full-width = + - @
+        ("\u3000\uff0b1", "'\u3000\uff0b1"),
+        ("\uff0d1.5", "'\uff0d1.5"),
+        ("\uff20SUM(1)", "'\uff20SUM(1)"),
+        ("a\uff1d1", "a\uff1d1"),
         ("inc_1", "inc_1"),
         (-3, -3),
     ],
@@ -228,7 +233,11 @@ def test_any_text_round_trips_as_one_inert_cell(tmp_path_factory, cells):
         assert n.isdigit()
 
 
-_TRICKY = "=+-@\t\r\n \x0b\x0c\x1c\x1f\x85\xa0\u1680\u2007\u2028\u3000\u200b\ufeff1.5eE'\"xé"
+_TRICKY = (
+    "=+-@\uff1d\uff0b\uff0d\uff20"
+    "\t\r\n \x0b\x0c\x1c\x1f\x85\xa0\u1680\u2007\u2028\u3000\u200b\ufeff"
+    "1.5eE'\"xé"
+)
 
 
 @given(st.lists(st.one_of(st.none(), st.text(alphabet=_TRICKY, max_size=6)), min_size=1))
