@@ -22,6 +22,7 @@ from audit.schema import Column, Table
 
 __all__ = [
     "ATTEMPTS",
+    "CSV_TABLES",
     "DELIVERIES",
     "EVENTS",
     "EVIDENCE_COLUMNS",
@@ -34,6 +35,22 @@ __all__ = [
     "Column",
     "Table",
 ]
+
+
+#: Tables also written as CSV next to their Parquet file, wherever they are written (``audit
+#: analyze --format parquet``, a report's run folder): one row per incident, takedown group,
+#: subscription, verdict, event outcome, latency metric or input file, never per delivery, so
+#: they stay small enough for an auditor's spreadsheet.
+CSV_TABLES = (
+    "incidents",
+    "subscriptions",
+    "takedown_summary",
+    "verdict_counts",
+    "success_by_subscription",
+    "success_by_event",
+    "latency",
+    "inputs",
+)
 
 
 def _c(name: str, dtype: str, meaning: str, nullable: bool = True) -> Column:

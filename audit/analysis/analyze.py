@@ -31,6 +31,7 @@ from audit.spec import (
     DEFAULT_HEADER_PREFIX,
     DELIVERY_TIMEOUT_MS,
 )
+from audit.tables import CSV_TABLES
 from audit.timeutil import as_utc
 
 __all__ = ["DELIVERY_TABLE_COLUMNS", "Analysis", "analyze", "parse_as_of", "run_analyses"]
@@ -120,7 +121,7 @@ class Analysis:
     def write(self, out_dir: str | os.PathLike, *, fmt: str = "csv") -> list[Path]:
         """Write every table as ``fmt`` (``csv``: text cells neutralised; ``parquet``: typed,
         compressed, each file written whole; with ``parquet`` the small tables of
-        :data:`CSV_TABLES` are also written as CSV); return the paths."""
+        :data:`audit.tables.CSV_TABLES` are also written as CSV); return the paths."""
         if fmt not in ("csv", "parquet"):
             raise ParameterError(f"table format {fmt!r}: use csv or parquet")
         out = Path(out_dir)
@@ -142,12 +143,6 @@ class Analysis:
         with ThreadPoolExecutor(max_workers=2) as pool:
             done = [pool.submit(one, name, table) for name, table in self.tables().items()]
             return [path for job in done for path in job.result()]
-
-
-#: Tables ``audit analyze`` also writes as CSV next to Parquet: one row per incident, per
-#: takedown group or per listed subscription (never per delivery), so they stay small; the
-#: report's run folder writes them as CSV too (``audit.report.rundir.CSV_TABLES``).
-CSV_TABLES = ("incidents", "takedown_summary", "subscriptions")
 
 
 def parse_as_of(value: str | pd.Timestamp | None) -> pd.Timestamp | None:

@@ -26,20 +26,9 @@ import pandas as pd
 
 from audit.errors import ParameterError, ReportError
 from audit.safe import write_csv
+from audit.tables import CSV_TABLES
 
 __all__ = ["CSV_TABLES", "RunData", "findings_records", "open_run", "write_json", "write_tables"]
-
-#: Tables also written as CSV: small, and opened by auditors in a spreadsheet.
-CSV_TABLES = (
-    "incidents",
-    "subscriptions",
-    "takedown_summary",
-    "verdict_counts",
-    "success_by_subscription",
-    "success_by_event",
-    "latency",
-    "inputs",
-)
 
 
 def write_json(path: Path, data: object) -> None:
