@@ -432,6 +432,10 @@ def test_cli_probe_exit_codes(tmp_path, secrets_file, capsys):
     assert main(["probe", "http://hooks.example/", *args]) == 3
     assert main(["probe", "http://127.0.0.1:1/", *args, "--only", "nope"]) == 3
     assert "unknown check(s) nope" in capsys.readouterr().err
+    # within_timeout alone would judge nothing (and exit 0 on a skip): a usage error
+    assert main(["probe", "http://127.0.0.1:1/", *args, "--only", "within_timeout"]) == 3
+    assert "within_timeout judges the answers of the other checks" in capsys.readouterr().err
+    assert main(["probe", "http://127.0.0.1:1/", *args, "--only", " within_timeout ,"]) == 3
     assert main(["probe", "http://127.0.0.1:1/", *args[:2], "--subscription", "wh_x"]) == 3
     assert "no secret for subscription 'wh_x'" in capsys.readouterr().err
 

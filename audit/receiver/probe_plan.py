@@ -104,7 +104,8 @@ UNICODE_NOTE = "Prüfung für Grüße – 検証 – اختبار – 🎣🐟"
 
 
 def select_checks(only: Iterable[str] | None) -> list[Check]:
-    """The checks to run, in run order; InputError naming the known ids for an unknown one.
+    """The checks to run, in run order; InputError naming the known ids for an unknown one,
+    or for ``within_timeout`` alone (it would judge nothing and pass as a skip).
 
     Ids may also be given comma-separated (``["valid_accepted,within_timeout"]``).
 
@@ -119,6 +120,11 @@ def select_checks(only: Iterable[str] | None) -> list[Check]:
     unknown = sorted(wanted - set(CHECK_IDS))
     if unknown:
         raise InputError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(CHECK_IDS)}")
+    if wanted == {"within_timeout"}:  # it judges the other checks' answers: alone, nothing
+        raise InputError(
+            "within_timeout judges the answers of the other checks and sends nothing itself: "
+            "add at least one more (e.g. --only valid_accepted,within_timeout)"
+        )
     return [c for c in CHECKS if c.id in wanted]
 
 
