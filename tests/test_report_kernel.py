@@ -52,21 +52,27 @@ def _alive(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
-@pytest.mark.slow
-def test_the_notebook_runs_on_the_kernel_started_before_the_analyses(
-    hostile,  # noqa: F811
-    tmp_path,
-    monkeypatch,
-):
-    logs, secrets = hostile
-    started = []
+@pytest.fixture
+def started(monkeypatch) -> list[tuple[int, str]]:
+    """(pid, socket folder) of every warm kernel the pipeline starts."""
+    got: list[tuple[int, str]] = []
 
     class Recorded(WarmKernel):
         def __init__(self):
             super().__init__()
-            started.append((self.km.provisioner.pid, self.km._audit_folder))
+            got.append((self.km.provisioner.pid, self.km._audit_folder))
 
     monkeypatch.setattr(pipeline, "WarmKernel", Recorded)
+    return got
+
+
+@pytest.mark.slow
+def test_the_notebook_runs_on_the_kernel_started_before_the_analyses(
+    hostile,  # noqa: F811
+    tmp_path,
+    started,
+):
+    logs, secrets = hostile
     result = run_report(
         [logs],
         secrets_path=secrets,
@@ -96,19 +102,17 @@ def test_a_dead_warm_kernel_is_replaced_by_a_fresh_one(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_warm_kernel_is_shut_down_when_the_run_fails(hostile, tmp_path, monkeypatch):  # noqa: F811
+def test_the_warm_kernel_is_shut_down_when_the_run_fails(
+    hostile,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+    started,
+):
     logs, secrets = hostile
-    started = []
-
-    class Recorded(WarmKernel):
-        def __init__(self):
-            super().__init__()
-            started.append((self.km.provisioner.pid, self.km._audit_folder))
 
     def compute(*_a, **_k):
         raise ReportError("the analyses failed")
 
-    monkeypatch.setattr(pipeline, "WarmKernel", Recorded)
     monkeypatch.setattr(pipeline, "compute", compute)
     with pytest.raises(ReportError, match="the analyses failed"):
         run_report([logs], secrets_path=secrets, period=parse_period("2026-10"),
