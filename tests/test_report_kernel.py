@@ -4,9 +4,12 @@ swept."""
 
 from __future__ import annotations
 
+import fcntl
+import glob
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import nbformat
@@ -146,3 +149,49 @@ def test_socket_folders_of_killed_runs_are_swept(tmp_path):
     assert gone == [made[f"audit-kernel-{dead}-old"]]
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == sorted({*made, f"audit-kernel-{dead}-file"} - {f"audit-kernel-{dead}-old"})
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_warm_kernel_is_taken_shuts_it_down(tmp_path, monkeypatch):
+    from jupyter_client.asynchronous import AsyncKernelClient
+
+    kernel = WarmKernel()
+    pid, folder = kernel.km.provisioner.pid, kernel.km._audit_folder
+
+    async def interrupted(self, timeout=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(AsyncKernelClient, "wait_for_ready", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        kernel.take(tmp_path, 30)
+    assert kernel.km is None and not _alive(pid) and not os.path.exists(folder)
+
+
+def test_a_kernel_that_cannot_start_leaves_no_socket_folder(monkeypatch):
+    from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
+    async def no_process(self, cmd, **kw):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(LocalProvisioner, "launch_kernel", no_process)
+    ours = f"{tempfile.gettempdir()}/audit-kernel-{os.getpid()}-*"
+    before = set(glob.glob(ours))
+    kernel = WarmKernel()
+    assert kernel.km is None and set(glob.glob(ours)) == before
+    kernel.close()  # nothing to do, no error
+
+
+def test_the_sweep_leaves_a_folder_whose_lock_is_held(tmp_path):
+    """A live run in another PID namespace (a container sharing /tmp) has a pid that looks
+    dead here: its held lock keeps its folder."""
+    folder = tmp_path / "audit-kernel-999999999-other"
+    folder.mkdir()
+    lock = os.open(folder / "owner.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    old = time.time() - 3600
+    os.utime(folder, (old, old))
+    try:
+        assert sweep_kernel_folders(str(tmp_path)) == [] and folder.is_dir()
+    finally:
+        os.close(lock)  # the run ends without cleaning up (killed)
+    assert sweep_kernel_folders(str(tmp_path)) == [folder] and not folder.exists()

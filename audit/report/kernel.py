@@ -60,9 +60,29 @@ def kernel_manager_class():
             kwargs.setdefault("connection_file", os.path.join(folder, f"{name}.json"))
             kwargs.setdefault("ip", os.path.join(folder, name))
             kwargs.setdefault("kernel_spec_manager", OwnPythonSpecs())
+            # Held while this manager lives: the sweep leaves a folder whose lock is held,
+            # whatever its pid says (another PID namespace sharing the temporary directory).
+            try:
+                self._audit_lock: int | None = _hold(folder)
+            except BaseException:
+                os.rmdir(folder)  # empty yet: nothing of ours may stay behind
+                raise
             super().__init__(**kwargs)
             self._audit_folder = folder
             self._audit_clients: list = []
+
+        def audit_discard(self) -> None:
+            """Close the clients' sockets, remove the socket folder, release its lock
+            (idempotent; after a shutdown, or when the kernel never started)."""
+            import shutil
+
+            for kc in self._audit_clients:
+                kc.stop_channels()
+            self._audit_clients.clear()
+            shutil.rmtree(self._audit_folder, ignore_errors=True)
+            if self._audit_lock is not None:
+                os.close(self._audit_lock)
+                self._audit_lock = None
 
         def client(self, **kwargs):
             """A client, remembered so that shutting the kernel down closes its sockets
@@ -84,23 +104,47 @@ def kernel_manager_class():
         async def _async_cleanup_resources(self, restart: bool = False) -> None:
             await super()._async_cleanup_resources(restart=restart)
             if not restart:
-                import shutil
-
-                for kc in self._audit_clients:
-                    kc.stop_channels()
-                self._audit_clients.clear()
-                shutil.rmtree(self._audit_folder, ignore_errors=True)
+                self.audit_discard()
 
     return IPCKernelManager
 
 
 _FOLDER = "audit-kernel-"
+_LOCK = "owner.lock"
+
+
+def _hold(folder: str) -> int | None:
+    """An exclusive ``flock`` on ``folder/owner.lock``, held by the returned descriptor."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: the pid and age rules alone
+        return None
+    fd = os.open(os.path.join(folder, _LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def _held(folder: Path) -> bool:
+    """Whether a live manager holds ``folder``'s lock (another process, any PID namespace)."""
+    import fcntl
+
+    try:
+        fd = os.open(folder / _LOCK, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False  # none (a folder of an older version): the pid and age rules decide
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # releases the lock we may have taken
+    return False
 
 
 def sweep_kernel_folders(root: str | None = None) -> list[Path]:
     """Remove the socket folders (``audit-kernel-<pid>-*`` in the temporary directory) left by
-    runs killed before they could (``kill -9``): ours, whose process is gone, over a minute
-    old. Returns what was removed; never raises."""
+    runs killed before they could (``kill -9``): ours (same user), whose process is gone, whose
+    lock no live manager holds, over a minute old. Returns what was removed; never raises."""
     import shutil
     import stat
     import time
@@ -126,6 +170,7 @@ def sweep_kernel_folders(root: str | None = None) -> list[Path]:
                 stat.S_ISDIR(info.st_mode)
                 and info.st_uid == os.getuid()
                 and now - info.st_mtime > _STALE_S
+                and not _held(p)
             ):
                 shutil.rmtree(p)
                 gone.append(p)
@@ -146,6 +191,7 @@ class WarmKernel:
         self._run_sync = run_sync
         self.km = None
         self._taken = False
+        km = None
         try:
             km = kernel_manager_class()(kernel_name="python3")
             run_sync(km.start_kernel)(
@@ -153,8 +199,11 @@ class WarmKernel:
                 extra_arguments=[f"--IPKernelApp.exec_lines={line}" for line in WARM_IMPORTS],
             )
             self.km = km
-        except Exception:  # rendering falls back to a fresh kernel and reports its own error
-            self.km = None
+        except BaseException as e:  # a fresh kernel at rendering reports its own error
+            if km is not None:
+                self._shutdown(km, now=True)
+            if not isinstance(e, Exception):
+                raise
 
     def __enter__(self) -> WarmKernel:
         return self
@@ -165,7 +214,7 @@ class WarmKernel:
     def take(self, cwd: Path, timeout_s: float):
         """The kernel manager, ready and working in ``cwd``, for papermill's ``km``; None
         (and the kernel shut down) when it died or does not answer within ``timeout_s``."""
-        km, self.km = self.km, None
+        km = self.km
         if km is None:
             return None
         kc = None
@@ -177,19 +226,22 @@ class WarmKernel:
             self._run_sync(kc.wait_for_ready)(timeout=timeout_s)
             code = f"import os as _os; _os.chdir({str(cwd)!r}); del _os"
             msg_id = kc.execute(code, silent=True, store_history=False)
-            while True:
-                reply = self._run_sync(kc.get_shell_msg)(timeout=timeout_s)
+            while True:  # a ready kernel answers a chdir at once
+                reply = self._run_sync(kc.get_shell_msg)(timeout=min(timeout_s, 30))
                 if reply["parent_header"].get("msg_id") == msg_id:
                     break
             if reply["content"]["status"] != "ok":
                 raise RuntimeError("the warm kernel could not enter the run folder")
-        except Exception:
+        except BaseException as e:  # Ctrl-C included: never leave the kernel behind
+            self.km = None
             self._shutdown(km, now=True)
+            if not isinstance(e, Exception):
+                raise
             return None
         finally:
             if kc is not None:
                 kc.stop_channels()
-        self.km, self._taken = km, True  # shut down by close(), after papermill
+        self._taken = True  # shut down by close(), after papermill
         return km
 
     def close(self) -> None:
@@ -200,5 +252,10 @@ class WarmKernel:
             self._shutdown(km, now=not self._taken)
 
     def _shutdown(self, km, *, now: bool) -> None:
-        with contextlib.suppress(Exception):  # a kernel already gone
-            self._run_sync(km.shutdown_kernel)(now=now)
+        try:
+            if km.has_kernel:
+                self._run_sync(km.shutdown_kernel)(now=now)
+        except Exception:  # a kernel already gone, or one that never started
+            pass
+        finally:
+            km.audit_discard()  # the socket folder and its lock, whatever happened above
