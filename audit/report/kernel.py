@@ -62,12 +62,17 @@ def kernel_manager_class():
             kwargs.setdefault("kernel_spec_manager", OwnPythonSpecs())
             # Held while this manager lives: the sweep leaves a folder whose lock is held,
             # whatever its pid says (another PID namespace sharing the temporary directory).
+            self._audit_lock: int | None = None
             try:
-                self._audit_lock: int | None = _hold(folder)
-            except BaseException:
-                os.rmdir(folder)  # empty yet: nothing of ours may stay behind
+                self._audit_lock = _hold(folder)
+                super().__init__(**kwargs)
+            except BaseException:  # nothing of ours may stay behind
+                import shutil
+
+                shutil.rmtree(folder, ignore_errors=True)
+                if self._audit_lock is not None:
+                    os.close(self._audit_lock)
                 raise
-            super().__init__(**kwargs)
             self._audit_folder = folder
             self._audit_clients: list = []
 
@@ -181,8 +186,8 @@ class WarmKernel:
     """A report kernel started now, for a notebook rendered later.
 
     Use as a context manager (the kernel is shut down on leaving, however the run ends), or
-    call :meth:`close`. Starting never raises: a kernel that cannot start leaves ``km`` None
-    and rendering starts its own.
+    call :meth:`close`. A kernel that cannot start does not fail the run: ``km`` stays None and
+    rendering starts its own (only an interrupt, such as Ctrl-C, goes on up, after cleaning up).
     """
 
     def __init__(self) -> None:
