@@ -172,3 +172,21 @@ def test_valid_deliveries_without_snapshots_skip_the_subscription_controls(
     assert code == 1  # TKD-03: two incidents wait on the client (judged: deliveries exist)
     page = (run / "report.html").read_text()
     assert "No listing snapshot fetched before as_of was given" in page
+
+
+def test_the_progress_line_counts_the_records_read_from_before_the_period(tmp_path, capsys):
+    """Records before the period are read for the incidents' history; the operator sees how
+    many (memory grows with them)."""
+    september = [{**r, "received_at": "2026-09-20T00:00:05Z"} for r in _forged(2)]
+    logs = write_jsonl(tmp_path / "log.jsonl", [*september, *_forged(1)])
+    secrets = write_secrets(tmp_path / "secrets.json", {"wh_1": FRESH})
+    args = ["report", str(logs), "--secrets", str(secrets), "--period", "2026-10"]
+    main([*args, "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert (
+        "audit: loaded 3 records from 1 files (0 valid, 0 unreadable; 2 received before the "
+        "period, for the incidents' history)\n"
+    ) in err
+    main([*args, "--out", str(tmp_path / "r2"), "--period", "2026-09"])  # the last one counts
+    err = capsys.readouterr().err
+    assert "audit: loaded 2 records from 1 files (0 valid, 0 unreadable)\n" in err

@@ -257,10 +257,13 @@ def run_report(
         as_of=checked.as_of,
     )
     d = inputs.deliveries
+    # Records before the period are read for the incidents' history (memory grows with them).
+    before = int((d["received_at"] < period.start).sum()) if len(d) else 0
     say(
         f"loaded {len(d)} records from {int((inputs.files['kind'] == 'capture log').sum())} "
         f"files ({int((d['verdict'] == 'valid').sum())} valid, "
-        f"{int((d['verdict'] == 'unreadable').sum())} unreadable)"
+        f"{int((d['verdict'] == 'unreadable').sum())} unreadable"
+        + (f"; {before} received before the period, for the incidents' history)" if before else ")")
     )
     del d  # compute takes the frame over, to free it
     # The notebook's kernel starts now, with its imports, on the core the analyses leave idle
