@@ -112,6 +112,12 @@ def test_stderr_of_the_demo_holds_only_progress_lines(tmp_path):
     lines = proc.stderr.splitlines()
     assert [line for line in lines if not PROGRESS.fullmatch(line)] == []
     assert len(lines) == 3
+    # The README shows what `make demo` prints: its progress and findings lines are this run's.
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    shown = readme.split("`make demo` prints", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    counted = [ln for ln in shown.splitlines() if ln.startswith(("audit:", "findings:"))]
+    real = [ln for ln in proc.stdout.splitlines() if ln.startswith("findings:")]
+    assert counted == [*lines, *real]
     for line in proc.stdout.splitlines():  # every path printed exists
         label, _, value = line.partition(":")
         if label in ("run", "report", "index", "secrets", "truth"):
