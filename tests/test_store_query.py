@@ -15,7 +15,7 @@ def test_rows_out_of_order_are_sorted_by_source_then_line():
             "verdict": ["v1", "v2", "v3", "v4", "v5"],
         }
     )
-    got = _in_input_order(t)
+    got = _in_input_order([t])
     assert got.column("source").to_pylist() == ["a.jsonl"] * 3 + ["b.jsonl"] * 2
     assert got.column("line").to_pylist() == [2, 3, 7, 1, 10]
     assert got.column("verdict").to_pylist() == ["v3", "v5", "v2", "v1", "v4"]
@@ -24,11 +24,11 @@ def test_rows_out_of_order_are_sorted_by_source_then_line():
 def test_rows_in_order_keep_their_order_in_one_chunk_per_column():
     first = pa.table({"source": ["a", "a"], "line": [1, 2], "x": [3, 2]})
     t = pa.concat_tables([first, pa.table({"source": ["b"], "line": [1], "x": [1]})])
-    got = _in_input_order(t)
+    got = _in_input_order([t])
     assert got.equals(t)
     assert [got.column(n).num_chunks for n in got.column_names] == [1, 1, 1]
     one = pa.table({"source": ["a"], "line": [5]})
-    assert _in_input_order(one) is one
+    assert _in_input_order([one]) is one
 
 
 def test_an_unreadable_record_between_two_months_keeps_its_line(tmp_path):
@@ -99,7 +99,7 @@ def test_rows_moved_in_runs_come_back_in_the_order_python_sorts_them(monkeypatch
     want = sorted(shuffled)
     for max_runs in (10_000, 0):
         monkeypatch.setattr(query, "_MAX_RUNS", max_runs)
-        got = query._in_input_order(t)
+        got = query._in_input_order([t])
         pairs = zip(got["source"].to_pylist(), got["line"].to_pylist(), strict=True)
         assert list(pairs) == want
         assert got["tag"].to_pylist() == [f"{s}:{n}" for s, n in want]

