@@ -93,7 +93,8 @@ def test_a_custom_notebook_gets_run_dir_only(hostile, tmp_path):  # noqa: F811
 
 PROGRESS = re.compile(
     r"audit: (loaded \d+ records from \d+ files \(\d+ valid, \d+ unreadable"
-    r"(; \d+ received before the period, for the incidents' history)?\)"
+    r"(; \d+ received before the period, for the (incidents' history|retries))?"
+    r"(; \d+ earlier events, for the incidents' history)?\)"
     r"|analyses and controls done: \d+ findings, \d+ failing|rendering the report)"
 )
 

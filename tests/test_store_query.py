@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from audit.ingest.query import _in_input_order
+from audit.ingest.scan import in_input_order
 
 
 def test_rows_out_of_order_are_sorted_by_source_then_line():
@@ -15,7 +15,7 @@ def test_rows_out_of_order_are_sorted_by_source_then_line():
             "verdict": ["v1", "v2", "v3", "v4", "v5"],
         }
     )
-    got = _in_input_order([t])
+    got = in_input_order([t])
     assert got.column("source").to_pylist() == ["a.jsonl"] * 3 + ["b.jsonl"] * 2
     assert got.column("line").to_pylist() == [2, 3, 7, 1, 10]
     assert got.column("verdict").to_pylist() == ["v3", "v5", "v2", "v1", "v4"]
@@ -24,11 +24,11 @@ def test_rows_out_of_order_are_sorted_by_source_then_line():
 def test_rows_in_order_keep_their_order_in_one_chunk_per_column():
     first = pa.table({"source": ["a", "a"], "line": [1, 2], "x": [3, 2]})
     t = pa.concat_tables([first, pa.table({"source": ["b"], "line": [1], "x": [1]})])
-    got = _in_input_order([t])
+    got = in_input_order([t])
     assert got.equals(t)
     assert [got.column(n).num_chunks for n in got.column_names] == [1, 1, 1]
     one = pa.table({"source": ["a"], "line": [5]})
-    assert _in_input_order([one]) is one
+    assert in_input_order([one]) is one
 
 
 def test_an_unreadable_record_between_two_months_keeps_its_line(tmp_path):
@@ -82,7 +82,7 @@ def test_rows_moved_in_runs_come_back_in_the_order_python_sorts_them(monkeypatch
     order Python's sort of (source, line) gives; sources include non-ASCII names."""
     import random
 
-    import audit.ingest.query as query
+    import audit.ingest.scan as scan
 
     rng = random.Random(3)
     rows = [(s, n) for s in ("b.jsonl", "a.jsonl", "é.jsonl", "z/a.jsonl") for n in range(1, 400)]
@@ -98,8 +98,8 @@ def test_rows_moved_in_runs_come_back_in_the_order_python_sorts_them(monkeypatch
     )
     want = sorted(shuffled)
     for max_runs in (10_000, 0):
-        monkeypatch.setattr(query, "_MAX_RUNS", max_runs)
-        got = query._in_input_order([t])
+        monkeypatch.setattr(scan, "MAX_RUNS", max_runs)
+        got = scan.in_input_order([t])
         pairs = zip(got["source"].to_pylist(), got["line"].to_pylist(), strict=True)
         assert list(pairs) == want
         assert got["tag"].to_pylist() == [f"{s}:{n}" for s, n in want]

@@ -23,7 +23,9 @@ from audit.analysis.takedown import takedown_durations, takedown_summary
 from audit.atomic import write_parquet_atomic
 from audit.errors import ParameterError
 from audit.ingest.extract import EXTRACTED
+from audit.ingest.receipts import FirstReceipts
 from audit.ingest.verification import VERDICT_COLUMNS
+from audit.memory import release_free_memory
 from audit.safe import write_csv
 from audit.spec import (
     CLIENT_WAIT_STATUSES,
@@ -157,8 +159,13 @@ def run_analyses(
     subscriptions: pd.DataFrame | None = None,
     inputs: pd.DataFrame | None = None,
     clock_start: str = "created",
+    first_receipts: FirstReceipts | None = None,
 ) -> Analysis:
     """Run every analysis on verified deliveries, as of ``as_of`` (pure).
+
+    ``first_receipts`` (from an evidence store): the incident fold reads them instead of
+    ``deliveries``, which then need not carry the incident fields; they are taken over
+    (emptied), and must hold no row received after ``as_of``.
 
     Records received after ``as_of`` are not yet known at ``as_of`` and are left out (unreadable
     records, which have no time, are kept). The fields extracted from the bodies at ingest
@@ -173,7 +180,10 @@ def run_analyses(
         deliveries = deliveries[known]
     # The incident fold first: its temporaries (every valid event with its incident fields)
     # then never coexist with the attempts and events frames (about 0.4 GB less at 1M).
-    incidents, intervals = incidents_and_intervals(deliveries, as_of=as_of)
+    folded = deliveries if first_receipts is None else first_receipts
+    incidents, intervals = incidents_and_intervals(folded, as_of=as_of)
+    del folded
+    release_free_memory()  # the fold's temporaries, before the attempts are built
     deliveries = _without(deliveries, (c for c in EXTRACTED if c != "fingerprint"))
     attempts = infer_attempts(deliveries, as_of=as_of)
     del deliveries
@@ -248,7 +258,7 @@ def analyze(
             if when is None:
                 raise ParameterError("no readable record: give --as-of")
         got = load_analysis_inputs(store, start=None, end=when)
-        deliveries, inputs = got.deliveries, got.inputs
+        deliveries, inputs, first = got.deliveries, got.inputs, got.first_receipts
     else:  # verified on every core; bodies are read for what analyses need, never kept
         from audit.ingest.query import ANALYSIS_COLUMNS
         from audit.ingest.verdicts import read_logs
@@ -261,7 +271,7 @@ def analyze(
             tolerance_s=tolerance_s,
             upto=when,
         )
-        deliveries, inputs = got.rows, got.inputs
+        deliveries, inputs, first = got.rows, got.inputs, None
     del got  # no second reference: the frame below replaces it, not doubles it
     if when is None:
         latest = deliveries["received_at"].max()
@@ -281,4 +291,5 @@ def analyze(
         subscriptions=subs,
         inputs=inputs,
         clock_start=clock_start,
+        first_receipts=first,
     )

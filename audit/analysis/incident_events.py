@@ -11,42 +11,42 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import numpy as np
-import orjson
 import pandas as pd
-import pyarrow as pa
 
 from audit.analysis.deliveries import is_test
-from audit.analysis.rows import take_rows
-from audit.errors import SchemaError
+from audit.analysis.event_fields import (
+    _FIELD_COLUMNS,
+    _FIELDS,
+    _field_frame,
+    _parse_data,
+    _parse_times,
+)
+from audit.analysis.rows import take_rows, take_rows_emptying
+from audit.errors import ParameterError, SchemaError
+from audit.ingest.receipts import (
+    FOLD_FIELDS,
+    FOLD_KEYS,
+    RECEIPT_COLUMNS,
+    RECEIPT_COUNT_KEYS,
+    FirstReceipts,
+)
 from audit.tables import DATA_FIELDS
 from audit.timeutil import as_utc
 
-__all__ = ["COUNT_KEYS", "CREATED", "EVENT_COLUMNS", "STATUS_CHANGED", "incident_events"]
+__all__ = [
+    "COUNT_KEYS",
+    "CREATED",
+    "EVENT_COLUMNS",
+    "RECEIPT_COLUMNS",
+    "RECEIPT_COUNT_KEYS",
+    "STATUS_CHANGED",
+    "FirstReceipts",
+    "incident_events",
+]
 
 CREATED = "incident.created"
 STATUS_CHANGED = "incident.status_changed"
 _UTC = "datetime64[ns, UTC]"
-
-#: ``data`` field -> (column, kind). Kinds: text (a JSON string), wait (boolean or string),
-#: time (an ISO 8601 string). ``historyEntry`` belongs to one event, not to the state.
-_FIELDS: tuple[tuple[str, str, str], ...] = (
-    ("clientId", "client_id", "text"),
-    ("incidentClass", "incident_class", "text"),
-    ("incidentType", "incident_type", "text"),
-    ("source", "source", "text"),
-    ("status", "status", "text"),
-    ("domain", "domain", "text"),
-    ("url", "url", "text"),
-    ("safeDomain", "safe_domain", "text"),
-    ("subject", "subject", "text"),
-    ("reportedBy", "reported_by", "text"),
-    ("waitForClient", "wait_for_client", "wait"),
-    ("timestamp", "data_timestamp", "time"),
-    ("lastHistoryUpdateTimestamp", "last_history_update_at", "time"),
-    ("burnStartedTimestamp", "burn_started_at", "time"),
-    ("takedownTimestamp", "takedown_timestamp", "time"),
-)
-_FIELD_COLUMNS = tuple(col for _, col, _ in _FIELDS)
 
 EVENT_COLUMNS: tuple[str, ...] = (
     "incident_id",
@@ -84,17 +84,7 @@ _EVENT_DTYPES: dict[str, str] = {
     "subscription_id": "str",
     **{col: (_UTC if kind == "time" else "str") for _, col, kind in _FIELDS},
 }
-_NEEDED = (
-    "verdict",
-    "subscription_id",
-    "event_id",
-    "event",
-    "event_timestamp",
-    "incident_id",
-    "received_at",
-)
-#: Read from the store instead of the body (see audit.tables.STORED_DELIVERIES).
-_EXTRACTED = ("body_sha256", "data_invalid", *(col for _, col in DATA_FIELDS))
+_NEEDED, _EXTRACTED = FOLD_KEYS, FOLD_FIELDS
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,94 +137,23 @@ def _empty(dtypes: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame({name: pd.Series([], dtype=dtype) for name, dtype in dtypes.items()})
 
 
-_MIN_NS = pd.Timestamp.min.tz_localize("UTC")
-_MAX_NS = pd.Timestamp.max.tz_localize("UTC")
-
-
-def _parse_times(raw: pd.Series) -> tuple[pd.Series, int]:
-    """ISO 8601 strings to UTC ns; unparsable (or out of range) strings become NaT, counted.
-
-    Each distinct string is parsed once (an incident's events repeat its times)."""
-    codes, uniques = pd.factorize(raw)
-    parsed = pd.to_datetime(pd.Series(uniques), utc=True, format="ISO8601", errors="coerce")
-    parsed = parsed.where((parsed >= _MIN_NS) & (parsed <= _MAX_NS)).astype(_UTC)
-    ns = np.append(parsed.array.asi8, np.iinfo(np.int64).min)[codes]  # code -1 (missing): NaT
-    bad = int(np.count_nonzero(parsed.isna().to_numpy()[codes[codes >= 0]]))
-    times = pd.Series(ns.view("datetime64[ns]"), index=raw.index).dt.tz_localize("UTC")
-    return times, bad
-
-
-_STR = pd.StringDtype(na_value=np.nan)  # pandas' "str" dtype
-_TO_STR = {pa.large_string(): _STR}.get
-#: The string-valued fields, as one Arrow struct: pyarrow converts the parsed dicts in C++,
-#: ignoring other keys, and refuses a value that is not a string (then the slow path counts it).
-_STRING_KEYS = tuple(key for key, _, kind in _FIELDS if kind != "wait")
-_STRUCT = pa.struct([(key, pa.large_string()) for key in _STRING_KEYS])
-
-
-def _data_of(body: object) -> dict:
-    try:
-        env = orjson.loads(body)  # type: ignore[arg-type]
-    except (orjson.JSONDecodeError, TypeError):
-        return {}
-    data = env.get("data") if type(env) is dict else None
-    return data if type(data) is dict else {}
-
-
-def _parse_data(bodies: list[object]) -> list[dict]:
-    """The ``data`` object of each body (``{}`` when there is none)."""
-    try:  # fast path: every body is an envelope with a data object
-        datas = [env["data"] for env in map(orjson.loads, bodies)]  # type: ignore[arg-type]
-        if all(type(x) is dict for x in datas):
-            return datas
-    except (orjson.JSONDecodeError, TypeError, KeyError):
-        pass
-    return [_data_of(b) for b in bodies]
-
-
-def _str_series(values: list[object]) -> tuple[pd.Series, int]:
-    """Strings kept as ``str`` dtype; anything else (numbers, objects) becomes NaN, counted."""
-    kept = [v if type(v) is str else None for v in values]
-    arr = pa.array(kept, pa.large_string())
-    return pd.Series(arr.to_pandas(types_mapper=_TO_STR)), kept.count(None) - values.count(None)
-
-
-def _field_frame(datas: list[dict]) -> tuple[pd.DataFrame, int]:
-    """Known fields of the ``data`` objects as columns (``data`` keys), and wrong-type count."""
-    waits = [x.get("waitForClient") for x in datas]
-    kept = [
-        v if type(v) is str else ("true" if v else "false") if type(v) is bool else None
-        for v in waits
-    ]
-    invalid = kept.count(None) - waits.count(None)
-    try:
-        arr = pa.array(datas, type=_STRUCT)
-    except (pa.ArrowTypeError, pa.ArrowInvalid, TypeError):
-        columns = {}
-        for key in _STRING_KEYS:
-            columns[key], bad = _str_series([x.get(key) for x in datas])
-            invalid += bad
-        frame = pd.DataFrame(columns)
-    else:
-        table = pa.Table.from_arrays(arr.flatten(), names=list(_STRING_KEYS))
-        frame = table.to_pandas(types_mapper=_TO_STR)
-    frame["waitForClient"] = _str_series(kept)[0]
-    return frame, invalid
-
-
 # --------------------------------------------------------------------------------------------
 # Events
 # --------------------------------------------------------------------------------------------
 
 
-def incident_events(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.DataFrame:
+def incident_events(
+    deliveries: pd.DataFrame | FirstReceipts, *, as_of: pd.Timestamp
+) -> pd.DataFrame:
     """One row per distinct valid incident event, with the fields of its ``data`` parsed.
 
     Parameters
     ----------
     deliveries : pandas.DataFrame
         The verified deliveries frame (``docs/tables.md``); needs ``verdict, subscription_id,
-        event_id, event, event_timestamp, incident_id, received_at, body``.
+        event_id, event, event_timestamp, incident_id, received_at, body`` (or, from a store,
+        the extracted fields instead of ``body``). Or :class:`FirstReceipts`, which are taken
+        over (emptied): the result and counts are those of all the deliveries they stand for.
     as_of : pandas.Timestamp
         Timezone-aware. Events stamped after it are left out.
 
@@ -301,9 +220,32 @@ def incident_events(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.Data
     return out
 
 
-def _events(deliveries: pd.DataFrame, as_of: pd.Timestamp) -> tuple[pd.DataFrame, dict[str, int]]:
-    """:func:`incident_events` without attrs (pandas deep-copies attrs on every operation)."""
-    d = _check_columns(deliveries)
+def _events(
+    deliveries: pd.DataFrame | FirstReceipts, as_of: pd.Timestamp
+) -> tuple[pd.DataFrame, dict[str, int]]:
+    """:func:`incident_events` without attrs (pandas deep-copies attrs on every operation).
+
+    From :class:`FirstReceipts`, their rows are taken over and emptied column by column as the
+    events are copied out of them (the wide columns then never exist twice)."""
+    if not isinstance(deliveries, FirstReceipts):
+        return _events_of(_check_columns(deliveries), as_of)
+    given = deliveries.counts
+    d = _check_columns(deliveries.take_rows())
+    if (d["received_at"] > as_of).any():
+        raise ParameterError(
+            "the first receipts hold rows received after as_of: load them up to as_of"
+        )
+    out, counts = _events_of(d, as_of, owned=True)
+    if counts["no_event_id"] or counts["duplicates"]:
+        raise SchemaError("first receipts must be valid rows, one per event id")
+    counts.update({key: int(given[key]) for key in RECEIPT_COUNT_KEYS})
+    return out, counts
+
+
+def _events_of(
+    d: pd.DataFrame, as_of: pd.Timestamp, *, owned: bool = False
+) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The events of checked deliveries; ``owned``: ``d`` is ours, emptied as it is copied."""
     counts = dict.fromkeys(COUNT_KEYS, 0)
     valid = (d["verdict"] == "valid").fillna(False).to_numpy(dtype=bool)
     counts["valid"] = int(valid.sum())
@@ -362,7 +304,7 @@ def _events(deliveries: pd.DataFrame, as_of: pd.Timestamp) -> tuple[pd.DataFrame
     )
     del received, stamped
     wide = [*EVENT_COLUMNS[:6], *(_EXTRACTED if extracted else ("body",))]
-    ev = take_rows(d[wide], pos[order])
+    ev = take_rows_emptying(d, wide, pos[order]) if owned else take_rows(d[wide], pos[order])
     if extracted:  # fields extracted once at ingest (the evidence store)
         fields = pd.DataFrame({key: ev[col] for key, col in DATA_FIELDS})
         invalid = int(ev["data_invalid"].sum())

@@ -51,6 +51,7 @@ from audit.analysis.incident_events import (
     CREATED,
     EVENT_COLUMNS,
     STATUS_CHANGED,
+    FirstReceipts,
     _empty,
     _events,
     _typed,
@@ -90,7 +91,9 @@ _INTERVAL_DTYPES = STATUS_INTERVALS.dtypes()
 
 def _intervals(events: pd.DataFrame, as_of: pd.Timestamp) -> pd.DataFrame:
     """Status runs of sorted events, plus a private ``first`` column (first run of its incident)."""
-    st = events[events["status"].notna().to_numpy()]
+    # Only the columns used: filtering the whole events frame copied every field of it.
+    cols = ["incident_id", "status", "event", "event_timestamp"]
+    st = events[cols][events["status"].notna().to_numpy()]
     if st.empty:
         return _empty(_INTERVAL_DTYPES).assign(first=pd.Series([], dtype=bool))
     inc = st["incident_id"].to_numpy(dtype=object)
@@ -231,10 +234,10 @@ def incidents_table(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.Data
 
 
 def incidents_and_intervals(
-    deliveries: pd.DataFrame, *, as_of: pd.Timestamp
+    deliveries: pd.DataFrame | FirstReceipts, *, as_of: pd.Timestamp
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`incidents_table` and :func:`status_intervals` from one fold of the events (each
-    alone folds them again)."""
+    alone folds them again). ``deliveries`` may be :class:`FirstReceipts` (taken over)."""
     as_of = as_utc(as_of)
     events, counts = _events(deliveries, as_of)
     runs = _intervals(events, as_of)

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pandas as pd
 
-__all__ = ["key_runs", "take_rows"]
+__all__ = ["key_runs", "take_rows", "take_rows_emptying"]
 
 #: Below this many cells, threads cost more than they save.
 _SMALL = 200_000
@@ -37,6 +37,25 @@ def take_rows(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
         columns = list(pool.map(one, frame.columns))
     data = dict(zip(frame.columns, columns, strict=True))
     return pd.DataFrame(data, columns=frame.columns, copy=False)  # fresh columns: no copy
+
+
+def take_rows_emptying(
+    frame: pd.DataFrame, columns: list[str], positions: np.ndarray
+) -> pd.DataFrame:
+    """``take_rows(frame[columns], positions)``, deleting each column from ``frame`` once taken:
+    for a frame the caller hands over, whose columns then never exist twice.
+
+    >>> f = pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"]})
+    >>> take_rows_emptying(f, ["b"], np.array([2, 0])), list(f.columns)
+    (   b
+    0  z
+    1  x, ['a'])
+    """
+    out = {}
+    for name in columns:
+        out[name] = frame[name].take(positions).reset_index(drop=True)
+        del frame[name]
+    return pd.DataFrame(out, copy=False)
 
 
 def key_runs(

@@ -50,6 +50,7 @@ def compute(inputs: Inputs, params: ReportParams, period: Period) -> Computed:
             subscriptions=subs,
             inputs=inputs.files,
             clock_start=params.clock_start,
+            first_receipts=inputs.first_receipts,
         )
         release_free_memory()
         findings = run_controls(

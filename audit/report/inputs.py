@@ -14,10 +14,14 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from audit.errors import InputError
+
+if TYPE_CHECKING:
+    from audit.ingest.receipts import FirstReceipts
 
 __all__ = ["Inputs", "load_inputs"]
 
@@ -43,6 +47,9 @@ class Inputs:
     evidence
         ``source, line, signature, timestamp_header, event_header, body`` of the records that
         are not valid (the deliveries frame has no body), or None.
+    first_receipts
+        From a store: the incident fold's input (the deliveries then lack the incident fields),
+        taken over by :func:`audit.analysis.analyze.run_analyses`; None from raw captures.
     """
 
     deliveries: pd.DataFrame
@@ -51,6 +58,7 @@ class Inputs:
     secrets_age: Mapping[str, int | None]
     mutes: pd.DataFrame | None = None
     evidence: pd.DataFrame | None = None
+    first_receipts: FirstReceipts | None = None
 
     def hand_over_deliveries(self) -> pd.DataFrame:
         """The deliveries, which this object then no longer holds (``deliveries`` is None).
@@ -120,10 +128,10 @@ def load_inputs(
             upto=as_of if as_of is not None else end,
             evidence=True,
         )
-        deliveries, listed, evidence = got.rows, got.inputs, got.evidence
+        deliveries, listed, evidence, first = got.rows, got.inputs, got.evidence, None
         del got
     else:
-        deliveries, listed, evidence = _from_store(
+        deliveries, listed, evidence, first = _from_store(
             store, logs, secrets_file, header_prefix, start, end, as_of
         )
     subs = load_snapshots(list(snapshots))
@@ -150,7 +158,7 @@ def load_inputs(
             )
         )
     files = pd.concat(rows, ignore_index=True)
-    return Inputs(deliveries, subs, files, secrets.latest_valid_from(), mutes, evidence)
+    return Inputs(deliveries, subs, files, secrets.latest_valid_from(), mutes, evidence, first)
 
 
 def _from_store(
@@ -161,11 +169,11 @@ def _from_store(
     start: pd.Timestamp | None,
     end: pd.Timestamp | None,
     as_of: pd.Timestamp | None,
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Ingest ``logs`` into ``store``, then read the period's deliveries, the file list and
-    the evidence of the records that are not valid."""
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, FirstReceipts | None]:
+    """Ingest ``logs`` into ``store``, then read the period's deliveries, the file list, the
+    evidence of the records that are not valid and the incident fold's first receipts."""
     from audit.errors import ParameterError
-    from audit.ingest.query import DEFAULT_LOOKBACK, load_analysis_inputs, not_valid_evidence
+    from audit.ingest.query import ATTEMPT_LOOKBACK, load_analysis_inputs, not_valid_evidence
     from audit.ingest.store import ingest
 
     upto = as_of if as_of is not None else end
@@ -177,5 +185,6 @@ def _from_store(
     # A rejected request's signature, headers and body are the report's evidence (as from raw
     # captures); the store reads them for those few records only, kept apart from the
     # deliveries (with a body column, the analyses would look for every body).
-    lo = None if start is None else start - DEFAULT_LOOKBACK
-    return got.deliveries, got.inputs, not_valid_evidence(store, start=lo, end=upto)
+    lo = None if start is None else start - ATTEMPT_LOOKBACK
+    evidence = not_valid_evidence(store, start=lo, end=upto)
+    return got.deliveries, got.inputs, evidence, got.first_receipts

@@ -39,7 +39,7 @@ from audit.findings import SEVERITIES
 from audit.memory import release_free_memory
 from audit.report.compute import Computed, compute
 from audit.report.index import build_index, scan_runs
-from audit.report.inputs import load_inputs
+from audit.report.inputs import Inputs, load_inputs
 from audit.report.kernel import WarmKernel
 from audit.report.params import Period, check_params
 from audit.report.rundir import findings_records, write_json, write_tables
@@ -198,6 +198,22 @@ def _notebook(notebook: str | os.PathLike | None) -> Path:
     return path.resolve()
 
 
+def _history(inputs: Inputs, period: Period) -> str:
+    """What was read from before the period (memory grows with it), for the progress line.
+
+    From raw captures, every record before the period is read for the incidents' history; from
+    a store, the deliveries of the day before (retries) and the incidents' earlier events."""
+    d, first = inputs.deliveries, inputs.first_receipts
+    before = int((d["received_at"] < period.start).sum()) if len(d) else 0
+    if first is None or first.rows is None:
+        return (
+            f"; {before} received before the period, for the incidents' history" if before else ""
+        )
+    events = int((first.rows["received_at"] < period.start).sum())
+    out = f"; {before} received before the period, for the retries" if before else ""
+    return out + (f"; {events} earlier events, for the incidents' history" if events else "")
+
+
 def run_report(
     logs: Sequence[str | os.PathLike],
     *,
@@ -257,13 +273,10 @@ def run_report(
         as_of=checked.as_of,
     )
     d = inputs.deliveries
-    # Records before the period are read for the incidents' history (memory grows with them).
-    before = int((d["received_at"] < period.start).sum()) if len(d) else 0
     say(
         f"loaded {len(d)} records from {int((inputs.files['kind'] == 'capture log').sum())} "
         f"files ({int((d['verdict'] == 'valid').sum())} valid, "
-        f"{int((d['verdict'] == 'unreadable').sum())} unreadable"
-        + (f"; {before} received before the period, for the incidents' history)" if before else ")")
+        f"{int((d['verdict'] == 'unreadable').sum())} unreadable{_history(inputs, period)})"
     )
     del d  # compute takes the frame over, to free it
     # The notebook's kernel starts now, with its imports, on the core the analyses leave idle

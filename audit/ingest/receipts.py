@@ -1,0 +1,136 @@
+"""First receipts: the incident fold's input as the evidence store hands it over.
+
+The fold (:mod:`audit.analysis.incidents`) reads the first valid receipt of each event id and
+nothing else of the deliveries; DuckDB picks those rows in the store, so that the deliveries
+frame need not carry the incident fields, and the incidents' history costs one row per event,
+not one per delivery.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pandas as pd
+
+from audit.ingest.records import combine_columns
+from audit.ingest.scan import (
+    frame_from_arrow,
+    months_between,
+    open_store,
+    owned,
+    sql_list,
+    window,
+)
+from audit.ingest.store import Store
+from audit.tables import DATA_FIELDS, STORED_DELIVERIES
+
+__all__ = [
+    "FOLD_FIELDS",
+    "FOLD_KEYS",
+    "RECEIPT_COLUMNS",
+    "RECEIPT_COUNT_KEYS",
+    "FirstReceipts",
+    "load_first_receipts",
+]
+
+FOLD_KEYS: tuple[str, ...] = (
+    "verdict",
+    "subscription_id",
+    "event_id",
+    "event",
+    "event_timestamp",
+    "incident_id",
+    "received_at",
+)
+"""The deliveries' columns the incident fold reads (the other analyses read them too)."""
+FOLD_FIELDS: tuple[str, ...] = ("body_sha256", "data_invalid", *(col for _, col in DATA_FIELDS))
+"""What the fold reads from the store instead of the body (``audit.tables.STORED_DELIVERIES``);
+no other analysis reads them."""
+RECEIPT_COLUMNS: tuple[str, ...] = (*FOLD_KEYS, *FOLD_FIELDS)
+"""The stored columns the fold reads (:class:`FirstReceipts`)."""
+RECEIPT_COUNT_KEYS: tuple[str, ...] = ("valid", "no_event_id", "duplicates", "conflicting_bodies")
+"""The counts that :class:`FirstReceipts` carries for the rows it stands for."""
+
+
+@dataclass
+class FirstReceipts:
+    """The fold's input as an evidence store hands it over: the first valid receipt of each
+    event id, not every delivery (:func:`load_first_receipts`).
+
+    ``rows`` has :data:`RECEIPT_COLUMNS`: only valid rows with an event id, one per event id,
+    the earliest ``received_at`` (ties: input order); ``counts`` maps each of
+    :data:`RECEIPT_COUNT_KEYS` to its value over all the valid rows it stands for (as
+    :func:`audit.analysis.incident_events.incident_events` counts them over every delivery).
+    The fold gives the same tables and counts from it as from every delivery; at 1.6M
+    deliveries it is 1.0M rows, and the deliveries frame need not carry the incident fields.
+    """
+
+    rows: pd.DataFrame | None
+    counts: dict[str, int]
+
+    def take_rows(self) -> pd.DataFrame:
+        """The rows, which this object then no longer holds (so that the fold frees them)."""
+        rows = self.rows
+        if rows is None:
+            raise ValueError("these first receipts were already folded: load them again")
+        self.rows = None
+        return rows
+
+
+def load_first_receipts(
+    store: Store | str | os.PathLike,
+    *,
+    start: pd.Timestamp | None = None,
+    end: pd.Timestamp | None = None,
+) -> FirstReceipts:
+    """The incident fold's input among the deliveries
+    :func:`audit.ingest.query.load_deliveries` reads for
+    ``[start, end]``: the first valid receipt of each event id, with the incident fields, and
+    the counts of the valid rows they stand for.
+
+    DuckDB picks the rows (the earliest ``received_at`` of each event id, ties in input order,
+    as :func:`audit.analysis.incident_events.incident_events` does) on the key columns, then
+    reads the wide columns of those rows only; at 1.6M deliveries that is 1.0M rows, and the
+    deliveries frame need not carry the incident fields
+    (:data:`audit.ingest.query.DELIVERY_COLUMNS`).
+    """
+    s = open_store(store)
+    months = None if start is None or end is None else [*months_between(start, end), "none"]
+    parts = s.parts(months)
+    counts = dict.fromkeys(RECEIPT_COUNT_KEYS, 0)
+    if not parts:
+        return FirstReceipts(STORED_DELIVERIES.empty()[list(RECEIPT_COLUMNS)], counts)
+    import duckdb  # imported on use: `audit verify` without a store never needs it
+
+    cond, params = window(start, end)
+    src = f"read_parquet({sql_list(parts)}, hive_partitioning = false)"
+    valid = f"FROM {src} WHERE verdict = 'valid' AND {cond}"
+    firsts = (
+        f"SELECT source, line {valid} AND event_id IS NOT NULL QUALIFY row_number() OVER "
+        "(PARTITION BY event_id ORDER BY received_at NULLS LAST, source, line) = 1"
+    )
+    cols = ", ".join(f'"{c}"' for c in RECEIPT_COLUMNS)
+    con = duckdb.connect()
+    try:
+        con.execute("SET preserve_insertion_order = false")
+        row = con.execute(
+            "SELECT count(*), count(*) - count(event_id), count(event_id) - count(DISTINCT "
+            f"event_id) {valid}",
+            params,
+        ).fetchall()[0]
+        # An event id whose valid copies differ in their bytes (a missing hash differs too).
+        (conflicts,) = con.execute(
+            f"SELECT count(*) FROM (SELECT event_id {valid} AND event_id IS NOT NULL "
+            "GROUP BY event_id HAVING count(DISTINCT coalesce(body_sha256, '')) > 1)",
+            params,
+        ).fetchall()[0]
+        sql = f"SELECT {cols} {valid} AND (source, line) IN ({firsts})"
+        table = owned(con.sql(sql, params=params + params))
+    finally:
+        con.close()
+    counts.update(valid=row[0], no_event_id=row[1], duplicates=row[2], conflicting_bodies=conflicts)
+    schema, columns = table.schema, table.columns
+    del table  # one chunk per column (pandas would concatenate the chunks on every take)
+    rows = frame_from_arrow(combine_columns(schema, columns))
+    return FirstReceipts(rows, {k: int(v) for k, v in counts.items()})

@@ -1,0 +1,193 @@
+"""Reading the evidence store's Parquet parts with DuckDB, into Arrow and pandas.
+
+DuckDB reads the parts out of core on every core. Its batches are copied as they arrive (it
+frees a batch only whole), so that the columns can be combined one at a time, each freed as it
+goes; rows come back in input order (``source``, ``line``) without an ``ORDER BY``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from audit.errors import InputError
+from audit.ingest.records import combine_columns
+from audit.ingest.store import Store
+from audit.tables import STORED_DELIVERIES
+
+__all__ = [
+    "BATCH_ROWS",
+    "MAX_RUNS",
+    "arrow_of",
+    "frame_from_arrow",
+    "in_input_order",
+    "months_between",
+    "open_store",
+    "owned",
+    "scan",
+    "sql_list",
+    "window",
+]
+
+
+def open_store(store: Store | str | os.PathLike) -> Store:
+    s = store if isinstance(store, Store) else Store(Path(store))
+    if not s.manifest_path.is_file():
+        raise InputError(f"{s.root}: not an evidence store (no manifest.json); run audit ingest")
+    return s
+
+
+def months_between(lo: pd.Timestamp, hi: pd.Timestamp) -> list[str]:
+    months = pd.period_range(
+        lo.tz_convert("UTC").tz_localize(None).to_period("M"),
+        hi.tz_convert("UTC").tz_localize(None).to_period("M"),
+        freq="M",
+    )
+    return [str(m) for m in months]
+
+
+def sql_list(paths) -> str:
+    return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
+
+
+def arrow_of(result) -> pa.Table:
+    """A result as an Arrow table (``to_arrow_table`` in DuckDB 2, ``fetch_arrow_table`` before)."""
+    fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
+    return fetch()
+
+
+def scan(files, columns, where: str, params: list) -> pa.Table:
+    """The rows of ``files`` (parts, best in source order) in input order (``source, line``).
+
+    No ``ORDER BY``: DuckDB's sort holds about twice the result (measured: +230 MB against
+    +120 MB for 68 MB of rows). Parts are read in the order given, which keeps the rows in
+    order when the parts are (see :func:`_source_order`); otherwise Arrow sorts them.
+    """
+    import duckdb  # imported on use: `audit verify` without a store never needs it
+
+    con = duckdb.connect()
+    try:
+        con.execute("SET preserve_insertion_order = true")
+        cols = ", ".join(f'"{c}"' for c in columns)
+        sql = (
+            f"SELECT {cols} FROM read_parquet({sql_list(files)}, hive_partitioning = false) {where}"
+        )
+        box = [owned(con.sql(sql, params=params))]
+        return in_input_order(box)
+    finally:
+        con.close()
+
+
+#: Rows per batch read from DuckDB (its default for Arrow readers).
+BATCH_ROWS = 1_000_000
+
+
+def owned(result) -> pa.Table:
+    """A result as an Arrow table whose columns are each freeable on their own.
+
+    DuckDB exports each batch as one block: no column of it is freed before all are. So every
+    batch is copied as it arrives (with ``malloc``, which returns large frees to the system),
+    and :func:`in_input_order` can then combine the columns one at a time, freeing each
+    column's chunks as it goes. Reading it whole (``fetch_arrow_table``) and then combining held
+    the rows twice: 2.7 GB for 1.45 GB of rows at 1.6M deliveries.
+    """
+    reader_of = getattr(result, "to_arrow_reader", None) or result.fetch_record_batch
+    reader = reader_of(BATCH_ROWS)
+    pool = pa.system_memory_pool()
+    batches = []
+    for batch in reader:
+        # Concatenating with an empty slice always copies (one array alone may be passed on).
+        copied = [pa.concat_arrays([c, c.slice(0, 0)], memory_pool=pool) for c in batch.columns]
+        batches.append(pa.RecordBatch.from_arrays(copied, schema=reader.schema))
+        del batch, copied
+    return pa.Table.from_batches(batches, schema=reader.schema)
+
+
+def in_input_order(box: list[pa.Table]) -> pa.Table:
+    """The table in ``box`` sorted by ``source, line``, one chunk per column.
+
+    The table is taken out of ``box``: with no other reference left (an argument stays held by
+    the caller until the call returns), each column's old chunks are freed as it is combined.
+
+    Rows come back almost in order: only a file's unreadable records (the ``month=none`` part)
+    and a piece that spans two months sit apart. So the order is computed on one integer key
+    (the source's rank, then the line) and the table is rebuilt from its contiguous runs
+    (zero-copy slices); only a badly shuffled table is copied column by column with ``take``.
+    """
+    import numpy as np
+    import pyarrow.compute as pc
+
+    table = box.pop()
+    if table.num_rows < 2:
+        return table
+    src, line = table.column("source"), table.column("line")
+    a, b = src.slice(0, len(src) - 1), src.slice(1)
+    step = pc.or_(pc.less(a, b), pc.and_(pc.equal(a, b), pc.less(line[:-1], line[1:])))
+    if pc.all(step).as_py():
+        schema, columns = table.schema, table.columns
+        del table, src, line, a, b, step
+        return combine_columns(schema, columns)
+    names = sorted(n for n in pc.unique(src).to_pylist() if n is not None)
+    # Python orders str by code point, as Arrow orders UTF-8 bytes; a null source goes last.
+    rank = pc.fill_null(pc.index_in(src, value_set=pa.array(names, pa.string())), len(names))
+    lines = pc.fill_null(line, -1).to_numpy().astype(np.int64)
+    shift = int(lines.max()) + 2
+    key = rank.to_numpy().astype(np.int64) * shift + (lines + 1)
+    order = np.argsort(key, kind="stable")
+    cuts = np.flatnonzero(np.diff(order) != 1) + 1
+    starts, ends = np.r_[0, cuts], np.r_[cuts, len(order)]
+    del src, line, a, b, step, rank, lines, key
+    if len(starts) <= MAX_RUNS:
+        runs = [table.slice(int(order[s]), int(e - s)) for s, e in zip(starts, ends, strict=True)]
+        del table
+        joined = pa.concat_tables(runs)
+        del runs
+        schema, columns = joined.schema, joined.columns
+        del joined
+        return combine_columns(schema, columns)
+    names, columns = table.column_names, table.columns
+    del table
+    out = []
+    for k in range(len(columns)):  # one column at a time: the old one is freed as we go
+        out.append(columns[k].take(order))
+        columns[k] = None
+    return pa.table(out, names=names)
+
+
+#: Beyond this many runs of consecutive rows, :func:`in_input_order` copies with ``take``.
+MAX_RUNS = 10_000
+
+
+def frame_from_arrow(table: pa.Table) -> pd.DataFrame:
+    """Store columns as pandas, each in its declared dtype (``audit.tables``)."""
+    declared = STORED_DELIVERIES.dtypes()
+    mapper = {
+        pa.string(): declared["source"],
+        pa.large_string(): declared["source"],
+        pa.int64(): pd.Int64Dtype(),
+        pa.float64(): pd.Float64Dtype(),
+        pa.bool_(): pd.BooleanDtype(),
+    }.get
+    df = table.to_pandas(types_mapper=mapper)
+    for name in df.columns:
+        dtype = declared[name]
+        if df[name].dtype != dtype and str(dtype) != "object":
+            df[name] = df[name].astype(dtype)
+    return df
+
+
+def window(start: pd.Timestamp | None, end: pd.Timestamp | None) -> tuple[str, list[int]]:
+    """The SQL condition "received in ``[start, end]``, or without a receipt time"."""
+    where, params = [], []
+    if start is not None:
+        where.append("epoch_ns(received_at) >= ?")
+        params.append(start.value)
+    if end is not None:
+        where.append("epoch_ns(received_at) <= ?")
+        params.append(end.value)
+    if not where:
+        return "TRUE", params
+    return f"(received_at IS NULL OR ({' AND '.join(where)}))", params

@@ -1,0 +1,213 @@
+"""A store with history: the incident fold reads first receipts, the attempts a day back.
+
+The fold's answers from :func:`audit.ingest.query.load_first_receipts` must equal those from
+every stored delivery (the differential test below, on generated and hostile records); a
+month report from a store that holds earlier months must give the findings that the raw
+captures give.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd
+import pytest
+
+from audit.analysis.analyze import run_analyses
+from audit.analysis.incidents import incidents_and_intervals
+from audit.errors import ParameterError
+from audit.ingest.query import (
+    ANALYSIS_COLUMNS,
+    DELIVERY_COLUMNS,
+    load_analysis_inputs,
+    load_deliveries,
+    load_first_receipts,
+)
+from audit.ingest.signatures import sign
+from audit.ingest.store import ingest
+from audit.ingest.verification import audit_signatures
+from tests.builders import capture, write_jsonl, write_secrets
+
+SECRETS = {"wh_1": "whsec_history_1", "wh_2": "whsec_history_2"}
+T0 = datetime(2026, 9, 20, tzinfo=UTC)
+STATUSES = (
+    "pending_review",
+    "case_building",
+    "approval_required",
+    "takedown_in_progress",
+    "takedown_success",
+    "closed",
+)
+EVENTS = (
+    "incident.created",
+    "incident.status_changed",
+    "incident.history_created",
+    "incident.takedown_updated",
+)
+
+
+def iso(when: datetime) -> str:
+    return when.isoformat().replace("+00:00", "Z")
+
+
+def record(text: str, received: datetime, sub: str = "wh_1", *, forged: bool = False) -> dict:
+    stamp = int(received.timestamp()) - 1
+    sig = "sha256=" + "cd" * 32 if forged else sign(SECRETS[sub], stamp, text.encode())
+    return capture(
+        text, received_at=iso(received), signature=sig, timestamp=str(stamp), subscription_id=sub
+    )
+
+
+def envelope(eid: str, event: str, stamped: datetime, incident: str | None, **data) -> str:
+    env = {"id": eid, "event": event, "timestamp": iso(stamped)}
+    env["data"] = {"incidentId": incident, **data} if incident is not None else dict(data)
+    return json.dumps(env, separators=(",", ":"))
+
+
+def generated(seed: int) -> list[dict]:
+    """Records of a few incidents over two months, delivered as a receiver sees them: copies to
+    two subscriptions, retries hours or days apart, out of order, conflicting copies, forged
+    copies, test traffic, missing ids, wrong types and unparsable times."""
+    rng = random.Random(seed)
+    out = []
+    n = 0
+    for k in range(6):
+        incident = f"inc_{seed}_{k}"
+        t = T0 + timedelta(days=rng.uniform(0, 40))
+        for _ in range(rng.randint(1, 9)):
+            n += 1
+            t += timedelta(hours=rng.uniform(0, 120))
+            data = {"status": rng.choice(STATUSES)} if rng.random() < 0.8 else {}
+            if rng.random() < 0.5:
+                data["domain"] = rng.choice(["a.example", "b.example", None])
+            if rng.random() < 0.2:
+                data["waitForClient"] = rng.choice([True, False, "legal review", 3])
+            if rng.random() < 0.2:
+                data["takedownTimestamp"] = rng.choice([iso(t), "not a time", 17])
+            if rng.random() < 0.2:
+                data["timestamp"] = iso(T0 - timedelta(days=rng.randint(0, 30)))
+            text = envelope(f"evt_{n}", rng.choice(EVENTS), t, incident, **data)
+            for _ in range(rng.choice([1, 1, 2, 3])):  # copies: retries, two subscriptions
+                delay = timedelta(minutes=rng.choice([0, 0.5, 2, 10, 60, 60 * 30]))
+                out.append(record(text, t + delay, rng.choice(["wh_1", "wh_2"])))
+            if rng.random() < 0.15:  # the same event id with other bytes
+                other = envelope(f"evt_{n}", "incident.status_changed", t, incident, status="x")
+                out.append(record(other, t + timedelta(minutes=rng.uniform(1, 5000))))
+            if rng.random() < 0.1:
+                out.append(record(text, t + timedelta(seconds=3), forged=True))
+    day = T0 + timedelta(days=20)
+    out.append(record(envelope("evt_t", "webhook.test", day, "inc_x"), day))
+    out.append(record(envelope("evt_ti", "incident.created", day, "test_1"), day))
+    out.append(record(envelope("evt_noinc", "incident.created", day, None), day))
+    out.append(record('{"not":"an envelope"}', day))
+    late = envelope("evt_late", "incident.created", day + timedelta(days=90), "inc_late")
+    out.append(record(late, day))  # stamped after every as_of below
+    rng.shuffle(out)
+    return out
+
+
+def _store(tmp_path, records: list[dict]):
+    log = write_jsonl(tmp_path / "log.jsonl", records)
+    secrets = write_secrets(tmp_path / "s.json", {s: [{"secret": v}] for s, v in SECRETS.items()})
+    store = tmp_path / "store"
+    ingest([log], secrets, store)
+    return log, secrets, store
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_the_fold_of_first_receipts_equals_the_fold_of_every_delivery(tmp_path, seed):
+    _, _, store = _store(tmp_path, generated(seed))
+    windows = [
+        (None, pd.Timestamp("2026-12-01", tz="UTC")),
+        (pd.Timestamp("2026-10-10", tz="UTC"), pd.Timestamp("2026-11-01", tz="UTC")),
+        (pd.Timestamp("2026-09-25", tz="UTC"), pd.Timestamp("2026-10-20", tz="UTC")),
+    ]
+    for start, end in windows:
+        every = load_deliveries(store, start=start, end=end, columns=ANALYSIS_COLUMNS)
+        first = load_first_receipts(store, start=start, end=end)
+        assert len(first.rows) < int((every["verdict"] == "valid").sum())
+        want_inc, want_iv = incidents_and_intervals(every, as_of=end)
+        got_inc, got_iv = incidents_and_intervals(first, as_of=end)
+        pd.testing.assert_frame_equal(got_inc, want_inc)
+        pd.testing.assert_frame_equal(got_iv, want_iv)
+        assert got_inc.attrs["counts"] == want_inc.attrs["counts"]
+        assert first.rows is None  # taken over: the fold freed them
+
+
+def test_hostile_counts_are_those_of_every_delivery(tmp_path):
+    """Counted by hand: two copies of one event (one differs), a copy to another subscription,
+    a forged copy, no event id, a test event and a test incident."""
+    day = T0 + timedelta(days=11)
+    a = envelope("evt_a", "incident.created", day, "inc_a", status="pending_review")
+    b = envelope("evt_a", "incident.created", day, "inc_a", status="closed")
+    records = [
+        record(a, day),
+        record(a, day + timedelta(seconds=30), "wh_2"),
+        record(b, day + timedelta(minutes=2)),
+        record(a, day + timedelta(minutes=3), forged=True),
+        record('{"no":"id"}', day),
+        record(envelope("evt_t", "webhook.test", day, "inc_a"), day),
+        record(envelope("evt_u", "incident.created", day, "test_9"), day),
+    ]
+    _, _, store = _store(tmp_path, records)
+    first = load_first_receipts(store)
+    assert first.counts == {"valid": 6, "no_event_id": 1, "duplicates": 2, "conflicting_bodies": 1}
+    inc, _ = incidents_and_intervals(first, as_of=pd.Timestamp("2026-11-01", tz="UTC"))
+    assert inc["status"].tolist() == ["pending_review"]  # the first receipt's body
+    assert inc.attrs["counts"]["test_events"] == 2
+
+
+def test_first_receipts_received_after_as_of_are_refused(tmp_path):
+    day = T0 + timedelta(days=3)
+    _, _, store = _store(tmp_path, [record(envelope("e", "incident.created", day, "i"), day)])
+    first = load_first_receipts(store)
+    with pytest.raises(ParameterError, match="load them up to as_of"):
+        incidents_and_intervals(first, as_of=pd.Timestamp(day - timedelta(hours=1)))
+
+
+def _retry_chain() -> list[dict]:
+    """One event attempted at 23:59:50 on 31 October (a 500), retried 30 s later in November."""
+    t = datetime(2026, 10, 31, 23, 59, 50, tzinfo=UTC)
+    text = envelope("evt_r", "incident.created", t, "inc_r", status="pending_review")
+    first = {**record(text, t), "response_status": 500}
+    return [first, record(text, t + timedelta(seconds=30))]
+
+
+def _october_file_with_an_unreadable_line() -> list[object]:
+    t = datetime(2026, 10, 5, tzinfo=UTC)
+    text = envelope("evt_o", "incident.created", t, "inc_o", status="pending_review")
+    return [record(text, t), "this line is not JSON"]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_month_from_a_store_with_history_equals_the_raw_captures(tmp_path):
+    """November from a store that also holds September and October: the same findings as from
+    the raw captures; the retry chain that began in October keeps its attempt number; the
+    unreadable line of an October file stays in October."""
+    from audit.findings import run_controls
+
+    records = generated(7) + _retry_chain()
+    log = write_jsonl(tmp_path / "log.jsonl", records)
+    october = write_jsonl(tmp_path / "october.jsonl", _october_file_with_an_unreadable_line())
+    secrets = write_secrets(tmp_path / "s.json", {s: [{"secret": v}] for s, v in SECRETS.items()})
+    store = tmp_path / "store"
+    ingest([log, october], secrets, store)
+    start, end = pd.Timestamp("2026-11-01", tz="UTC"), pd.Timestamp("2026-12-01", tz="UTC")
+
+    got = load_analysis_inputs(store, start=start, end=end)
+    assert list(got.deliveries.columns) == list(DELIVERY_COLUMNS)
+    assert got.deliveries["received_at"].min() >= start - pd.Timedelta(days=1)
+    assert not got.deliveries["source"].eq(str(october.resolve())).any()
+    a_store = run_analyses(got.deliveries, as_of=end, first_receipts=got.first_receipts)
+    raw = audit_signatures([log, october], secrets)
+    a_raw = run_analyses(raw.deliveries, as_of=end)
+    for name in ("incidents", "status_intervals", "takedown_km", "takedown_summary"):
+        pd.testing.assert_frame_equal(a_store.tables()[name], a_raw.tables()[name], obj=name)
+    attempt = a_store.deliveries.set_index("event_id").loc["evt_r", "attempt_no"]
+    assert attempt.tolist() == [1, 2]
+    f_store = run_controls(a_store, period_start=start, period_end=end)
+    f_raw = run_controls(a_raw, period_start=start, period_end=end)
+    assert (f_raw["status"] == "fail").any()
+    pd.testing.assert_frame_equal(f_store, f_raw)
