@@ -17,7 +17,7 @@ import pytest
 
 from audit.analysis.analyze import run_analyses
 from audit.analysis.incidents import incidents_and_intervals
-from audit.errors import ParameterError
+from audit.errors import ParameterError, SchemaError
 from audit.ingest.query import (
     ANALYSIS_COLUMNS,
     DELIVERY_COLUMNS,
@@ -165,6 +165,14 @@ def test_first_receipts_received_after_as_of_are_refused(tmp_path):
     first = load_first_receipts(store)
     with pytest.raises(ParameterError, match="load them up to as_of"):
         incidents_and_intervals(first, as_of=pd.Timestamp(day - timedelta(hours=1)))
+
+
+def test_store_deliveries_without_first_receipts_say_what_to_pass(tmp_path):
+    day = T0 + timedelta(days=3)
+    _, _, store = _store(tmp_path, [record(envelope("e", "incident.created", day, "i"), day)])
+    got = load_analysis_inputs(store, start=None, end=pd.Timestamp("2026-12-01", tz="UTC"))
+    with pytest.raises(SchemaError, match=r"first_receipts=got\.first_receipts"):
+        run_analyses(got.deliveries, as_of=pd.Timestamp("2026-12-01", tz="UTC"))
 
 
 def _retry_chain() -> list[dict]:

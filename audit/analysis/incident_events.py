@@ -98,6 +98,12 @@ def _check_columns(deliveries: object) -> pd.DataFrame:
     missing = [c for c in _NEEDED if c not in deliveries.columns]
     if "body" not in deliveries.columns and not set(_EXTRACTED) <= set(deliveries.columns):
         missing.append("body")
+    if missing == ["body"] and "fingerprint" in deliveries.columns:  # read from a store
+        raise SchemaError(
+            "these deliveries carry no incident fields (a store's read keeps them apart): "
+            "fold load_analysis_inputs(...).first_receipts instead "
+            "(run_analyses(..., first_receipts=got.first_receipts))"
+        )
     if missing:
         raise SchemaError(
             f"deliveries lacks column(s): {', '.join(missing)}; verify it first "
