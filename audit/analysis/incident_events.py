@@ -92,11 +92,12 @@ _NEEDED, _EXTRACTED = FOLD_KEYS, FOLD_FIELDS
 # --------------------------------------------------------------------------------------------
 
 
-def _check_columns(deliveries: object) -> pd.DataFrame:
+def _check_columns(deliveries: object, fields: tuple[str, ...] = _EXTRACTED) -> pd.DataFrame:
+    """``deliveries`` with the columns the fold reads: ``body``, or the extracted ``fields``."""
     if not isinstance(deliveries, pd.DataFrame):
         raise SchemaError(f"deliveries must be a DataFrame, got {type(deliveries).__name__}")
     missing = [c for c in _NEEDED if c not in deliveries.columns]
-    if "body" not in deliveries.columns and not set(_EXTRACTED) <= set(deliveries.columns):
+    if "body" not in deliveries.columns and not set(fields) <= set(deliveries.columns):
         missing.append("body")
     if missing == ["body"] and "fingerprint" in deliveries.columns:  # read from a store
         raise SchemaError(
@@ -122,12 +123,13 @@ def _body_key(d: pd.DataFrame) -> str:
     return "body" if "body" in d.columns else "body_sha256"
 
 
-def _typed(df: pd.DataFrame, dtypes: dict[str, str]) -> pd.DataFrame:
-    """Columns in schema order with the declared dtypes (times converted to UTC, ns)."""
+def _typed(df: pd.DataFrame, dtypes: dict[str, str], *, categories: bool = False) -> pd.DataFrame:
+    """Columns in schema order with the declared dtypes (times converted to UTC, ns);
+    ``categories``: a categorical column stands for a text one (not converted)."""
     out = {}
     for name, dtype in dtypes.items():
         col = df[name] if name in df.columns else pd.Series(index=df.index, dtype=object)
-        if col.dtype == dtype:
+        if col.dtype == dtype or (categories and isinstance(col.dtype, pd.CategoricalDtype)):
             pass
         elif dtype == _UTC:
             if not isinstance(col.dtype, pd.DatetimeTZDtype):
@@ -227,21 +229,22 @@ def incident_events(
 
 
 def _events(
-    deliveries: pd.DataFrame | FirstReceipts, as_of: pd.Timestamp
+    deliveries: pd.DataFrame | FirstReceipts, as_of: pd.Timestamp, *, categories: bool = False
 ) -> tuple[pd.DataFrame, dict[str, int]]:
     """:func:`incident_events` without attrs (pandas deep-copies attrs on every operation).
 
     From :class:`FirstReceipts`, their rows are taken over and emptied column by column as the
-    events are copied out of them (the wide columns then never exist twice)."""
+    events are copied out of them (the wide columns then never exist twice). ``categories``:
+    their categorical texts stay categorical (the fold's own tables convert what they keep)."""
     if not isinstance(deliveries, FirstReceipts):
         return _events_of(_check_columns(deliveries), as_of)
     given = deliveries.counts
-    d = _check_columns(deliveries.take_rows())
+    d = _check_columns(deliveries.take_rows(), RECEIPT_COLUMNS[len(_NEEDED) :])
     if (d["received_at"] > as_of).any():
         raise ParameterError(
             "the first receipts hold rows received after as_of: load them up to as_of"
         )
-    out, counts = _events_of(d, as_of, owned=True)
+    out, counts = _events_of(d, as_of, owned=True, categories=categories)
     if counts["no_event_id"] or counts["duplicates"]:
         raise SchemaError("first receipts must be valid rows, one per event id")
     counts.update({key: int(given[key]) for key in RECEIPT_COUNT_KEYS})
@@ -249,7 +252,7 @@ def _events(
 
 
 def _events_of(
-    d: pd.DataFrame, as_of: pd.Timestamp, *, owned: bool = False
+    d: pd.DataFrame, as_of: pd.Timestamp, *, owned: bool = False, categories: bool = False
 ) -> tuple[pd.DataFrame, dict[str, int]]:
     """The events of checked deliveries; ``owned``: ``d`` is ours, emptied as it is copied."""
     counts = dict.fromkeys(COUNT_KEYS, 0)
@@ -309,7 +312,8 @@ def _events_of(
         )
     )
     del received, stamped
-    wide = [*EVENT_COLUMNS[:6], *(_EXTRACTED if extracted else ("body",))]
+    fields = [c for c in _EXTRACTED if c in d.columns] if extracted else ["body"]
+    wide = [*EVENT_COLUMNS[:6], *fields]
     ev = take_rows_emptying(d, wide, pos[order]) if owned else take_rows(d[wide], pos[order])
     if extracted:  # fields extracted once at ingest (the evidence store)
         fields = pd.DataFrame({key: ev[col] for key, col in DATA_FIELDS})
@@ -326,4 +330,4 @@ def _events_of(
             cols[col] = fields[key]
     counts["invalid_values"] = invalid
     counts["unparsable_times"] = unparsable
-    return _typed(pd.DataFrame(cols), _EVENT_DTYPES), counts
+    return _typed(pd.DataFrame(cols), _EVENT_DTYPES, categories=categories), counts

@@ -153,7 +153,7 @@ def status_intervals(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.Dat
     >>> iv[["incident_id", "status", "duration_s"]].head(2)  # doctest: +SKIP
     """
     as_of = as_utc(as_of)
-    events, counts = _events(deliveries, as_of)
+    events, counts = _events(deliveries, as_of, categories=True)
     out = _intervals(events, as_of).drop(columns="first")
     out.attrs["counts"] = counts
     return out
@@ -239,7 +239,7 @@ def incidents_and_intervals(
     """:func:`incidents_table` and :func:`status_intervals` from one fold of the events (each
     alone folds them again). ``deliveries`` may be :class:`FirstReceipts` (taken over)."""
     as_of = as_utc(as_of)
-    events, counts = _events(deliveries, as_of)
+    events, counts = _events(deliveries, as_of, categories=True)
     runs = _intervals(events, as_of)
     intervals = runs.drop(columns="first")
     intervals.attrs["counts"] = counts

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from audit.ingest.receipts import FOLD_KEYS, RECEIPT_COLUMNS, FirstReceipts, load_first_receipts
+from audit.ingest.receipts import FOLD_FIELDS, FirstReceipts, load_first_receipts
 from audit.ingest.scan import (
     arrow_of,
     frame_from_arrow,
@@ -56,9 +56,7 @@ ANALYSIS_COLUMNS: tuple[str, ...] = tuple(
 )
 #: What the analyses read with every delivery when the incident fold reads first receipts
 #: (:func:`load_first_receipts`): not the body's hash nor the incident fields (half the frame).
-DELIVERY_COLUMNS: tuple[str, ...] = tuple(
-    n for n in ANALYSIS_COLUMNS if n not in RECEIPT_COLUMNS or n in FOLD_KEYS
-)
+DELIVERY_COLUMNS: tuple[str, ...] = tuple(n for n in ANALYSIS_COLUMNS if n not in FOLD_FIELDS)
 #: How far before the period the incident fold looks by default: incidents live for weeks,
 #: and their fold needs their earlier events (:func:`load_first_receipts`).
 DEFAULT_LOOKBACK = pd.Timedelta(days=92)
@@ -240,8 +238,9 @@ def load_analysis_inputs(
     """
     upto = as_utc(end, name="end") if as_of is None else as_utc(as_of)
     start = None if start is None else as_utc(start, name="start")
-    lo = None if start is None or attempt_lookback is None else start - attempt_lookback
-    deliveries = load_deliveries(store, start=lo, end=upto, columns=DELIVERY_COLUMNS)
+    # The first receipts first: DuckDB's pick of them needs memory while it runs.
     lo = None if start is None or lookback is None else start - lookback
     first = load_first_receipts(store, start=lo, end=upto)
+    lo = None if start is None or attempt_lookback is None else start - attempt_lookback
+    deliveries = load_deliveries(store, start=lo, end=upto, columns=DELIVERY_COLUMNS)
     return StoreInputs(deliveries, store_inputs(store), first)
