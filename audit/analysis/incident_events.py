@@ -120,7 +120,10 @@ def _check_columns(deliveries: object, fields: tuple[str, ...] = _EXTRACTED) -> 
 
 def _body_key(d: pd.DataFrame) -> str:
     """The column that tells copies apart: the body, or its sha256 when only that is loaded."""
-    return "body" if "body" in d.columns else "body_sha256"
+    for name in ("body", "body_sha256"):
+        if name in d.columns:
+            return name
+    raise SchemaError("first receipts must be valid rows, one per event id")
 
 
 def _typed(df: pd.DataFrame, dtypes: dict[str, str], *, categories: bool = False) -> pd.DataFrame:

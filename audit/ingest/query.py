@@ -85,41 +85,6 @@ def _source_order(store: Store, parts: list[Path]) -> list[Path]:
     return sorted(parts, key=lambda p: rank.get(p, ("", 0)))
 
 
-def _untimed_of_earlier_files(
-    s: Store, start: pd.Timestamp | None, end: pd.Timestamp | None
-) -> list[str]:
-    """The files whose records without a receipt time (unreadable lines) belong before
-    ``start``: each timed record of theirs received up to ``end`` is older than ``start``.
-
-    A period places such lines by their file's timed records
-    (:func:`audit.findings.controls.base.untimed_in_period`); a read that starts at ``start``
-    does not see those records, so it leaves these lines out instead."""
-    if start is None:
-        return []
-    parts = []
-    for entry in s.manifest()["files"]:
-        if any(p.startswith("month=none/") for p in entry["parts"]):
-            parts += [
-                s.root / DATASET / p for p in entry["parts"] if not p.startswith("month=none/")
-            ]
-    if not parts:
-        return []
-    import duckdb  # imported on use: `audit verify` without a store never needs it
-
-    bound = "" if end is None else "AND epoch_ns(received_at) <= ? "
-    sql = (
-        f"SELECT source FROM read_parquet({sql_list(sorted(parts))}, hive_partitioning = false) "
-        f"WHERE received_at IS NOT NULL {bound}GROUP BY source "
-        "HAVING max(epoch_ns(received_at)) < ?"
-    )
-    params = ([] if end is None else [end.value]) + [start.value]
-    con = duckdb.connect()
-    try:
-        return sorted(row[0] for row in con.execute(sql, params).fetchall())
-    finally:
-        con.close()
-
-
 def load_deliveries(
     store: Store | str | os.PathLike,
     *,
@@ -128,17 +93,27 @@ def load_deliveries(
     columns: tuple[str, ...] | list[str] = ANALYSIS_COLUMNS,
     files: list[str] | None = None,
     paths: list[str] | None = None,
+    history_from: pd.Timestamp | None = None,
 ) -> pd.DataFrame:
     """Stored deliveries received in ``[start, end]`` (either end open when None), plus every
     unreadable record that has no receipt time, in input order.
 
     ``files`` keeps only the records of these file sha256s, ``paths`` only those of these
     ingested files (resolved paths). Only the months touched and the named columns are read.
+
+    ``history_from`` (before ``start``): also the rows received from it that the analyses of
+    ``[start, end]`` read as if everything were loaded: the earlier valid receipts of each
+    (subscription, event id) received in the window (an event's attempts and first receipt),
+    and every row of a file that has unreadable lines (a period places those lines by their
+    file's receipt times, :func:`audit.findings.controls.base.untimed_in_period`).
     """
+    start = None if start is None else as_utc(start, name="start")
+    end = None if end is None else as_utc(end, name="end")
     s = open_store(store)
+    first = start if history_from is None or start is None else min(start, history_from)
     months = None
-    if start is not None and end is not None:
-        months = [*months_between(start, end), "none"]
+    if first is not None and end is not None:
+        months = [*months_between(first, end), "none"]
     parts = _source_order(s, s.parts(months, paths))
     columns = list(columns)
     for c in ("source", "line"):
@@ -147,16 +122,29 @@ def load_deliveries(
     if not parts:
         return STORED_DELIVERIES.empty()[list(columns)]
     cond, params = window(start, end)
+    if history_from is not None and start is not None and history_from < start:
+        cond, params = _with_history(parts, cond, params, as_utc(history_from), end)
     sql_where = f"WHERE {cond}" if params else ""
-    earlier = _untimed_of_earlier_files(s, start, end)
-    if earlier:
-        sql_where += (
-            f" AND NOT (received_at IS NULL AND list_contains({sql_list(earlier)}, source))"
-        )
     if files is not None:
         keep = f"list_contains({sql_list(files)}, file_sha256)" if files else "FALSE"
         sql_where += (" AND " if sql_where else "WHERE ") + keep
     return frame_from_arrow(scan(parts, columns, sql_where, params))
+
+
+def _with_history(
+    parts: list[Path], cond: str, params: list, history_from: pd.Timestamp, end: pd.Timestamp | None
+) -> tuple[str, list]:
+    """``cond`` (the window) widened to the earlier rows :func:`load_deliveries` describes."""
+    src = f"read_parquet({sql_list(parts)}, hive_partitioning = false)"
+    since, since_params = window(history_from, end)
+    pair = "coalesce(subscription_id, chr(0)), event_id"
+    widened = (
+        f"({cond} OR (received_at IS NOT NULL AND {since} AND ("
+        f"(verdict = 'valid' AND ({pair}) IN (SELECT {pair} FROM {src} "
+        f"WHERE verdict = 'valid' AND event_id IS NOT NULL AND {cond})) "
+        f"OR source IN (SELECT source FROM {src} WHERE received_at IS NULL))))"
+    )
+    return widened, [*params, *since_params, *params]
 
 
 def not_valid_evidence(
@@ -241,6 +229,9 @@ def load_analysis_inputs(
     # The first receipts first: DuckDB's pick of them needs memory while it runs.
     lo = None if start is None or lookback is None else start - lookback
     first = load_first_receipts(store, start=lo, end=upto)
+    back = None if start is None or lookback is None else start - lookback
     lo = None if start is None or attempt_lookback is None else start - attempt_lookback
-    deliveries = load_deliveries(store, start=lo, end=upto, columns=DELIVERY_COLUMNS)
+    deliveries = load_deliveries(
+        store, start=lo, end=upto, columns=DELIVERY_COLUMNS, history_from=back
+    )
     return StoreInputs(deliveries, store_inputs(store), first)

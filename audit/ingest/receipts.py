@@ -24,6 +24,7 @@ from audit.ingest.scan import (
 )
 from audit.ingest.store import Store
 from audit.tables import DATA_FIELDS, STORED_DELIVERIES
+from audit.timeutil import as_utc
 
 __all__ = [
     "FOLD_FIELDS",
@@ -105,6 +106,8 @@ def load_first_receipts(
     deliveries frame need not carry the incident fields
     (:data:`audit.ingest.query.DELIVERY_COLUMNS`).
     """
+    start = None if start is None else as_utc(start, name="start")
+    end = None if end is None else as_utc(end, name="end")
     s = open_store(store)
     months = None if start is None or end is None else [*months_between(start, end), "none"]
     parts = s.parts(months)
@@ -114,11 +117,17 @@ def load_first_receipts(
     import duckdb  # imported on use: `audit verify` without a store never needs it
 
     cond, params = window(start, end)
-    src = f"read_parquet({sql_list(parts)}, hive_partitioning = false)"
+    # Rows are told apart by their part file and row, not by (source, line): two files ingested
+    # under the same path name (from two folders) share those.
+    src = (
+        f"read_parquet({sql_list(parts)}, hive_partitioning = false, filename = true, "
+        "file_row_number = true)"
+    )
     valid = f"FROM {src} WHERE verdict = 'valid' AND {cond}"
     firsts = (
-        f"SELECT source, line {valid} AND event_id IS NOT NULL QUALIFY row_number() OVER "
-        "(PARTITION BY event_id ORDER BY received_at NULLS LAST, source, line) = 1"
+        f"SELECT filename, file_row_number {valid} AND event_id IS NOT NULL QUALIFY "
+        "row_number() OVER (PARTITION BY event_id "
+        "ORDER BY received_at NULLS LAST, source, line, filename, file_row_number) = 1"
     )
     cols = ", ".join(f'"{c}"' for c in RECEIPT_COLUMNS)
     con = duckdb.connect()
@@ -135,7 +144,7 @@ def load_first_receipts(
             "GROUP BY event_id HAVING count(DISTINCT coalesce(body_sha256, '')) > 1)",
             params,
         ).fetchall()[0]
-        sql = f"SELECT {cols} {valid} AND (source, line) IN ({firsts})"
+        sql = f"SELECT {cols} {valid} AND (filename, file_row_number) IN ({firsts})"
         table = owned(con.sql(sql, params=params + params), encode=_REPEATED)
     finally:
         con.close()
