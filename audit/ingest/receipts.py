@@ -133,22 +133,22 @@ def load_first_receipts(
     con = duckdb.connect()
     try:
         con.execute("SET preserve_insertion_order = false")
+        # One pass, grouped by event id (the rows without one form a group of their own): an
+        # event id whose valid copies differ in their bytes (a missing hash differs too)
+        # counts as conflicting.
         row = con.execute(
-            "SELECT count(*), count(*) - count(event_id), count(event_id) - count(DISTINCT "
-            f"event_id) {valid}",
-            params,
-        ).fetchall()[0]
-        # An event id whose valid copies differ in their bytes (a missing hash differs too).
-        (conflicts,) = con.execute(
-            f"SELECT count(*) FROM (SELECT event_id {valid} AND event_id IS NOT NULL "
-            "GROUP BY event_id HAVING count(DISTINCT coalesce(body_sha256, '')) > 1)",
+            "SELECT coalesce(sum(n), 0), coalesce(sum(n) FILTER (WHERE event_id IS NULL), 0), "
+            "coalesce(sum(n - 1) FILTER (WHERE event_id IS NOT NULL), 0), "
+            "count(*) FILTER (WHERE event_id IS NOT NULL AND bodies > 1) FROM (SELECT event_id, "
+            f"count(*) AS n, count(DISTINCT coalesce(body_sha256, '')) AS bodies {valid} "
+            "GROUP BY event_id)",
             params,
         ).fetchall()[0]
         sql = f"SELECT {cols} {valid} AND (filename, file_row_number) IN ({firsts})"
         table = owned(con.sql(sql, params=params + params), encode=_REPEATED)
     finally:
         con.close()
-    counts.update(valid=row[0], no_event_id=row[1], duplicates=row[2], conflicting_bodies=conflicts)
+    counts.update(valid=row[0], no_event_id=row[1], duplicates=row[2], conflicting_bodies=row[3])
     schema, columns = table.schema, table.columns
     del table  # one chunk per column (pandas would concatenate the chunks on every take)
     table = combine_columns(schema, columns)
