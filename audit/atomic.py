@@ -27,7 +27,9 @@ from typing import IO, Any
 from audit.errors import OutputError
 
 __all__ = [
+    "PARQUET_GROUP_ROWS",
     "atomic_output",
+    "parquet_writer",
     "real_target",
     "write_arrow_parquet_atomic",
     "write_json_atomic",
@@ -149,7 +151,7 @@ def write_text_atomic(path: str | os.PathLike, text: str, *, mode: int = 0o644) 
 
 
 #: Rows per Parquet row group: the writer holds one group's encoded columns, not the file's.
-_ROW_GROUP_ROWS = 128 * 1024
+PARQUET_GROUP_ROWS = 128 * 1024
 
 
 def write_parquet_atomic(df, path: str | os.PathLike) -> Path:
@@ -161,17 +163,19 @@ def write_parquet_atomic(df, path: str | os.PathLike) -> Path:
 
 def write_arrow_parquet_atomic(table, path: str | os.PathLike) -> Path:
     """Write an Arrow table as :func:`write_parquet_atomic` writes a frame (no pandas needed)."""
+    with atomic_output(path, binary=True) as f:
+        writer = parquet_writer(f, table.schema)
+        writer.write_table(table, row_group_size=PARQUET_GROUP_ROWS)
+        writer.close()
+    return real_target(path)
+
+
+def parquet_writer(f, schema):
+    """A ``pyarrow.parquet.ParquetWriter`` into the open binary file ``f``, with the settings of
+    every table file: zstd, plain encoding; write with ``row_group_size=PARQUET_GROUP_ROWS``."""
     import pyarrow.parquet as pq
 
     # Plain encoding: zstd packs repeated values as well as a dictionary does here, and a
     # dictionary on unique values (event ids, hashes) is built and then dropped (the 1M events
     # table: 0.73 s against 1.41 s, 94 MB against 100 MB).
-    with atomic_output(path, binary=True) as f:
-        pq.write_table(
-            table,
-            f,
-            compression="zstd",
-            row_group_size=_ROW_GROUP_ROWS,
-            use_dictionary=False,
-        )
-    return real_target(path)
+    return pq.ParquetWriter(f, schema, compression="zstd", use_dictionary=False)

@@ -32,6 +32,7 @@ __all__ = [
     "neutralise_cell",
     "neutralise_frame",
     "write_csv",
+    "write_csv_rows",
 ]
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
@@ -112,15 +113,22 @@ def write_csv(df: pd.DataFrame, path: str | os.PathLike) -> None:
     and every other line break inside its cell for any reader, including spreadsheets and
     ``csv.reader(open(path, newline=""))``. Written to a temporary file and renamed into place.
     """
-    frame = _times_as_text(neutralise_frame(df))
     with atomic_output(path, newline="") as f:
-        frame.to_csv(
-            f,
-            index=False,
-            date_format=CSV_DATE_FORMAT,
-            quoting=csv.QUOTE_NONNUMERIC,
-            lineterminator="\n",
-        )
+        write_csv_rows(df, f, header=True)
+
+
+def write_csv_rows(df: pd.DataFrame, f, *, header: bool) -> None:
+    """Write a frame's rows as :func:`write_csv` does, into the open text file ``f`` (opened
+    with ``newline=""``): a table written part by part, the header with the first part only."""
+    frame = _times_as_text(neutralise_frame(df))
+    frame.to_csv(
+        f,
+        index=False,
+        header=header,
+        date_format=CSV_DATE_FORMAT,
+        quoting=csv.QUOTE_NONNUMERIC,
+        lineterminator="\n",
+    )
 
 
 def _times_as_text(df: pd.DataFrame) -> pd.DataFrame:

@@ -118,7 +118,7 @@ def test_analyze_uses_only_what_was_received_by_as_of(tmp_path):
 def test_the_summary_reads_the_tables_and_refits_nothing(demo, monkeypatch):
     from audit.analysis import survival
     from audit.analysis.analyze import analyze
-    from audit.cli.data import summary_text
+    from audit.cli.analysis import summary_text
 
     args, _, truth = demo
     a = analyze([args[1]], args[3], as_of=truth["period"]["end"])

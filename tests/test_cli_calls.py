@@ -177,8 +177,46 @@ def test_analyze_hands_its_arguments_to_analysis_analyze(monkeypatch, tmp_path):
         "as_of": "2026-10-31T00:00:00Z",
         "header_prefix": "X-PhishFort",
         "clock_start": "burn",
-        "store": None,
     }
+
+
+def test_analyze_with_a_store_hands_its_arguments_to_analyze_store(monkeypatch, tmp_path):
+    from audit.analysis import store_analysis as module
+
+    seen = {}
+
+    class Done(Exception):
+        pass
+
+    def fake(store, out, **kw):
+        seen.update(store=store, out=out, **kw)
+        raise Done
+
+    monkeypatch.setattr(module, "analyze_store", fake)
+    argv = ["analyze", "--store", str(tmp_path / "st"), "--rows-per-pass", "5", "--format", "csv"]
+    argv += ["--as-of", "2026-10-31T00:00:00Z", "--out", str(tmp_path / "o")]
+    with pytest.raises(Done):
+        cli.main(args=argv, standalone_mode=False)
+    assert seen == {
+        "store": tmp_path / "st",
+        "out": tmp_path / "o",
+        "logs": (),
+        "secrets_path": None,
+        "snapshots": (),
+        "as_of": "2026-10-31T00:00:00Z",
+        "header_prefix": "X-PhishFort",
+        "clock_start": "created",
+        "fmt": "csv",
+        "rows_per_pass": 5,
+    }
+
+
+def test_rows_per_pass_without_a_store_is_a_usage_error(tmp_path, capsys):
+    log = tmp_path / "a.jsonl"
+    log.write_text("")
+    argv = ["analyze", str(log), "--secrets", "s.json", "--rows-per-pass", "5"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 3  # bad input
+    assert "--rows-per-pass needs --store" in capsys.readouterr().err
 
 
 def test_report_hands_its_arguments_to_report_run_report(monkeypatch, tmp_path):

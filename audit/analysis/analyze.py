@@ -36,7 +36,21 @@ from audit.spec import (
 from audit.tables import CSV_TABLES
 from audit.timeutil import as_utc
 
-__all__ = ["DELIVERY_TABLE_COLUMNS", "Analysis", "analyze", "parse_as_of", "run_analyses"]
+__all__ = [
+    "DELIVERY_TABLE_COLUMNS",
+    "Analysis",
+    "Takedown",
+    "add_counts",
+    "analyze",
+    "attempts_and_events",
+    "delivery_counts",
+    "incident_counts",
+    "parse_as_of",
+    "run_analyses",
+    "table_folder",
+    "takedown_analysis",
+    "write_table",
+]
 
 #: The columns of the deliveries table ``audit analyze`` writes (and the controls judge).
 DELIVERY_TABLE_COLUMNS: tuple[str, ...] = (*VERDICT_COLUMNS, *ATTEMPT_COLUMNS)
@@ -80,76 +94,168 @@ class Analysis:
         """The figures an analyst reads first, read off the tables (nothing is refitted).
 
         Keys: ``as_of``, ``records``, ``valid``, ``event_outcomes`` (outcome -> count, test
-        traffic left out), ``refused`` (valid deliveries answered 401/403), ``slow`` (valid
-        deliveries answered after the delivery timeout), ``incidents``, ``taken_down``,
-        ``waiting_on_client`` and ``takedown_median`` (a
+        traffic left out, most frequent first), ``refused`` (valid deliveries answered 401/403),
+        ``slow`` (valid deliveries answered after the delivery timeout), ``incidents``,
+        ``taken_down``, ``waiting_on_client`` and ``takedown_median`` (a
         :class:`~audit.analysis.survival.KMQuantile` in hours from :attr:`takedown_summary`,
         or None without durations).
         """
-        d, e, inc = self.deliveries, self.events, self.incidents
-        ok = (d["verdict"] == "valid").fillna(False).astype(bool)
-        valid = d.loc[ok, ["response_ms", "response_status"]]  # two columns, not a copy of all
-        outcomes = e.loc[~e["is_test"].astype(bool), "outcome"].value_counts()
-        s = self.takedown_summary
-        overall = s[(s["by"] == "all") & (s["group"] == "all")] if len(s) else s
-        median = None
-        if len(self.takedown_durations) and len(overall):
-            r = overall.iloc[0]
-
-            def hours(col: str) -> float | None:
-                return None if pd.isna(r[col]) else float(r[col])
-
-            median = KMQuantile(
-                0.5,
-                hours("median_h"),
-                hours("median_ci_lower_h"),
-                hours("median_ci_upper_h"),
-                bool(r["median_reached"]),
-                0.95,
-            )
         return {
             "as_of": self.as_of,
-            "records": len(d),
-            "valid": len(valid),
-            "event_outcomes": {str(k): int(v) for k, v in outcomes.items()},
-            "refused": int(valid["response_status"].isin([401, 403]).sum()),
-            "slow": int((valid["response_ms"] > DELIVERY_TIMEOUT_MS).sum()),
-            "incidents": len(inc),
-            "taken_down": int(inc["taken_down"].sum()),
-            "waiting_on_client": int(inc["status"].isin(CLIENT_WAIT_STATUSES).sum()),
-            "takedown_median": median,
+            **delivery_counts(self.deliveries, self.events),
+            **incident_counts(self.incidents, self.takedown_durations, self.takedown_summary),
         }
 
     def write(self, out_dir: str | os.PathLike, *, fmt: str = "csv") -> list[Path]:
         """Write every table as ``fmt`` (``csv``: text cells neutralised; ``parquet``: typed,
         compressed, each file written whole; with ``parquet`` the small tables of
         :data:`audit.tables.CSV_TABLES` are also written as CSV); return the paths."""
-        if fmt not in ("csv", "parquet"):
-            raise ParameterError(f"table format {fmt!r}: use csv or parquet")
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-
-        def one(name: str, table: pd.DataFrame) -> list[Path]:
-            path = out / f"{name}.{fmt}"
-            if fmt == "csv":
-                write_csv(table, path)
-                return [path]
-            write_parquet_atomic(table, path)
-            if name in CSV_TABLES:  # small: also for a spreadsheet
-                write_csv(table, out / f"{name}.csv")
-                return [out / f"{name}.csv", path]
-            return [path]
-
+        out = table_folder(out_dir, fmt)
         # Two at a time: Parquet encoding and compression release the GIL, so the big tables
         # are written side by side on two cores.
         with ThreadPoolExecutor(max_workers=2) as pool:
-            done = [pool.submit(one, name, table) for name, table in self.tables().items()]
+            done = [
+                pool.submit(write_table, out, name, table, fmt)
+                for name, table in self.tables().items()
+            ]
             return [path for job in done for path in job.result()]
+
+
+def table_folder(out_dir: str | os.PathLike, fmt: str) -> Path:
+    """The folder tables are written to, created; ``fmt`` checked (``csv`` or ``parquet``)."""
+    if fmt not in ("csv", "parquet"):
+        raise ParameterError(f"table format {fmt!r}: use csv or parquet")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def write_table(out: Path, name: str, table: pd.DataFrame, fmt: str) -> list[Path]:
+    """Write one table as :meth:`Analysis.write` does; return its paths."""
+    path = out / f"{name}.{fmt}"
+    if fmt == "csv":
+        write_csv(table, path)
+        return [path]
+    write_parquet_atomic(table, path)
+    if name in CSV_TABLES:  # small: also for a spreadsheet
+        write_csv(table, out / f"{name}.csv")
+        return [out / f"{name}.csv", path]
+    return [path]
 
 
 def parse_as_of(value: str | pd.Timestamp | None) -> pd.Timestamp | None:
     """An ``as_of`` argument as a UTC timestamp; a value without offset is rejected."""
     return None if value is None else as_utc(value)
+
+
+def delivery_counts(deliveries: pd.DataFrame, events: pd.DataFrame) -> dict[str, object]:
+    """The summary's figures over deliveries and their events (:meth:`Analysis.summary`):
+    ``records``, ``valid``, ``event_outcomes``, ``refused`` and ``slow``. Each is a count, so
+    the figures of disjoint parts add up (:func:`add_counts`)."""
+    ok = (deliveries["verdict"] == "valid").fillna(False).astype(bool)
+    valid = deliveries.loc[ok, ["response_ms", "response_status"]]  # two columns, not all
+    outcomes = events.loc[~events["is_test"].astype(bool), "outcome"].value_counts()
+    return {
+        "records": len(deliveries),
+        "valid": len(valid),
+        "event_outcomes": _by_count({str(k): int(v) for k, v in outcomes.items()}),
+        "refused": int(valid["response_status"].isin([401, 403]).sum()),
+        "slow": int((valid["response_ms"] > DELIVERY_TIMEOUT_MS).sum()),
+    }
+
+
+def add_counts(a: dict[str, object], b: dict[str, object]) -> dict[str, object]:
+    """Two :func:`delivery_counts` of disjoint deliveries added up."""
+    outcomes = dict(a["event_outcomes"])  # type: ignore[call-overload]
+    for k, v in b["event_outcomes"].items():  # type: ignore[attr-defined]
+        outcomes[k] = outcomes.get(k, 0) + v
+    out = {k: a[k] + b[k] for k in ("records", "valid", "refused", "slow")}  # type: ignore[operator]
+    return {**out, "event_outcomes": _by_count(outcomes)}
+
+
+def _by_count(counts: dict[str, int]) -> dict[str, int]:
+    """Most frequent first, ties by name: one order however the counts were added up."""
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def incident_counts(
+    incidents: pd.DataFrame, durations: pd.DataFrame, summary: pd.DataFrame
+) -> dict[str, object]:
+    """The summary's figures over incidents: ``incidents``, ``taken_down``,
+    ``waiting_on_client`` and ``takedown_median`` (read off ``summary``, not refitted)."""
+    overall = (
+        summary[(summary["by"] == "all") & (summary["group"] == "all")] if len(summary) else summary
+    )
+    median = None
+    if len(durations) and len(overall):
+        r = overall.iloc[0]
+
+        def hours(col: str) -> float | None:
+            return None if pd.isna(r[col]) else float(r[col])
+
+        median = KMQuantile(
+            0.5,
+            hours("median_h"),
+            hours("median_ci_lower_h"),
+            hours("median_ci_upper_h"),
+            bool(r["median_reached"]),
+            0.95,
+        )
+    return {
+        "incidents": len(incidents),
+        "taken_down": int(incidents["taken_down"].sum()),
+        "waiting_on_client": int(incidents["status"].isin(CLIENT_WAIT_STATUSES).sum()),
+        "takedown_median": median,
+    }
+
+
+@dataclass(frozen=True)
+class Takedown:
+    """The incident side of an analysis: the fold and time to takedown (see :class:`Analysis`)."""
+
+    incidents: pd.DataFrame
+    status_intervals: pd.DataFrame
+    durations: pd.DataFrame
+    excluded: pd.DataFrame
+    km: pd.DataFrame
+    summary: pd.DataFrame
+
+
+def takedown_analysis(
+    folded: pd.DataFrame | FirstReceipts, *, as_of: pd.Timestamp, clock_start: str = "created"
+) -> Takedown:
+    """Fold incidents from deliveries or first receipts (taken over), then time to takedown."""
+    incidents, intervals = incidents_and_intervals(folded, as_of=as_of)
+    del folded
+    release_free_memory()  # the fold's temporaries, before anything else is built
+    durations, _, excluded = takedown_durations(incidents, as_of=as_of, start=clock_start)
+    km = kaplan_meier_by(durations, "incident_class")
+    summary = pd.concat(
+        [
+            takedown_summary(durations, None).assign(by="all"),
+            takedown_summary(durations, "incident_class").assign(by="incident_class"),
+            takedown_summary(durations, "source").assign(by="source"),
+        ],
+        ignore_index=True,
+    )
+    return Takedown(incidents, intervals, durations, excluded, km, summary)
+
+
+def attempts_and_events(
+    deliveries: pd.DataFrame, *, as_of: pd.Timestamp
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Attempt columns and the events table of deliveries (handed over: ``[frame]``'s only
+    holder is this call, which frees the incident fields as soon as it can).
+
+    Each delivery's attempt columns and each event depend only on the deliveries of its
+    (subscription, event id): deliveries split by that key give the same rows part by part.
+    """
+    frame = deliveries.pop() if isinstance(deliveries, list) else deliveries
+    frame = _without(frame, (c for c in EXTRACTED if c != "fingerprint"))
+    attempts = infer_attempts(frame, as_of=as_of)
+    del frame
+    events = events_table(attempts, as_of=as_of)
+    return _without(attempts, ("fingerprint",)), events
 
 
 def run_analyses(
@@ -181,35 +287,22 @@ def run_analyses(
     # The incident fold first: its temporaries (every valid event with its incident fields)
     # then never coexist with the attempts and events frames (about 0.4 GB less at 1M).
     folded = deliveries if first_receipts is None else first_receipts
-    incidents, intervals = incidents_and_intervals(folded, as_of=as_of)
+    t = takedown_analysis(folded, as_of=as_of, clock_start=clock_start)
     del folded
-    release_free_memory()  # the fold's temporaries, before the attempts are built
-    deliveries = _without(deliveries, (c for c in EXTRACTED if c != "fingerprint"))
-    attempts = infer_attempts(deliveries, as_of=as_of)
-    del deliveries
-    events = events_table(attempts, as_of=as_of)
-    attempts = _without(attempts, ("fingerprint",))
-    durations, _, excluded = takedown_durations(incidents, as_of=as_of, start=clock_start)
-    km = kaplan_meier_by(durations, "incident_class")
-    summary = pd.concat(
-        [
-            takedown_summary(durations, None).assign(by="all"),
-            takedown_summary(durations, "incident_class").assign(by="incident_class"),
-            takedown_summary(durations, "source").assign(by="source"),
-        ],
-        ignore_index=True,
-    )
+    held = [deliveries]
+    del deliveries, received, known
+    attempts, events = attempts_and_events(held, as_of=as_of)
     return Analysis(
         as_of=as_of,
         clock_start=clock_start,
         deliveries=attempts,
         events=events,
-        incidents=incidents,
-        status_intervals=intervals,
-        takedown_durations=durations,
-        takedown_excluded=excluded,
-        takedown_km=km,
-        takedown_summary=summary,
+        incidents=t.incidents,
+        status_intervals=t.status_intervals,
+        takedown_durations=t.durations,
+        takedown_excluded=t.excluded,
+        takedown_km=t.km,
+        takedown_summary=t.summary,
         subscriptions=subscriptions if subscriptions is not None else load_snapshots([]),
         inputs=inputs if inputs is not None else pd.DataFrame(),
     )
@@ -245,18 +338,12 @@ def analyze(
     """
     when = parse_as_of(as_of)
     if store is not None:
-        from audit.ingest.query import latest_receipt, load_analysis_inputs
-        from audit.ingest.store import ingest
+        from audit.analysis.store_analysis import store_as_of
+        from audit.ingest.query import load_analysis_inputs
 
-        logs = list(logs)
-        if logs or secrets_path is not None:
-            if secrets_path is None:
-                raise ParameterError("give --secrets to ingest logs into the store")
-            ingest(logs, secrets_path, store, header_prefix=header_prefix, tolerance_s=tolerance_s)
-        if when is None:
-            when = latest_receipt(store)
-            if when is None:
-                raise ParameterError("no readable record: give --as-of")
+        when = store_as_of(
+            logs, secrets_path, store, when, header_prefix=header_prefix, tolerance_s=tolerance_s
+        )
         got = load_analysis_inputs(store, start=None, end=when)
         deliveries, inputs, first = got.deliveries, got.inputs, got.first_receipts
     else:  # verified on every core; bodies are read for what analyses need, never kept

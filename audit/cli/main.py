@@ -25,9 +25,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from audit.cli import client, data, receiver, store
+    from audit.cli import analysis, client, data, receiver, store
 
-    for module in (data, store, client, receiver):
+    for module in (data, analysis, store, client, receiver):
         for cmd in module.COMMANDS:
             cli.add_command(cmd)
 

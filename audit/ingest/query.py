@@ -94,6 +94,7 @@ def load_deliveries(
     files: list[str] | None = None,
     paths: list[str] | None = None,
     history_from: pd.Timestamp | None = None,
+    part: tuple[int, int] | None = None,
 ) -> pd.DataFrame:
     """Stored deliveries received in ``[start, end]`` (either end open when None), plus every
     unreadable record that has no receipt time, in input order.
@@ -106,6 +107,9 @@ def load_deliveries(
     (subscription, event id) received in the window (an event's attempts and first receipt),
     and every row of a file that has unreadable lines (a period places those lines by their
     file's receipt times, :func:`audit.findings.controls.base.untimed_in_period`).
+
+    ``part=(k, n)`` keeps the k-th of n parts split by (subscription, event id): every row of
+    one such pair is in the same part, and the rows without an event id are in part 0.
     """
     start = None if start is None else as_utc(start, name="start")
     end = None if end is None else as_utc(end, name="end")
@@ -128,7 +132,17 @@ def load_deliveries(
     if files is not None:
         keep = f"list_contains({sql_list(files)}, file_sha256)" if files else "FALSE"
         sql_where += (" AND " if sql_where else "WHERE ") + keep
+    if part is not None:
+        sql_where += (" AND " if sql_where else "WHERE ") + _part_of(*part)
     return frame_from_arrow(scan(parts, columns, sql_where, params))
+
+
+def _part_of(k: int, n: int) -> str:
+    """The SQL condition of :func:`load_deliveries`' ``part=(k, n)``."""
+    if not (isinstance(k, int) and isinstance(n, int) and 0 <= k < n):
+        raise ValueError(f"part {k} of {n}: need 0 <= k < n")
+    key = "hash(coalesce(subscription_id, chr(0)), event_id)"
+    return f"(CASE WHEN event_id IS NULL THEN 0 ELSE {key} % {n} END) = {k}"
 
 
 def _with_history(

@@ -1,0 +1,228 @@
+"""``audit analyze --store``: every table of a store's analysis, written in bounded memory.
+
+A store can hold more deliveries than memory (a year of a large client: 12M). The incident
+fold reads one first receipt per event (:func:`audit.ingest.query.load_first_receipts`), so it
+runs once over everything; the deliveries and events tables are then built in passes, each
+over the deliveries of a share of the (subscription, event id) pairs. An attempt's columns and
+an event's row depend only on the deliveries of its pair, so the passes give the rows a single
+pass gives; each pass's rows are appended to the table files and freed before the next pass.
+
+The tables are those of :meth:`audit.analysis.analyze.Analysis.write`. With more than one pass
+the deliveries table holds its rows pass by pass (each pass in input order) and the events
+table likewise (each pass in key order); sorted, they equal the single pass's tables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from audit.analysis.analyze import (
+    DELIVERY_TABLE_COLUMNS,
+    Analysis,
+    add_counts,
+    analyze,
+    attempts_and_events,
+    delivery_counts,
+    incident_counts,
+    parse_as_of,
+    table_folder,
+    takedown_analysis,
+    write_table,
+)
+from audit.analysis.subscriptions import load_snapshots
+from audit.atomic import PARQUET_GROUP_ROWS, atomic_output, parquet_writer
+from audit.errors import ParameterError
+from audit.memory import release_free_memory
+from audit.safe import write_csv_rows
+from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
+
+__all__ = ["ROWS_PER_PASS", "StoreAnalysis", "analyze_store", "passes_for", "store_as_of"]
+
+#: Deliveries read per pass at most (on average: the pairs are split by hash). A pass holds
+#: about 1.2 KB per delivery at its peak (``docs/scale.md``), so about 2.4 GB.
+ROWS_PER_PASS = 2_000_000
+
+
+@dataclass(frozen=True)
+class StoreAnalysis:
+    """What :func:`analyze_store` wrote: the files, the passes, and the summary's figures."""
+
+    as_of: pd.Timestamp
+    clock_start: str
+    passes: int
+    paths: list[Path] = field(default_factory=list)
+    figures: dict[str, object] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, object]:
+        """The figures of :meth:`audit.analysis.analyze.Analysis.summary`, over every pass."""
+        return {"as_of": self.as_of, **self.figures}
+
+
+def store_as_of(
+    logs: Iterable[str | os.PathLike],
+    secrets_path: str | os.PathLike | None,
+    store: str | os.PathLike,
+    as_of: pd.Timestamp | None,
+    *,
+    header_prefix: str = DEFAULT_HEADER_PREFIX,
+    tolerance_s: float = CLOCK_TOLERANCE_S,
+) -> pd.Timestamp:
+    """Ingest ``logs`` (if any) into ``store``; return ``as_of``, by default its latest receipt."""
+    from audit.ingest.query import latest_receipt
+    from audit.ingest.store import ingest
+
+    logs = list(logs)
+    if logs or secrets_path is not None:
+        if secrets_path is None:
+            raise ParameterError("give --secrets to ingest logs into the store")
+        ingest(logs, secrets_path, store, header_prefix=header_prefix, tolerance_s=tolerance_s)
+    if as_of is None:
+        as_of = latest_receipt(store)
+        if as_of is None:
+            raise ParameterError("no readable record: give --as-of")
+    return as_of
+
+
+def passes_for(records: int, rows_per_pass: int = ROWS_PER_PASS) -> int:
+    """How many passes read ``records`` deliveries, ``rows_per_pass`` at most each (at least 1).
+
+    >>> passes_for(0), passes_for(2_000_000), passes_for(2_000_001), passes_for(12_000_000)
+    (1, 1, 2, 6)
+    """
+    if not isinstance(rows_per_pass, int) or rows_per_pass < 1:
+        raise ParameterError(f"rows per pass {rows_per_pass!r}: give a whole number from 1")
+    return max(1, math.ceil(records / rows_per_pass))
+
+
+def analyze_store(
+    store: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    logs: Iterable[str | os.PathLike] = (),
+    secrets_path: str | os.PathLike | None = None,
+    snapshots: Sequence[str | os.PathLike] = (),
+    as_of: pd.Timestamp | str | None = None,
+    header_prefix: str = DEFAULT_HEADER_PREFIX,
+    tolerance_s: float = CLOCK_TOLERANCE_S,
+    clock_start: str = "created",
+    fmt: str = "parquet",
+    rows_per_pass: int = ROWS_PER_PASS,
+) -> StoreAnalysis:
+    """Analyse everything in ``store`` up to ``as_of`` and write the tables into ``out_dir``.
+
+    ``logs`` (with ``secrets_path``) are ingested first. One pass when the store holds at most
+    ``rows_per_pass`` records: the tables of :func:`audit.analysis.analyze.analyze`. Otherwise
+    the incident fold runs once and the deliveries and events in passes (see the module).
+
+    Examples
+    --------
+    >>> done = analyze_store("store/", "tables/")  # doctest: +SKIP
+    >>> done.passes, [p.name for p in done.paths][:2]  # doctest: +SKIP
+    (6, ['deliveries.parquet', 'events.parquet'])
+    """
+    from audit.ingest.query import store_inputs
+
+    table_folder(out_dir, fmt)
+    when = parse_as_of(as_of)
+    when = store_as_of(
+        logs, secrets_path, store, when, header_prefix=header_prefix, tolerance_s=tolerance_s
+    )
+    inputs = store_inputs(store)
+    n = passes_for(int(inputs["records"].sum()), rows_per_pass)
+    if n == 1:
+        a = analyze([], None, snapshots=snapshots, as_of=when, clock_start=clock_start, store=store)
+        return StoreAnalysis(when, clock_start, 1, a.write(out_dir, fmt=fmt), _figures(a))
+    return _in_passes(store, Path(out_dir), n, when, snapshots, inputs, clock_start, fmt)
+
+
+def _figures(a: Analysis) -> dict[str, object]:
+    s = a.summary()
+    del s["as_of"]
+    return s
+
+
+def _in_passes(
+    store: str | os.PathLike,
+    out: Path,
+    n: int,
+    when: pd.Timestamp,
+    snapshots: Sequence[str | os.PathLike],
+    inputs: pd.DataFrame,
+    clock_start: str,
+    fmt: str,
+) -> StoreAnalysis:
+    """The tables of ``store`` in ``n`` passes (:func:`analyze_store`)."""
+    from audit.ingest.query import DELIVERY_COLUMNS, load_deliveries, load_first_receipts
+
+    t = takedown_analysis(
+        load_first_receipts(store, start=None, end=when), as_of=when, clock_start=clock_start
+    )
+    subs = load_snapshots(snapshots)
+    small = {
+        "incidents": t.incidents,
+        "status_intervals": t.status_intervals,
+        "takedown_km": t.km,
+        "takedown_summary": t.summary,
+        "subscriptions": subs,
+    }
+    counts: dict[str, object] | None = None
+    with contextlib.ExitStack() as stack:
+        rows = _Sink(stack, out / f"deliveries.{fmt}", fmt)
+        events_out = _Sink(stack, out / f"events.{fmt}", fmt)
+        for k in range(n):
+            part = [load_deliveries(store, end=when, columns=DELIVERY_COLUMNS, part=(k, n))]
+            attempts, events = attempts_and_events(part, as_of=when)
+            got = delivery_counts(attempts, events)
+            counts = got if counts is None else add_counts(counts, got)
+            rows.add(attempts[list(DELIVERY_TABLE_COLUMNS)])
+            del attempts
+            events_out.add(events)
+            del events
+            release_free_memory()
+        rows.close()
+        events_out.close()
+    paths = [rows.path, events_out.path]
+    for name, table in small.items():
+        paths += write_table(out, name, table, fmt)
+    figures = {**(counts or {}), **incident_counts(t.incidents, t.durations, t.summary)}
+    return StoreAnalysis(when, clock_start, n, paths, figures)
+
+
+class _Sink:
+    """One table file written part by part (renamed into place when the stack closes whole)."""
+
+    def __init__(self, stack: contextlib.ExitStack, path: Path, fmt: str) -> None:
+        self.path, self.fmt = path, fmt
+        binary = fmt == "parquet"
+        self._f = stack.enter_context(
+            atomic_output(path, binary=binary, newline=None if binary else "")
+        )
+        self._writer = None
+        self._parts = 0
+
+    def add(self, frame: pd.DataFrame) -> None:
+        """Append ``frame``'s rows (the first part sets the columns and their types)."""
+        if self.fmt == "csv":
+            write_csv_rows(frame, self._f, header=self._parts == 0)
+        else:
+            import pyarrow as pa
+
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+            if self._writer is None:
+                self._writer = parquet_writer(self._f, table.schema)
+            else:
+                table = table.cast(self._writer.schema)
+            self._writer.write_table(table, row_group_size=PARQUET_GROUP_ROWS)
+        self._parts += 1
+
+    def close(self) -> None:
+        """Finish the file's footer (Parquet); the stack then renames it into place."""
+        if self._writer is not None:
+            self._writer.close()
