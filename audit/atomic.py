@@ -78,6 +78,9 @@ def atomic_output(
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
+    except OutputError:  # already said, of the file a nested write was writing
+        Path(tmp).unlink(missing_ok=True)
+        raise
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
         raise _error(target, e) from None

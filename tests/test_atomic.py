@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -9,7 +10,8 @@ import time
 
 import pytest
 
-from audit.atomic import write_text_atomic
+from audit.atomic import atomic_output, write_text_atomic
+from audit.errors import OutputError
 
 
 def _dead_pid() -> int:
@@ -66,3 +68,17 @@ def test_a_killed_writer_leaves_a_temporary_file_the_next_write_removes(tmp_path
     write_text_atomic(target, "whole\n")
     assert target.read_text() == "whole\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]
+
+
+def test_a_nested_write_failure_names_the_file_being_written_once(tmp_path):
+    """Two files written together (a table written part by part): a full disk while writing
+    the inner one is said once, of that file, and neither file nor temporary is left."""
+    with pytest.raises(OutputError) as caught, atomic_output(tmp_path / "outer.txt") as outer:
+        outer.write("a")
+        with atomic_output(tmp_path / "inner.txt"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert str(caught.value) == (
+        f"{tmp_path / 'inner.txt'}: cannot write (No space left on device); "
+        "any previous file is left unchanged"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -206,6 +206,7 @@ class _Sink:
         )
         self._writer = None
         self._parts = 0
+        stack.callback(self.close)  # before the file closes, also when a pass fails
 
     def add(self, frame: pd.DataFrame) -> None:
         """Append ``frame``'s rows (the first part sets the columns and their types)."""
@@ -225,4 +226,5 @@ class _Sink:
     def close(self) -> None:
         """Finish the file's footer (Parquet); the stack then renames it into place."""
         if self._writer is not None:
-            self._writer.close()
+            writer, self._writer = self._writer, None
+            writer.close()

@@ -1,0 +1,166 @@
+"""``audit analyze --store`` in passes: a store larger than memory gives the tables of one pass.
+
+The oracle is the in-memory analysis of the whole store (:func:`audit.analysis.analyze.analyze`
+with ``store=``), itself tested against raw captures elsewhere: the tables written pass by pass
+must hold the same rows (sorted), the same dtypes and the same summary.
+"""
+
+from __future__ import annotations
+
+import csv
+import errno
+
+import pandas as pd
+import pytest
+
+from audit.analysis import store_analysis
+from audit.analysis.analyze import analyze
+from audit.analysis.store_analysis import analyze_store, passes_for
+from audit.cli import main
+from audit.errors import ParameterError
+from audit.ingest.query import DELIVERY_COLUMNS, load_deliveries, store_inputs
+from audit.ingest.store import ingest
+from tests.builders import write_jsonl, write_secrets
+from tests.test_store_history import SECRETS, generated
+
+AS_OF = pd.Timestamp("2026-12-01", tz="UTC")
+#: The tables written whole in every case, and the two written pass by pass, with their keys.
+WHOLE = ("incidents", "status_intervals", "takedown_km", "takedown_summary", "subscriptions")
+KEYS = {"deliveries": ["source", "line"], "events": ["subscription_id", "event_id"]}
+
+
+@pytest.fixture(scope="module", params=[11, 12])
+def store(request, tmp_path_factory):
+    """Two generated data sets (copies, retries, conflicts, forgeries, test traffic, records
+    without an event id) in two files, one with unreadable lines (no receipt time)."""
+    tmp = tmp_path_factory.mktemp(f"passes{request.param}")
+    records = generated(request.param)
+    half = len(records) // 2
+    a = write_jsonl(tmp / "a.jsonl", records[:half])
+    b = write_jsonl(tmp / "b.jsonl", [*records[half:], "not JSON", '{"half": '])
+    secrets = write_secrets(tmp / "s.json", {s: [{"secret": v}] for s, v in SECRETS.items()})
+    ingest([a, b], secrets, tmp / "store")
+    return tmp / "store"
+
+
+def _sorted(frame: pd.DataFrame, name: str) -> pd.DataFrame:
+    keys = KEYS.get(name)
+    if keys is None:
+        return frame.reset_index(drop=True)
+    return frame.sort_values(keys, kind="stable").reset_index(drop=True)
+
+
+def test_passes_give_the_tables_of_one_pass(store, tmp_path):
+    whole = analyze([], None, store=store, as_of=AS_OF)
+    records = _records(store)
+    done = analyze_store(store, tmp_path / "p", as_of=AS_OF, rows_per_pass=records // 4)
+    assert done.passes == 5  # records // 4 leaves a remainder for these sizes: 4 passes and one
+    want = whole.tables()
+    for name in (*KEYS, *WHOLE):
+        got = pd.read_parquet(tmp_path / "p" / f"{name}.parquet")
+        expected = pd.read_parquet(_written(whole, tmp_path / "one", name))
+        pd.testing.assert_frame_equal(_sorted(got, name), _sorted(expected, name))
+        assert len(got) == len(want[name])
+    assert done.summary() == whole.summary()
+    assert [p.name for p in done.paths] == [
+        p.name for p in whole.write(tmp_path / "w", fmt="parquet")
+    ]
+
+
+def _records(store) -> int:
+    return int(store_inputs(store)["records"].sum())
+
+
+def _written(whole, folder, name):
+    if not (folder / f"{name}.parquet").exists():
+        whole.write(folder, fmt="parquet")
+    return folder / f"{name}.parquet"
+
+
+def test_passes_in_csv_write_one_header_and_every_row(store, tmp_path):
+    one = analyze_store(store, tmp_path / "one", as_of=AS_OF, fmt="csv")
+    many = analyze_store(store, tmp_path / "many", as_of=AS_OF, fmt="csv", rows_per_pass=7)
+    assert one.passes == 1 and many.passes > 5
+    for name in ("deliveries", "events", *WHOLE):
+        with open(tmp_path / "one" / f"{name}.csv", newline="", encoding="utf-8") as f:
+            want = list(csv.reader(f))
+        with open(tmp_path / "many" / f"{name}.csv", newline="", encoding="utf-8") as f:
+            got = list(csv.reader(f))
+        assert got[0] == want[0]  # the header, once
+        assert sorted(got[1:]) == sorted(want[1:])
+
+
+def test_the_parts_split_the_store_by_subscription_and_event(store):
+    every = load_deliveries(store, end=AS_OF, columns=DELIVERY_COLUMNS)
+    parts = [
+        load_deliveries(store, end=AS_OF, columns=DELIVERY_COLUMNS, part=(k, 3)) for k in range(3)
+    ]
+    assert sum(len(p) for p in parts) == len(every)
+    keys = [set(zip(p["source"], p["line"], strict=True)) for p in parts]
+    assert not (keys[0] & keys[1]) and not (keys[0] & keys[2]) and not (keys[1] & keys[2])
+    assert set().union(*keys) == set(zip(every["source"], every["line"], strict=True))
+    pairs = [set(zip(p["subscription_id"].fillna(""), p["event_id"], strict=True)) for p in parts]
+    assert not (pairs[0] & pairs[1]) and not (pairs[1] & pairs[2]) and not (pairs[0] & pairs[2])
+    no_id = every["event_id"].isna()
+    assert no_id.sum() >= 3  # the two unreadable lines and the record that is not an envelope
+    assert parts[0]["event_id"].isna().sum() == no_id.sum()
+    assert all(len(p) for p in parts)  # each part holds some of the rows, not all of them
+
+
+def test_each_pass_reads_only_its_part(store, tmp_path, monkeypatch):
+    read = []
+    real = load_deliveries
+
+    def spy(*args, **kw):
+        frame = real(*args, **kw)
+        read.append((kw.get("part"), len(frame)))
+        return frame
+
+    import audit.ingest.query as query
+
+    monkeypatch.setattr(query, "load_deliveries", spy)
+    done = analyze_store(store, tmp_path / "p", as_of=AS_OF, rows_per_pass=10)
+    assert [part for part, _ in read] == [(k, done.passes) for k in range(done.passes)]
+    total = len(real(store, end=AS_OF, columns=DELIVERY_COLUMNS))
+    assert sum(n for _, n in read) == total and max(n for _, n in read) < total / 2
+
+
+@pytest.mark.parametrize(
+    "failure, message",
+    [
+        (RuntimeError("a pass failed"), "a pass failed"),
+        (OSError(errno.ENOSPC, "No space left on device"), "cannot write .No space left"),
+    ],
+)
+def test_a_failed_pass_leaves_the_previous_files(store, tmp_path, monkeypatch, failure, message):
+    out = tmp_path / "p"
+    analyze_store(store, out, as_of=AS_OF, rows_per_pass=10)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    calls = []
+    real = store_analysis.attempts_and_events
+
+    def second_fails(*args, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise failure
+        return real(*args, **kw)
+
+    monkeypatch.setattr(store_analysis, "attempts_and_events", second_fails)
+    with pytest.raises(Exception, match=message):
+        analyze_store(store, out, as_of=pd.Timestamp("2026-10-15", tz="UTC"), rows_per_pass=10)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no temporary file either
+
+
+def test_the_command_says_how_many_passes(store, tmp_path, capsys):
+    out = tmp_path / "p"
+    argv = ["analyze", "--store", str(store), "--out", str(out), "--rows-per-pass", "10"]
+    assert main([*argv, "--as-of", "2026-12-01T00:00:00Z"]) == 0
+    text = capsys.readouterr().out
+    passes = passes_for(_records(store), 10)
+    assert f"read in {passes} passes" in text and f"wrote {out / 'events.parquet'}" in text
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "3"])
+def test_rows_per_pass_must_be_a_whole_number(bad):
+    with pytest.raises(ParameterError, match="rows per pass"):
+        passes_for(10, bad)
