@@ -45,9 +45,10 @@ from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
 
 __all__ = ["ROWS_PER_PASS", "StoreAnalysis", "analyze_store", "passes_for", "store_as_of"]
 
-#: Deliveries read per pass at most (on average: the pairs are split by hash). A pass holds
-#: about 1.2 KB per delivery at its peak (``docs/scale.md``), so about 2.4 GB.
-ROWS_PER_PASS = 2_000_000
+#: Deliveries read per pass at most (on average: the pairs are split by hash). A pass of a
+#: million peaks at about 1.4 GiB (``docs/scale.md``, "Twelfth pass"), within the 2 GiB of a
+#: month's report; passes cost little time (each reads the store's key columns once more).
+ROWS_PER_PASS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,8 @@ def store_as_of(
 def passes_for(records: int, rows_per_pass: int = ROWS_PER_PASS) -> int:
     """How many passes read ``records`` deliveries, ``rows_per_pass`` at most each (at least 1).
 
-    >>> passes_for(0), passes_for(2_000_000), passes_for(2_000_001), passes_for(12_000_000)
-    (1, 1, 2, 6)
+    >>> passes_for(0), passes_for(1_000_000), passes_for(1_000_001), passes_for(12_000_000)
+    (1, 1, 2, 12)
     """
     if not isinstance(rows_per_pass, int) or rows_per_pass < 1:
         raise ParameterError(f"rows per pass {rows_per_pass!r}: give a whole number from 1")

@@ -52,7 +52,7 @@ def _command(fn: click.Command) -> click.Command:
     "--rows-per-pass",
     type=click.IntRange(min=1),
     default=None,
-    help="With --store: deliveries read per pass at most (default 2,000,000, about 2.4 GB); "
+    help="With --store: deliveries read per pass at most (default 1,000,000: about 1.4 GiB); "
     "a larger store is analysed in passes.",
 )
 def analyze(
