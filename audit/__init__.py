@@ -10,6 +10,7 @@ The public API, by stage (files -> frames -> verdicts -> analyses)::
     incidents_table, status_intervals    incident state folded from valid events
     kaplan_meier, km_quantile            time to takedown with censoring
     analyze, run_analyses                all of the above in one call
+    analyze_store                        every table of an evidence store, in bounded memory
     run_controls                         compliance findings
     parse_period, run_report             the scheduled report (papermill + nbconvert)
     ServiceClient                        the service's API
@@ -27,6 +28,7 @@ if typing.TYPE_CHECKING:
     from audit.analysis.analyze import Analysis, analyze, run_analyses
     from audit.analysis.deliveries import events_table, infer_attempts
     from audit.analysis.incidents import incidents_table, status_intervals
+    from audit.analysis.store_analysis import analyze_store
     from audit.analysis.subscriptions import load_snapshots
     from audit.analysis.survival import kaplan_meier, km_quantile
     from audit.analysis.takedown import takedown_durations
@@ -45,6 +47,7 @@ _WHERE = {
     "Analysis": "audit.analysis.analyze",
     "analyze": "audit.analysis.analyze",
     "run_analyses": "audit.analysis.analyze",
+    "analyze_store": "audit.analysis.store_analysis",
     "events_table": "audit.analysis.deliveries",
     "infer_attempts": "audit.analysis.deliveries",
     "incidents_table": "audit.analysis.incidents",
@@ -82,6 +85,7 @@ __all__ = [
     "SecretStore",
     "ServiceClient",
     "analyze",
+    "analyze_store",
     "audit_signatures",
     "events_table",
     "incidents_table",

@@ -29,6 +29,7 @@ from audit.errors import OutputError
 __all__ = [
     "PARQUET_GROUP_ROWS",
     "atomic_output",
+    "output_error",
     "parquet_writer",
     "real_target",
     "write_arrow_parquet_atomic",
@@ -69,7 +70,7 @@ def atomic_output(
         prefix = f".{target.name}.{os.getpid()}."
         fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=target.parent)
     except OSError as e:
-        raise _error(target, e) from None
+        raise output_error(target, e) from None
     try:
         os.fchmod(fd, mode)
         kwargs = {} if binary else {"encoding": "utf-8", "newline": newline}
@@ -83,7 +84,7 @@ def atomic_output(
         raise
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
-        raise _error(target, e) from None
+        raise output_error(target, e) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -129,7 +130,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _error(target: Path, e: OSError) -> OutputError:
+def output_error(target: Path, e: OSError) -> OutputError:
+    """The one-line error of a failed write of ``target``."""
     reason = e.strerror or type(e).__name__
     return OutputError(f"{target}: cannot write ({reason}); any previous file is left unchanged")
 

@@ -17,7 +17,7 @@ from audit.analysis import store_analysis
 from audit.analysis.analyze import analyze
 from audit.analysis.store_analysis import analyze_store, passes_for
 from audit.cli import main
-from audit.errors import ParameterError
+from audit.errors import InputError, OutputError, ParameterError
 from audit.ingest.query import DELIVERY_COLUMNS, load_deliveries, store_inputs
 from audit.ingest.store import ingest
 from tests.builders import write_jsonl, write_secrets
@@ -99,12 +99,43 @@ def test_the_parts_split_the_store_by_subscription_and_event(store):
     keys = [set(zip(p["source"], p["line"], strict=True)) for p in parts]
     assert not (keys[0] & keys[1]) and not (keys[0] & keys[2]) and not (keys[1] & keys[2])
     assert set().union(*keys) == set(zip(every["source"], every["line"], strict=True))
-    pairs = [set(zip(p["subscription_id"].fillna(""), p["event_id"], strict=True)) for p in parts]
+    pairs = [
+        set(zip(p["subscription_id"].fillna(""), p["event_id"], strict=True))
+        for p in (q[q["event_id"].notna()] for q in parts)
+    ]
     assert not (pairs[0] & pairs[1]) and not (pairs[1] & pairs[2]) and not (pairs[0] & pairs[2])
     no_id = every["event_id"].isna()
     assert no_id.sum() >= 3  # the two unreadable lines and the record that is not an envelope
-    assert parts[0]["event_id"].isna().sum() == no_id.sum()
+    assert sum(p["event_id"].isna().sum() for p in parts) == no_id.sum()
     assert all(len(p) for p in parts)  # each part holds some of the rows, not all of them
+
+
+def test_rows_without_an_event_id_are_spread_over_the_passes(tmp_path, monkeypatch):
+    """A store of mostly garbage (300 lines that are no envelope): no pass reads them all."""
+    records = [*generated(11), *(f'{{"garbage": {k}}}' for k in range(300))]
+    log = write_jsonl(tmp_path / "g.jsonl", records)
+    secrets = write_secrets(tmp_path / "s.json", {s: [{"secret": v}] for s, v in SECRETS.items()})
+    ingest([log], secrets, tmp_path / "store")
+    read = _spy_reads(monkeypatch)
+    done = analyze_store(tmp_path / "store", tmp_path / "p", as_of=AS_OF, rows_per_pass=50)
+    assert done.passes == passes_for(len(records), 50)
+    assert sum(read) == len(records) and max(read) < 2 * 50, read
+
+
+def _spy_reads(monkeypatch) -> list[int]:
+    """The number of rows each call of ``load_deliveries`` returns, in order."""
+    import audit.ingest.query as query
+
+    read: list[int] = []
+    real = query.load_deliveries
+
+    def spy(*args, **kw):
+        frame = real(*args, **kw)
+        read.append(len(frame))
+        return frame
+
+    monkeypatch.setattr(query, "load_deliveries", spy)
+    return read
 
 
 def test_each_pass_reads_only_its_part(store, tmp_path, monkeypatch):
@@ -125,30 +156,101 @@ def test_each_pass_reads_only_its_part(store, tmp_path, monkeypatch):
     assert sum(n for _, n in read) == total and max(n for _, n in read) < total / 2
 
 
-@pytest.mark.parametrize(
-    "failure, message",
-    [
-        (RuntimeError("a pass failed"), "a pass failed"),
-        (OSError(errno.ENOSPC, "No space left on device"), "cannot write .No space left"),
-    ],
-)
-def test_a_failed_pass_leaves_the_previous_files(store, tmp_path, monkeypatch, failure, message):
-    out = tmp_path / "p"
-    analyze_store(store, out, as_of=AS_OF, rows_per_pass=10)
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
+def _failing_on_call(monkeypatch, module, name: str, failure: BaseException, call: int) -> None:
+    real = getattr(module, name)
     calls = []
-    real = store_analysis.attempts_and_events
 
-    def second_fails(*args, **kw):
+    def fails(*args, **kw):
         calls.append(1)
-        if len(calls) == 2:
+        if len(calls) == call:
             raise failure
         return real(*args, **kw)
 
-    monkeypatch.setattr(store_analysis, "attempts_and_events", second_fails)
-    with pytest.raises(Exception, match=message):
-        analyze_store(store, out, as_of=pd.Timestamp("2026-10-15", tz="UTC"), rows_per_pass=10)
+    monkeypatch.setattr(module, name, fails)
+
+
+@pytest.mark.parametrize(
+    "where, failure, error, message",
+    [
+        ("attempts_and_events", RuntimeError("a pass failed"), RuntimeError, "a pass failed"),
+        (
+            "write_csv_rows",
+            OSError(errno.ENOSPC, "No space left on device"),
+            OutputError,
+            r"deliveries\.csv: cannot write \(No space left on device\)",
+        ),
+        (
+            "load_deliveries",
+            PermissionError(errno.EACCES, "Permission denied"),
+            InputError,
+            r"store: cannot be read \(Permission denied\)$",
+        ),
+    ],
+)
+def test_a_failed_pass_leaves_the_previous_files(
+    store, tmp_path, monkeypatch, where, failure, error, message
+):
+    out = tmp_path / "p"
+    analyze_store(store, out, as_of=AS_OF, rows_per_pass=10, fmt="csv")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    import audit.ingest.query as query
+
+    module = query if where == "load_deliveries" else store_analysis
+    # The second pass; write_csv_rows writes deliveries then events in each pass.
+    _failing_on_call(monkeypatch, module, where, failure, 3 if where == "write_csv_rows" else 2)
+    later = pd.Timestamp("2026-10-15", tz="UTC")
+    with pytest.raises(error, match=message):
+        analyze_store(store, out, as_of=later, rows_per_pass=10, fmt="csv")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no temporary file either
+
+
+def _ingest_during_the_first_pass(monkeypatch, log, secrets, store) -> None:
+    real = store_analysis.attempts_and_events
+    calls = []
+
+    def with_an_ingest(*args, **kw):
+        if not calls:
+            ingest([log], secrets, store)
+        calls.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(store_analysis, "attempts_and_events", with_an_ingest)
+
+
+def test_an_ingest_during_the_passes_is_not_half_read(tmp_path, monkeypatch):
+    """A new file ingested while the passes run: the tables are those of the store before it."""
+    records = generated(13)
+    a = write_jsonl(tmp_path / "a.jsonl", records[: len(records) // 2])
+    later = write_jsonl(tmp_path / "b.jsonl", records[len(records) // 2 :])
+    secrets = write_secrets(tmp_path / "s.json", {s: [{"secret": v}] for s, v in SECRETS.items()})
+    ingest([a], secrets, tmp_path / "store")
+    want = analyze_store(tmp_path / "store", tmp_path / "want", as_of=AS_OF, rows_per_pass=10)
+    _ingest_during_the_first_pass(monkeypatch, later, secrets, tmp_path / "store")
+    got = analyze_store(tmp_path / "store", tmp_path / "got", as_of=AS_OF, rows_per_pass=10)
+    assert got.summary() == want.summary()
+    for name in KEYS:
+        pd.testing.assert_frame_equal(
+            _sorted(pd.read_parquet(tmp_path / "got" / f"{name}.parquet"), name),
+            _sorted(pd.read_parquet(tmp_path / "want" / f"{name}.parquet"), name),
+        )
+
+
+def test_parts_replaced_during_the_passes_stop_the_run_in_one_line(tmp_path, monkeypatch):
+    records = generated(14)
+    log = write_jsonl(tmp_path / "a.jsonl", records)
+    secrets = write_secrets(tmp_path / "s.json", {s: [{"secret": v}] for s, v in SECRETS.items()})
+    ingest([log], secrets, tmp_path / "store")
+    changed = write_jsonl(tmp_path / "a.jsonl", records[::-1])  # same path, other content
+    _ingest_during_the_first_pass(monkeypatch, changed, secrets, tmp_path / "store")
+    with pytest.raises(InputError, match=r"changed while it was read .* run again$"):
+        analyze_store(tmp_path / "store", tmp_path / "p", as_of=AS_OF, rows_per_pass=10)
+    assert not (tmp_path / "p" / "deliveries.parquet").exists()
+
+
+def test_a_failed_start_creates_no_output_folder(tmp_path):
+    with pytest.raises(InputError, match="not an evidence store"):
+        analyze_store(tmp_path / "nostore", tmp_path / "out", as_of=AS_OF)
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_command_says_how_many_passes(store, tmp_path, capsys):

@@ -37,8 +37,8 @@ from audit.analysis.analyze import (
     write_table,
 )
 from audit.analysis.subscriptions import load_snapshots
-from audit.atomic import PARQUET_GROUP_ROWS, atomic_output, parquet_writer
-from audit.errors import ParameterError
+from audit.atomic import PARQUET_GROUP_ROWS, atomic_output, output_error, parquet_writer
+from audit.errors import InputError, OutputError, ParameterError
 from audit.memory import release_free_memory
 from audit.safe import write_csv_rows
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
@@ -97,7 +97,7 @@ def passes_for(records: int, rows_per_pass: int = ROWS_PER_PASS) -> int:
     >>> passes_for(0), passes_for(1_000_000), passes_for(1_000_001), passes_for(12_000_000)
     (1, 1, 2, 12)
     """
-    if not isinstance(rows_per_pass, int) or rows_per_pass < 1:
+    if not isinstance(rows_per_pass, int) or isinstance(rows_per_pass, bool) or rows_per_pass < 1:
         raise ParameterError(f"rows per pass {rows_per_pass!r}: give a whole number from 1")
     return max(1, math.ceil(records / rows_per_pass))
 
@@ -129,14 +129,18 @@ def analyze_store(
     (6, ['deliveries.parquet', 'events.parquet'])
     """
     from audit.ingest.query import store_inputs
+    from audit.ingest.scan import pinned_store
 
-    table_folder(out_dir, fmt)
+    if fmt not in ("csv", "parquet"):
+        table_folder(out_dir, fmt)  # the one message for a bad format
     when = parse_as_of(as_of)
     when = store_as_of(
         logs, secrets_path, store, when, header_prefix=header_prefix, tolerance_s=tolerance_s
     )
+    store = pinned_store(store)  # every read below sees the store as it is now
     inputs = store_inputs(store)
     n = passes_for(int(inputs["records"].sum()), rows_per_pass)
+    table_folder(out_dir, fmt)  # created once the inputs are known to be readable
     if n == 1:
         a = analyze([], None, snapshots=snapshots, as_of=when, clock_start=clock_start, store=store)
         return StoreAnalysis(when, clock_start, 1, a.write(out_dir, fmt=fmt), _figures(a))
@@ -160,7 +164,7 @@ def _in_passes(
     fmt: str,
 ) -> StoreAnalysis:
     """The tables of ``store`` in ``n`` passes (:func:`analyze_store`)."""
-    from audit.ingest.query import DELIVERY_COLUMNS, load_deliveries, load_first_receipts
+    from audit.ingest.query import load_first_receipts
 
     t = takedown_analysis(
         load_first_receipts(store, start=None, end=when), as_of=when, clock_start=clock_start
@@ -178,8 +182,7 @@ def _in_passes(
         rows = _Sink(stack, out / f"deliveries.{fmt}", fmt)
         events_out = _Sink(stack, out / f"events.{fmt}", fmt)
         for k in range(n):
-            part = [load_deliveries(store, end=when, columns=DELIVERY_COLUMNS, part=(k, n))]
-            attempts, events = attempts_and_events(part, as_of=when)
+            attempts, events = _one_pass(store, when, k, n)
             got = delivery_counts(attempts, events)
             counts = got if counts is None else add_counts(counts, got)
             rows.add(attempts[list(DELIVERY_TABLE_COLUMNS)])
@@ -194,6 +197,28 @@ def _in_passes(
         paths += write_table(out, name, table, fmt)
     figures = {**(counts or {}), **incident_counts(t.incidents, t.durations, t.summary)}
     return StoreAnalysis(when, clock_start, n, paths, figures)
+
+
+def _one_pass(store, when: pd.Timestamp, k: int, n: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Attempts and events of the ``k``-th of ``n`` parts of the pinned ``store``.
+
+    Runs while the table files are open: a failure to read is said of the store (InputError),
+    not of the file being written."""
+    import duckdb
+
+    from audit.ingest.query import DELIVERY_COLUMNS, load_deliveries
+    from audit.ingest.scan import check_pinned
+
+    check_pinned(store)
+    try:
+        part = [load_deliveries(store, end=when, columns=DELIVERY_COLUMNS, part=(k, n))]
+    except duckdb.Error:
+        check_pinned(store)  # a part replaced between the check and the read
+        raise
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise InputError(f"{store.root}: cannot be read ({reason})") from None
+    return attempts_and_events(part, as_of=when)
 
 
 class _Sink:
@@ -211,6 +236,15 @@ class _Sink:
 
     def add(self, frame: pd.DataFrame) -> None:
         """Append ``frame``'s rows (the first part sets the columns and their types)."""
+        try:
+            self._add(frame)
+        except OutputError:
+            raise
+        except OSError as e:  # said of this file, not of the last one opened
+            raise output_error(self.path, e) from None
+        self._parts += 1
+
+    def _add(self, frame: pd.DataFrame) -> None:
         if self.fmt == "csv":
             write_csv_rows(frame, self._f, header=self._parts == 0)
         else:
@@ -222,7 +256,6 @@ class _Sink:
             else:
                 table = table.cast(self._writer.schema)
             self._writer.write_table(table, row_group_size=PARQUET_GROUP_ROWS)
-        self._parts += 1
 
     def close(self) -> None:
         """Finish the file's footer (Parquet); the stack then renames it into place."""

@@ -109,7 +109,8 @@ def load_deliveries(
     file's receipt times, :func:`audit.findings.controls.base.untimed_in_period`).
 
     ``part=(k, n)`` keeps the k-th of n parts split by (subscription, event id): every row of
-    one such pair is in the same part, and the rows without an event id are in part 0.
+    one such pair is in the same part; the rows without an event id (each on its own for every
+    analysis) are split by (source, line).
     """
     start = None if start is None else as_utc(start, name="start")
     end = None if end is None else as_utc(end, name="end")
@@ -141,8 +142,8 @@ def _part_of(k: int, n: int) -> str:
     """The SQL condition of :func:`load_deliveries`' ``part=(k, n)``."""
     if not (isinstance(k, int) and isinstance(n, int) and 0 <= k < n):
         raise ValueError(f"part {k} of {n}: need 0 <= k < n")
-    key = "hash(coalesce(subscription_id, chr(0)), event_id)"
-    return f"(CASE WHEN event_id IS NULL THEN 0 ELSE {key} % {n} END) = {k}"
+    pair = "hash(coalesce(subscription_id, chr(0)), event_id)"
+    return f"(CASE WHEN event_id IS NULL THEN hash(source, line) ELSE {pair} END) % {n} = {k}"
 
 
 def _with_history(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -23,11 +24,13 @@ __all__ = [
     "BATCH_ROWS",
     "MAX_RUNS",
     "arrow_of",
+    "check_pinned",
     "frame_from_arrow",
     "in_input_order",
     "months_between",
     "open_store",
     "owned",
+    "pinned_store",
     "scan",
     "sql_list",
     "window",
@@ -39,6 +42,34 @@ def open_store(store: Store | str | os.PathLike) -> Store:
     if not s.manifest_path.is_file():
         raise InputError(f"{s.root}: not an evidence store (no manifest.json); run audit ingest")
     return s
+
+
+def pinned_store(store: Store | str | os.PathLike) -> Store:
+    """The store as its manifest lists it now: a reader that reads it several times (in passes)
+    sees one state, whatever an ingest commits meanwhile. :func:`check_pinned` says when an
+    ingest has since removed some of its parts."""
+    s = open_store(store)
+    return _Pinned(s.root, s.manifest())
+
+
+def check_pinned(store: Store) -> None:
+    """InputError when parts :func:`pinned_store` listed are gone (replaced by an ingest)."""
+    gone = [p for p in store.parts() if not p.is_file()]
+    if gone:
+        raise InputError(
+            f"{store.root}: changed while it was read ({len(gone)} part(s) replaced by an "
+            "ingest since); run again"
+        )
+
+
+@dataclass(frozen=True)
+class _Pinned(Store):
+    """A :class:`Store` whose manifest was read once (:func:`pinned_store`)."""
+
+    data: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def manifest(self) -> dict:
+        return self.data
 
 
 def months_between(lo: pd.Timestamp, hi: pd.Timestamp) -> list[str]:
