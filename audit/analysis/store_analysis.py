@@ -126,7 +126,7 @@ def analyze_store(
     --------
     >>> done = analyze_store("store/", "tables/")  # doctest: +SKIP
     >>> done.passes, [p.name for p in done.paths][:2]  # doctest: +SKIP
-    (6, ['deliveries.parquet', 'events.parquet'])
+    (12, ['deliveries.parquet', 'events.parquet'])
     """
     from audit.ingest.query import store_inputs
     from audit.ingest.scan import pinned_store
@@ -144,7 +144,7 @@ def analyze_store(
     if n == 1:
         a = analyze([], None, snapshots=snapshots, as_of=when, clock_start=clock_start, store=store)
         return StoreAnalysis(when, clock_start, 1, a.write(out_dir, fmt=fmt), _figures(a))
-    return _in_passes(store, Path(out_dir), n, when, snapshots, inputs, clock_start, fmt)
+    return _in_passes(store, Path(out_dir), n, when, snapshots, clock_start, fmt)
 
 
 def _figures(a: Analysis) -> dict[str, object]:
@@ -159,7 +159,6 @@ def _in_passes(
     n: int,
     when: pd.Timestamp,
     snapshots: Sequence[str | os.PathLike],
-    inputs: pd.DataFrame,
     clock_start: str,
     fmt: str,
 ) -> StoreAnalysis:
