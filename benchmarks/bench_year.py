@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_store import AUDIT, run
+from bench_store import AUDIT, measure
 
 NS_PER_DAY = 86_400 * 10**9
 #: The store's data fields that hold times, as text; each copy shifts them too.
@@ -108,10 +108,7 @@ def main() -> None:
         if args.one_pass:
             one = ["--rows-per-pass", str(records + 1), "--out", str(d / "t2")]
             kinds["analyze --store (1 pass)"] = lambda: [*base, *one]
-        results = {k: [] for k in kinds}
-        for _ in range(args.runs):  # alternated
-            for name, make in kinds.items():
-                results[name].append(run(make()))
+        results = measure(kinds, args.runs)  # alternated
         print(f"{records:,} records in the store ({args.copies} copies), as of {as_of}")
         for name, rs in results.items():
             secs = statistics.median(r["seconds"] for r in rs)
