@@ -43,6 +43,7 @@ __all__ = [
     "add_counts",
     "analyze",
     "attempts_and_events",
+    "check_table_format",
     "delivery_counts",
     "incident_counts",
     "parse_as_of",
@@ -121,10 +122,15 @@ class Analysis:
             return [path for job in done for path in job.result()]
 
 
-def table_folder(out_dir: str | os.PathLike, fmt: str) -> Path:
-    """The folder tables are written to, created; ``fmt`` checked (``csv`` or ``parquet``)."""
+def check_table_format(fmt: str) -> None:
+    """ParameterError unless ``fmt`` is ``csv`` or ``parquet``."""
     if fmt not in ("csv", "parquet"):
         raise ParameterError(f"table format {fmt!r}: use csv or parquet")
+
+
+def table_folder(out_dir: str | os.PathLike, fmt: str) -> Path:
+    """The folder tables are written to, created; ``fmt`` checked (:func:`check_table_format`)."""
+    check_table_format(fmt)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     return out
@@ -242,10 +248,10 @@ def takedown_analysis(
 
 
 def attempts_and_events(
-    deliveries: pd.DataFrame, *, as_of: pd.Timestamp
+    deliveries: pd.DataFrame | list[pd.DataFrame], *, as_of: pd.Timestamp
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Attempt columns and the events table of deliveries (handed over: ``[frame]``'s only
-    holder is this call, which frees the incident fields as soon as it can).
+    """Attempt columns and the events table of deliveries (handed over as ``[frame]``, this
+    call is the frame's only holder and frees the incident fields as soon as it can).
 
     Each delivery's attempt columns and each event depend only on the deliveries of its
     (subscription, event id): deliveries split by that key give the same rows part by part.

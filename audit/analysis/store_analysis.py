@@ -29,6 +29,7 @@ from audit.analysis.analyze import (
     add_counts,
     analyze,
     attempts_and_events,
+    check_table_format,
     delivery_counts,
     incident_counts,
     parse_as_of,
@@ -39,6 +40,7 @@ from audit.analysis.analyze import (
 from audit.analysis.subscriptions import load_snapshots
 from audit.atomic import PARQUET_GROUP_ROWS, atomic_output, output_error, parquet_writer
 from audit.errors import InputError, OutputError, ParameterError
+from audit.ingest.store import Store
 from audit.memory import release_free_memory
 from audit.safe import write_csv_rows
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
@@ -131,8 +133,7 @@ def analyze_store(
     from audit.ingest.query import store_inputs
     from audit.ingest.scan import pinned_store
 
-    if fmt not in ("csv", "parquet"):
-        table_folder(out_dir, fmt)  # the one message for a bad format
+    check_table_format(fmt)
     when = parse_as_of(as_of)
     when = store_as_of(
         logs, secrets_path, store, when, header_prefix=header_prefix, tolerance_s=tolerance_s
@@ -154,7 +155,7 @@ def _figures(a: Analysis) -> dict[str, object]:
 
 
 def _in_passes(
-    store: str | os.PathLike,
+    store: Store,
     out: Path,
     n: int,
     when: pd.Timestamp,
@@ -198,7 +199,9 @@ def _in_passes(
     return StoreAnalysis(when, clock_start, n, paths, figures)
 
 
-def _one_pass(store, when: pd.Timestamp, k: int, n: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _one_pass(
+    store: Store, when: pd.Timestamp, k: int, n: int
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Attempts and events of the ``k``-th of ``n`` parts of the pinned ``store``.
 
     Runs while the table files are open: a failure to read is said of the store (InputError),
