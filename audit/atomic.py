@@ -15,8 +15,10 @@ the same target removes those whose writer is gone and that are over a minute ol
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import shutil
 import stat
 import tempfile
 import time
@@ -32,6 +34,7 @@ __all__ = [
     "output_error",
     "parquet_writer",
     "real_target",
+    "staged_files",
     "write_arrow_parquet_atomic",
     "write_json_atomic",
     "write_parquet_atomic",
@@ -93,6 +96,68 @@ def atomic_output(
 
 #: A temporary file this old whose writer is gone was left by a killed run.
 _STALE_S = 60.0
+
+_STAGE = ".staged."
+
+
+@contextlib.contextmanager
+def staged_files(out: str | os.PathLike) -> Iterator[Path]:
+    """A private folder inside ``out`` to write a set of files into, moved into ``out`` together.
+
+    Every file is written (and fsynced) in the folder first; only when the block ends without
+    error is each renamed over its namesake in ``out``, one rename after the other (a kill
+    between two renames is the only way to leave a mix of old and new files). When a write
+    fails, the folder is removed and every previous file in ``out`` is left as it was; an
+    :class:`~audit.errors.OutputError` then names the file in ``out``, not in the folder.
+    The folder (``.staged.<pid>.<random>``) of a killed writer is removed by the next writer
+    once it is a minute old.
+    """
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _sweep_stages(out)
+        stage = Path(tempfile.mkdtemp(prefix=f"{_STAGE}{os.getpid()}.", dir=out))
+    except OSError as e:
+        raise output_error(out, e) from None
+    try:
+        try:
+            yield stage
+        except OutputError as e:  # said of the file in out
+            raise OutputError(str(e).replace(f"{stage}{os.sep}", f"{out}{os.sep}")) from None
+        for p in sorted(stage.iterdir()):
+            _move(p, real_target(out / p.name))
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _move(staged: Path, target: Path) -> None:
+    """Rename ``staged`` over ``target`` (keeping ``target``'s permission bits); across file
+    systems (``target`` reached by a symbolic link), an atomic copy."""
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(staged, target.stat().st_mode & 0o777)
+        os.replace(staged, target)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise output_error(target, e) from None
+        with open(staged, "rb") as src, atomic_output(target, binary=True) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+
+
+def _sweep_stages(out: Path) -> None:
+    """Remove the staging folders in ``out`` of writers that are gone (over a minute old)."""
+    if os.name != "posix":
+        return
+    now = time.time()
+    for p in out.iterdir():
+        parts = p.name[len(_STAGE) :].split(".")
+        if not p.name.startswith(_STAGE) or len(parts) != 2 or not parts[0].isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            info = p.lstat()
+            old = stat.S_ISDIR(info.st_mode) and now - info.st_mtime > _STALE_S
+            if old and not _alive(int(parts[0])):
+                shutil.rmtree(p)
 
 
 def _sweep(target: Path) -> None:

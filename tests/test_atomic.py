@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from audit.atomic import atomic_output, write_text_atomic
+from audit.atomic import atomic_output, staged_files, write_text_atomic
 from audit.errors import OutputError
 
 
@@ -82,3 +82,64 @@ def test_a_nested_write_failure_names_the_file_being_written_once(tmp_path):
         "any previous file is left unchanged"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_staged_files_replace_all_or_none(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.csv").write_text("old a")
+    (out / "b.csv").write_text("old b")
+    os.chmod(out / "a.csv", 0o600)
+    failed = pytest.raises(OutputError, match=rf"^{out}/b\.csv: cannot write \(full\)")
+    with failed, staged_files(out) as stage:
+        write_text_atomic(stage / "a.csv", "new a")
+        with atomic_output(stage / "b.csv") as f:
+            f.write("half")
+            raise OSError(errno.ENOSPC, "full")
+    assert sorted(p.name for p in out.iterdir()) == ["a.csv", "b.csv"]
+    assert (out / "a.csv").read_text() == "old a" and (out / "b.csv").read_text() == "old b"
+    with staged_files(out) as stage:
+        write_text_atomic(stage / "a.csv", "new a")
+        write_text_atomic(stage / "c.csv", "new c")
+        assert (out / "a.csv").read_text() == "old a"  # nothing replaced before the end
+    assert sorted(p.name for p in out.iterdir()) == ["a.csv", "b.csv", "c.csv"]
+    assert (out / "a.csv").read_text() == "new a" and (out / "c.csv").read_text() == "new c"
+    assert (out / "a.csv").stat().st_mode & 0o777 == 0o600  # the file's permissions kept
+
+
+def test_staged_files_write_through_a_symlink_and_across_file_systems(tmp_path, monkeypatch):
+    real = tmp_path / "elsewhere.csv"
+    real.write_text("old")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "t.csv").symlink_to(real)
+    real_replace, calls = os.replace, []
+
+    def across(src, dst):  # the link's target is on another mount: renames to it fail
+        calls.append(dst)
+        if os.fspath(dst) == os.fspath(real) and ".staged." in os.fspath(src):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", across)
+    with staged_files(out) as stage:
+        write_text_atomic(stage / "t.csv", "new")
+    assert (out / "t.csv").is_symlink() and real.read_text() == "new"
+    assert [p.name for p in out.iterdir()] == ["t.csv"]
+    assert calls.count(real) == 2  # the rename that failed, then the copy's own
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the writer check is POSIX's signal 0")
+def test_staged_files_remove_the_folders_of_killed_writers(tmp_path):
+    dead = _dead_pid()
+    folders = {}
+    for name, pid, age in [("stale", dead, 3600), ("young", dead, 0), ("live", os.getppid(), 3600)]:
+        folders[name] = tmp_path / f".staged.{pid}.{name}"
+        folders[name].mkdir()
+        (folders[name] / "deliveries.parquet").write_text("half")
+        os.utime(folders[name], (time.time() - age,) * 2)
+    with staged_files(tmp_path) as stage:
+        write_text_atomic(stage / "x.csv", "x")
+    assert not folders["stale"].exists()
+    assert folders["young"].exists() and folders["live"].exists()
+    assert (tmp_path / "x.csv").read_text() == "x"

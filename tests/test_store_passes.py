@@ -204,6 +204,30 @@ def test_a_failed_pass_leaves_the_previous_files(
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no temporary file either
 
 
+@pytest.mark.parametrize("rows_per_pass, fmt", [(10, "csv"), (10**6, "parquet")])
+def test_a_failed_small_table_leaves_the_big_ones_of_before(
+    store, tmp_path, monkeypatch, rows_per_pass, fmt
+):
+    """The small tables are written after the passes' deliveries and events (and, in one
+    pass, beside them): a failure there must not leave new big tables beside old small ones."""
+    import audit.safe
+
+    out = tmp_path / "p"
+    analyze_store(store, out, as_of=AS_OF, rows_per_pass=rows_per_pass, fmt=fmt)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    _failing_on_call(monkeypatch, audit.safe, "write_csv_rows", OSError(errno.ENOSPC, "full"), 1)
+    later = pd.Timestamp("2026-10-15", tz="UTC")
+    with pytest.raises(OutputError) as got:
+        analyze_store(store, out, as_of=later, rows_per_pass=rows_per_pass, fmt=fmt)
+    assert f"{out}/" in str(got.value) and ".staged." not in str(got.value)
+    assert "cannot write (full)" in str(got.value)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no staging folder either
+    monkeypatch.undo()
+    analyze_store(store, out, as_of=later, rows_per_pass=rows_per_pass, fmt=fmt)
+    after = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert after.keys() == before.keys() and after != before  # every table replaced
+
+
 def _ingest_during_the_first_pass(monkeypatch, log, secrets, store) -> None:
     real = store_analysis.attempts_and_events
     calls = []

@@ -20,7 +20,7 @@ from audit.analysis.subscriptions import load_snapshots
 from audit.analysis.survival import KMQuantile
 from audit.analysis.survival_by import kaplan_meier_by
 from audit.analysis.takedown import takedown_durations, takedown_summary
-from audit.atomic import write_parquet_atomic
+from audit.atomic import staged_files, write_parquet_atomic
 from audit.errors import ParameterError
 from audit.ingest.extract import EXTRACTED
 from audit.ingest.receipts import FirstReceipts
@@ -113,13 +113,14 @@ class Analysis:
         :data:`audit.tables.CSV_TABLES` are also written as CSV); return the paths."""
         out = table_folder(out_dir, fmt)
         # Two at a time: Parquet encoding and compression release the GIL, so the big tables
-        # are written side by side on two cores.
-        with ThreadPoolExecutor(max_workers=2) as pool:
+        # are written side by side on two cores. All are written before any replaces its
+        # namesake (a failed write leaves every previous table).
+        with staged_files(out) as stage, ThreadPoolExecutor(max_workers=2) as pool:
             done = [
-                pool.submit(write_table, out, name, table, fmt)
+                pool.submit(write_table, stage, name, table, fmt)
                 for name, table in self.tables().items()
             ]
-            return [path for job in done for path in job.result()]
+            return [out / path.name for job in done for path in job.result()]
 
 
 def check_table_format(fmt: str) -> None:

@@ -38,7 +38,13 @@ from audit.analysis.analyze import (
     write_table,
 )
 from audit.analysis.subscriptions import load_snapshots
-from audit.atomic import PARQUET_GROUP_ROWS, atomic_output, output_error, parquet_writer
+from audit.atomic import (
+    PARQUET_GROUP_ROWS,
+    atomic_output,
+    output_error,
+    parquet_writer,
+    staged_files,
+)
 from audit.errors import InputError, OutputError, ParameterError
 from audit.ingest.store import Store
 from audit.memory import release_free_memory
@@ -178,6 +184,21 @@ def _in_passes(
         "subscriptions": subs,
     }
     counts: dict[str, object] | None = None
+    with staged_files(out) as stage:  # no table replaced before all are written
+        counts = _passes(stage, store, n, when, fmt)
+        paths = [out / f"deliveries.{fmt}", out / f"events.{fmt}"]
+        for name, table in small.items():
+            paths += [out / p.name for p in write_table(stage, name, table, fmt)]
+    figures = {**(counts or {}), **incident_counts(t.incidents, t.durations, t.summary)}
+    return StoreAnalysis(when, clock_start, n, paths, figures)
+
+
+def _passes(
+    out: Path, store: Store, n: int, when: pd.Timestamp, fmt: str
+) -> dict[str, object] | None:
+    """Write the deliveries and events tables of ``store`` into ``out`` in ``n`` passes; return
+    their summary counts, added up."""
+    counts: dict[str, object] | None = None
     with contextlib.ExitStack() as stack:
         rows = _Sink(stack, out / f"deliveries.{fmt}", fmt)
         events_out = _Sink(stack, out / f"events.{fmt}", fmt)
@@ -192,11 +213,7 @@ def _in_passes(
             release_free_memory()
         rows.close()
         events_out.close()
-    paths = [rows.path, events_out.path]
-    for name, table in small.items():
-        paths += write_table(out, name, table, fmt)
-    figures = {**(counts or {}), **incident_counts(t.incidents, t.durations, t.summary)}
-    return StoreAnalysis(when, clock_start, n, paths, figures)
+    return counts
 
 
 def _one_pass(
