@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 
-from audit.analysis.analyze import run_analyses
+from audit.analysis.analyze import analyze, run_analyses
 from audit.analysis.incidents import incidents_and_intervals
 from audit.errors import ParameterError, SchemaError
 from audit.ingest.query import (
@@ -116,8 +116,20 @@ def _store(tmp_path, records: list[dict]):
     return log, secrets, store
 
 
+@pytest.fixture(params=["installed", "1.2.2"])
+def duckdb_version(request, monkeypatch):
+    """The DuckDB installed, and one taken for 1.2 (before ``file_index``: parts by path)."""
+    import duckdb
+
+    if request.param != "installed":
+        monkeypatch.setattr(duckdb, "__version__", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
-def test_the_fold_of_first_receipts_equals_the_fold_of_every_delivery(tmp_path, seed):
+def test_the_fold_of_first_receipts_equals_the_fold_of_every_delivery(
+    tmp_path, seed, duckdb_version
+):
     _, _, store = _store(tmp_path, generated(seed))
     windows = [
         (None, pd.Timestamp("2026-12-01", tz="UTC")),
@@ -275,7 +287,9 @@ def test_an_unreadable_line_of_a_file_around_a_silent_month_counts_in_it(tmp_pat
     pd.testing.assert_frame_equal(f_store, f_raw)
 
 
-def test_two_files_of_one_name_from_two_folders_fold_as_every_delivery(tmp_path, monkeypatch):
+def test_two_files_of_one_name_from_two_folders_fold_as_every_delivery(
+    tmp_path, monkeypatch, duckdb_version
+):
     """Found in review: ``capture.jsonl`` ingested from two folders shares (source, line)."""
     secrets = write_secrets(tmp_path / "s.json", {s: [{"secret": v}] for s, v in SECRETS.items()})
     store = tmp_path / "store"
@@ -300,3 +314,35 @@ def test_first_receipts_take_times_as_text_or_timestamps(tmp_path):
     assert len(load_first_receipts(store, start="2026-09-01T00:00:00Z").rows) == 1
     with pytest.raises(ParameterError):
         load_first_receipts(store, start=pd.Timestamp("2026-09-01"), end=pd.Timestamp("2026-12-01"))
+
+
+def test_records_received_at_one_instant_keep_one_order_however_the_files_are_named(tmp_path):
+    """Found in review: with files named out of name order, a copy of an event received at the
+    same instant as another (a receiver that records whole seconds) came first from the raw
+    captures and second from the store, so the two folded different bodies."""
+    t = datetime(2026, 10, 5, tzinfo=UTC)
+    created = envelope("evt_1", "incident.created", t, "inc_1", status="pending_review")
+    closed = envelope("evt_1", "incident.status_changed", t, "inc_1", status="closed")
+    early = t - timedelta(minutes=1)
+    later = envelope("evt_2", "incident.status_changed", early, "inc_1", status="takedown_success")
+    at = t + timedelta(seconds=5)
+    write_jsonl(tmp_path / "b.jsonl", [record(closed, at), record(later, at)])
+    write_jsonl(tmp_path / "a.jsonl", [record(created, at), record(later, at, "wh_2")])
+    secrets = write_secrets(tmp_path / "s.json", {s: [{"secret": v}] for s, v in SECRETS.items()})
+    as_of = pd.Timestamp("2026-11-01", tz="UTC")
+    named = [tmp_path / "b.jsonl", tmp_path / "a.jsonl"]
+    ingest(named, secrets, tmp_path / "store")
+    runs = [
+        analyze(named, secrets, as_of=as_of),
+        analyze(named[::-1], secrets, as_of=as_of),
+        analyze([], None, store=tmp_path / "store", as_of=as_of),
+    ]
+    # The first receipt of evt_1, by real path then line, is a.jsonl's: pending review, where
+    # b.jsonl's would close the incident.
+    assert runs[0].tables()["incidents"]["status"].tolist() == ["pending_review"]
+    assert runs[0].tables()["events"]["event"].tolist()[:1] == ["incident.created"]
+    for other in runs[1:]:
+        for name, table in runs[0].tables().items():
+            pd.testing.assert_frame_equal(
+                other.tables()[name].reset_index(drop=True), table.reset_index(drop=True)
+            )

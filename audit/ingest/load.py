@@ -84,8 +84,14 @@ def expand_paths(
     files, loop-safe ``**``); a folder yields the names of the registered capture formats
     (:data:`audit.ingest.formats.FORMATS`) unless ``suffixes`` is given.
     Raises :class:`~audit.errors.InputError` for a path that matches nothing or cannot be read.
+
+    The files come in the order of their real paths, whatever order they were named in: "input
+    order" (which of two records received at the same instant comes first) is then the same
+    for ``audit analyze b.jsonl a.jsonl`` and ``a.jsonl b.jsonl``, and the evidence store's
+    (which keeps rows by real path and line).
     """
-    return expand(paths, tuple(FORMATS) if suffixes is None else suffixes, what="capture log")
+    found = expand(paths, tuple(FORMATS) if suffixes is None else suffixes, what="capture log")
+    return sorted(found, key=lambda p: str(p.resolve()))
 
 
 def _read(path: Path, limits: ExpansionLimits | None = None) -> tuple[bytes, bytes]:
