@@ -30,6 +30,7 @@ from audit.errors import OutputError
 
 __all__ = [
     "PARQUET_GROUP_ROWS",
+    "abandoned",
     "atomic_output",
     "output_error",
     "parquet_writer",
@@ -97,6 +98,13 @@ def atomic_output(
 #: A temporary file this old whose writer is gone was left by a killed run.
 _STALE_S = 60.0
 
+
+def abandoned(pid: int, info: os.stat_result, now: float) -> bool:
+    """Whether a temporary file or folder (``info``, from ``lstat``) written by process ``pid``
+    was left by a killed writer: over a minute old, and its writer gone."""
+    return now - info.st_mtime > _STALE_S and not _alive(pid)
+
+
 _STAGE = ".staged."
 
 
@@ -155,8 +163,7 @@ def _sweep_stages(out: Path) -> None:
             continue
         with contextlib.suppress(OSError):
             info = p.lstat()
-            old = stat.S_ISDIR(info.st_mode) and now - info.st_mtime > _STALE_S
-            if old and not _alive(int(parts[0])):
+            if stat.S_ISDIR(info.st_mode) and abandoned(int(parts[0]), info, now):
                 shutil.rmtree(p)
 
 
@@ -174,11 +181,9 @@ def _sweep(target: Path) -> None:
         parts = p.name[len(head) :].split(".")  # <pid>.<random>.tmp, the name mkstemp made
         if len(parts) != 3 or parts[2] != "tmp" or not parts[0].isdigit():
             continue
-        if _alive(int(parts[0])):
-            continue
         with contextlib.suppress(OSError):
             info = p.lstat()
-            if stat.S_ISREG(info.st_mode) and now - info.st_mtime > _STALE_S:
+            if stat.S_ISREG(info.st_mode) and abandoned(int(parts[0]), info, now):
                 p.unlink()
 
 

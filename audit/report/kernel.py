@@ -154,7 +154,7 @@ def sweep_kernel_folders(root: str | None = None) -> list[Path]:
     import stat
     import time
 
-    from audit.atomic import _STALE_S, _alive
+    from audit.atomic import abandoned
 
     gone: list[Path] = []
     if os.name != "posix":
@@ -167,14 +167,14 @@ def sweep_kernel_folders(root: str | None = None) -> list[Path]:
     now = time.time()
     for p in left:
         pid = p.name[len(_FOLDER) :].partition("-")[0]
-        if not pid.isdigit() or _alive(int(pid)):
+        if not pid.isdigit():
             continue
         with contextlib.suppress(OSError):
             info = p.lstat()
             if (
                 stat.S_ISDIR(info.st_mode)
                 and info.st_uid == os.getuid()
-                and now - info.st_mtime > _STALE_S
+                and abandoned(int(pid), info, now)
                 and not _held(p)
             ):
                 shutil.rmtree(p)
