@@ -650,3 +650,57 @@ def test_a_report_cuts_its_deliveries_by_period_once_per_table():
     assert figures._period_deliveries(run) is first
     run.tables["deliveries"] = d.iloc[:1]  # an analyst replaces the table: cut anew
     assert figures._period_deliveries(run).empty
+
+
+def test_thinned_keeps_two_points_a_cell_and_every_point_not_finite(monkeypatch):
+    import audit.plotting.base as base
+
+    monkeypatch.setattr(base, "THIN_ABOVE", 3)
+    # A 1 x 1 inch figure: 200 x 200 cells over the points' range, here [0, 1] on both axes.
+    x = np.array([0.0, 0.0, 0.001, 0.0, 1.0, np.nan, 0.5, 0.5, 0.5])
+    y = np.array([0.0, 0.0, 0.002, 0.0, 1.0, 0.5, 0.5, 0.5, np.inf])
+    # Cells by hand: rows 0-3 share cell (0, 0) (0.001 * 200 = 0.2), row 4 is alone in the
+    # top corner, 6 and 7 share the middle cell; 5 and 8 are not finite.
+    assert base.thinned(x, y, size_in=(1.0, 1.0)).tolist() == [0, 1, 4, 5, 6, 7, 8]
+    monkeypatch.setattr(base, "THIN_ABOVE", 9)  # few points: all drawn
+    assert base.thinned(x, y, size_in=(1.0, 1.0)).tolist() == list(range(9))
+
+
+def test_a_dense_clock_skew_is_drawn_from_fewer_points_to_the_same_picture(monkeypatch):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    import audit.plotting.base as base
+
+    rng = np.random.default_rng(3)
+    n = 120_000
+    secs = np.sort(rng.uniform(0, 31 * 86400, n))
+    skew = np.round(rng.gamma(2.0, 0.2, n), 3)  # a dense band of small skews
+    skew[::5000] = rng.uniform(-9000, 9000, len(skew[::5000]))  # replays far outside it
+    rows = [("valid", float(s), float(t)) for s, t in zip(skew, secs, strict=True)]
+    rows += [("stale_timestamp", 900.0, 100.0)]
+    frame = verified(rows)
+
+    def drawn(limit: int):
+        monkeypatch.setattr(base, "THIN_ABOVE", limit)
+        fig = P.plot_clock_skew(frame)
+        fig.set_dpi(96)
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        points = sum(len(c.get_offsets()) for c in fig.axes[0].collections)
+        pixels = np.asarray(canvas.buffer_rgba())[..., :3].astype(int)
+        return points, pixels, legend_texts(fig.axes[0])
+
+    every, whole, labels = drawn(10**9)
+    some, thin, thin_labels = drawn(20_000)
+    assert every == n + 1 and some < n // 2
+    assert (
+        thin_labels
+        == labels
+        == [
+            "accepted window ±300 s",
+            "stale_timestamp (n=1)",
+            f"valid (n={n})",
+        ]
+    )
+    off = np.abs(whole - thin).max(axis=2)
+    assert (off > 64).sum() <= off.size // 2000  # at most 0.05 % of the pixels visibly differ

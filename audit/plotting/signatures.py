@@ -12,7 +12,15 @@ from audit.analysis.metrics import plain_labels, require_columns
 from audit.errors import ParameterError
 from audit.ingest.signatures import VERDICTS
 from audit.ingest.verification import verdict_counts
-from audit.plotting.base import date_axis, naive_utc, new_figure, no_data, percent_text, safe_label
+from audit.plotting.base import (
+    date_axis,
+    naive_utc,
+    new_figure,
+    no_data,
+    percent_text,
+    safe_label,
+    thinned,
+)
 from audit.spec import CLOCK_TOLERANCE_S
 
 __all__ = ["plot_clock_skew", "plot_verdict_counts"]
@@ -87,8 +95,16 @@ def plot_clock_skew(
     code_of = {str(v): k for k, v in enumerate(found)}
     order = [v for v in VERDICTS if v in code_of]
     order += sorted(set(code_of) - set(order))
+    if yscale == "auto":
+        yscale = "symlog" if np.abs(skew).max() > 2 * tolerance_s else "linear"
+    if yscale == "symlog":
+        ax.set_yscale("symlog", linthresh=10.0)
+    # Positions in the axes' scale, for thinning a million points to those that show.
+    scaled = ax.yaxis.get_transform().transform(skew)
     for verdict in order:
-        sel = codes == code_of[verdict]
+        sel = np.flatnonzero(codes == code_of[verdict])
+        n = len(sel)
+        sel = sel[thinned(times[sel].view("int64"), scaled[sel], size_in=fig.get_size_inches())]
         is_valid = verdict == "valid"
         h = ax.scatter(
             times[sel],
@@ -99,11 +115,7 @@ def plot_clock_skew(
             color=_SKEW_COLOURS.get(verdict, "black"),
         )
         handles.append(h)
-        labels.append(f"{safe_label(verdict)} (n={int(sel.sum())})")
-    if yscale == "auto":
-        yscale = "symlog" if np.abs(skew).max() > 2 * tolerance_s else "linear"
-    if yscale == "symlog":
-        ax.set_yscale("symlog", linthresh=10.0)
+        labels.append(f"{safe_label(verdict)} (n={n})")
     date_axis(ax)
     ax.set_xlabel("received at (UTC)")
     ax.set_ylabel("skew (s" + (", symlog scale)" if yscale == "symlog" else ")"))

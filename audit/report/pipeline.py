@@ -287,6 +287,9 @@ def run_report(
         failing = int((computed.findings["status"] == "fail").sum())
         say(f"analyses and controls done: {len(computed.findings)} findings, {failing} failing")
         run_id = f"{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+        from audit.report.render import preload
+
+        preloading = preload()  # beside the run folder's writing
         with lock(root):
             tmp, manifest = _write_run(
                 root, period, checked, computed, code, nb_path, started, run_id
@@ -295,6 +298,7 @@ def run_report(
             # deliveries this process would hold 1.7 GB beside the kernel's 0.6-1.8 GB).
             del inputs, computed
             release_free_memory()
+            preloading.join()
             return _render_run(
                 root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel
             )
