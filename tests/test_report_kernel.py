@@ -195,3 +195,25 @@ def test_the_sweep_leaves_a_folder_whose_lock_is_held(tmp_path):
     finally:
         os.close(lock)  # the run ends without cleaning up (killed)
     assert sweep_kernel_folders(str(tmp_path)) == [folder] and not folder.exists()
+
+
+def test_a_preload_that_fails_leaves_rendering_to_say_why(hostile, tmp_path, monkeypatch):  # noqa: F811
+    """The import-and-template thread swallows its error; rendering meets it and reports it."""
+    import threading
+
+    import audit.report.render as render_module
+
+    def broken():
+        raise RuntimeError("template broken")
+
+    monkeypatch.setattr(render_module, "_exporter", broken)
+    seen: list = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args))
+    logs, secrets = hostile
+    result = run_report(
+        [logs], secrets_path=secrets, period=parse_period("2026-10"), out_dir=tmp_path / "r"
+    )
+    assert seen == []  # no error escaped the thread
+    assert result.rendering_failed and result.exit_code in (1, 2)
+    assert result.message.startswith("rendering failed: HTML conversion failed: RuntimeError")
+    assert (result.run_dir / "findings.json").is_file()
