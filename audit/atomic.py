@@ -15,12 +15,12 @@ the same target removes those whose writer is gone and that are over a minute ol
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
-import shutil
+import secrets
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +30,7 @@ from audit.errors import OutputError
 
 __all__ = [
     "PARQUET_GROUP_ROWS",
+    "Stage",
     "abandoned",
     "atomic_output",
     "output_error",
@@ -75,6 +76,7 @@ def atomic_output(
         fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=target.parent)
     except OSError as e:
         raise output_error(target, e) from None
+    _own(Path(tmp), True)
     try:
         os.fchmod(fd, mode)
         kwargs = {} if binary else {"encoding": "utf-8", "newline": newline}
@@ -92,6 +94,8 @@ def atomic_output(
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    finally:
+        _own(Path(tmp), False)
     _sweep(target)  # written: tidy what killed writers left (never fails the write)
 
 
@@ -105,66 +109,102 @@ def abandoned(pid: int, info: os.stat_result, now: float) -> bool:
     return now - info.st_mtime > _STALE_S and not _alive(pid)
 
 
-_STAGE = ".staged."
+class Stage:
+    """The files of one set (:func:`staged_files`): ``stage / name`` is where to write what becomes
+    ``out/name``, a hidden file beside its real target (``.<name>.<pid>.<random>.staged``, on
+    the target's own file system when ``out/name`` is a symbolic link)."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self._final: dict[Path, Path] = {}  # staged path -> out/name
+        self._lock = threading.Lock()
+
+    def __truediv__(self, name: str) -> Path:
+        final = self.out / name
+        target = real_target(final)
+        _sweep(target)  # what killed writers of this target left
+        staged = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.staged")
+        with self._lock:
+            self._final[staged] = final
+        _own(staged, True)
+        return staged
+
+    def final(self, path: str | os.PathLike) -> Path:
+        """``out/name`` for the staged path of ``name`` (any other path as it is)."""
+        return self._final.get(Path(path), Path(path))
+
+    def said_of_final(self, message: str) -> str:
+        """``message`` with every staged path replaced by its ``out/name``."""
+        for staged, final in self._final.items():
+            message = message.replace(str(staged), str(final))
+        return message
+
+    def commit(self) -> None:
+        """Rename every written file over its target: none before all are checked."""
+        done = [(s, f) for s, f in self._final.items() if s.exists()]
+        for _, final in done:
+            if real_target(final).is_dir():
+                raise OutputError(f"{final}: is a folder; no file of the set was replaced")
+        for k, (staged, final) in enumerate(done):
+            target = real_target(final)
+            try:
+                with contextlib.suppress(FileNotFoundError):  # keep the target's permissions
+                    os.chmod(staged, target.stat().st_mode & 0o777)
+                os.replace(staged, target)
+            except OSError as e:
+                reason = e.strerror or type(e).__name__
+                raise OutputError(
+                    f"{final}: cannot write ({reason}); {k} of the {len(done)} files of the set "
+                    "were replaced before it"
+                ) from None
+
+    def discard(self) -> None:
+        """Remove every staged file (written or not) and forget them."""
+        for staged in self._final:
+            with contextlib.suppress(OSError):
+                staged.unlink()
+            _own(staged, False)
 
 
 @contextlib.contextmanager
-def staged_files(out: str | os.PathLike) -> Iterator[Path]:
-    """A private folder inside ``out`` to write a set of files into, moved into ``out`` together.
+def staged_files(out: str | os.PathLike) -> Iterator[Stage]:
+    """Write a set of files into ``out`` all or nothing: write each to ``stage / name``.
 
-    Every file is written (and fsynced) in the folder first; only when the block ends without
-    error is each renamed over its namesake in ``out``, one rename after the other (a kill
-    between two renames is the only way to leave a mix of old and new files). When a write
-    fails, the folder is removed and every previous file in ``out`` is left as it was; an
-    :class:`~audit.errors.OutputError` then names the file in ``out``, not in the folder.
-    The folder (``.staged.<pid>.<random>``) of a killed writer is removed by the next writer
-    once it is a minute old.
+    Every file is written (and fsynced) under a hidden name beside its target first; only when
+    the block ends without error is each renamed over its target, after all targets were
+    checked (a target that is a folder fails the set before any rename). When a write fails,
+    the staged files are removed and every previous file in ``out`` is left as it was; an
+    :class:`~audit.errors.OutputError` then names the file in ``out``. Renames in one folder
+    do not fail for want of space; should one fail anyway, the error says how many files were
+    replaced before it. A kill during the renames (milliseconds), or two runs renaming into
+    the same folder at the same moment, can leave a mix. Files of a killed writer are removed
+    by the next write of the same name once they are a minute old.
     """
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        _sweep_stages(out)
-        stage = Path(tempfile.mkdtemp(prefix=f"{_STAGE}{os.getpid()}.", dir=out))
     except OSError as e:
         raise output_error(out, e) from None
+    stage = Stage(out)
     try:
         try:
             yield stage
         except OutputError as e:  # said of the file in out
-            raise OutputError(str(e).replace(f"{stage}{os.sep}", f"{out}{os.sep}")) from None
-        for p in sorted(stage.iterdir()):
-            _move(p, real_target(out / p.name))
+            raise OutputError(stage.said_of_final(str(e))) from None
+        stage.commit()
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        stage.discard()
 
 
-def _move(staged: Path, target: Path) -> None:
-    """Rename ``staged`` over ``target`` (keeping ``target``'s permission bits); across file
-    systems (``target`` reached by a symbolic link), an atomic copy."""
-    try:
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(staged, target.stat().st_mode & 0o777)
-        os.replace(staged, target)
-    except OSError as e:
-        if e.errno != errno.EXDEV:
-            raise output_error(target, e) from None
-        with open(staged, "rb") as src, atomic_output(target, binary=True) as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+#: Temporary and staged files this process is writing. Its process id may have been another's
+#: before (a container's first process is always 1): their files are told apart by this.
+_MINE: set[Path] = set()
+_MINE_LOCK = threading.Lock()
 
 
-def _sweep_stages(out: Path) -> None:
-    """Remove the staging folders in ``out`` of writers that are gone (over a minute old)."""
-    if os.name != "posix":
-        return
-    now = time.time()
-    for p in out.iterdir():
-        parts = p.name[len(_STAGE) :].split(".")
-        if not p.name.startswith(_STAGE) or len(parts) != 2 or not parts[0].isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            info = p.lstat()
-            if stat.S_ISDIR(info.st_mode) and abandoned(int(parts[0]), info, now):
-                shutil.rmtree(p)
+def _own(path: Path, writing: bool) -> None:
+    with _MINE_LOCK:
+        (_MINE.add if writing else _MINE.discard)(Path(path))
 
 
 def _sweep(target: Path) -> None:
@@ -178,12 +218,20 @@ def _sweep(target: Path) -> None:
         return
     now = time.time()
     for p in left:
-        parts = p.name[len(head) :].split(".")  # <pid>.<random>.tmp, the name mkstemp made
-        if len(parts) != 3 or parts[2] != "tmp" or not parts[0].isdigit():
+        parts = p.name[len(head) :].split(".")  # <pid>.<random>.tmp (mkstemp's), or .staged
+        if len(parts) != 3 or parts[2] not in ("tmp", "staged") or not parts[0].isdigit():
             continue
+        pid = int(parts[0])
         with contextlib.suppress(OSError):
             info = p.lstat()
-            if stat.S_ISREG(info.st_mode) and abandoned(int(parts[0]), info, now):
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+                continue
+            if pid == os.getpid():  # an earlier process of the same number, or this one
+                with _MINE_LOCK:
+                    gone = p not in _MINE and now - info.st_mtime > _STALE_S
+            else:
+                gone = abandoned(pid, info, now)
+            if gone:
                 p.unlink()
 
 

@@ -107,39 +107,75 @@ def test_staged_files_replace_all_or_none(tmp_path):
     assert (out / "a.csv").stat().st_mode & 0o777 == 0o600  # the file's permissions kept
 
 
-def test_staged_files_write_through_a_symlink_and_across_file_systems(tmp_path, monkeypatch):
-    real = tmp_path / "elsewhere.csv"
+def test_staged_files_write_beside_a_symlinks_target_and_keep_the_link(tmp_path):
+    """A table linked to another disk is written on that disk, once (no copy from out)."""
+    elsewhere = tmp_path / "disk2"
+    elsewhere.mkdir()
+    real = elsewhere / "t.csv"
     real.write_text("old")
     out = tmp_path / "out"
     out.mkdir()
     (out / "t.csv").symlink_to(real)
-    real_replace, calls = os.replace, []
-
-    def across(src, dst):  # the link's target is on another mount: renames to it fail
-        calls.append(dst)
-        if os.fspath(dst) == os.fspath(real) and ".staged." in os.fspath(src):
-            raise OSError(errno.EXDEV, "Invalid cross-device link")
-        return real_replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", across)
     with staged_files(out) as stage:
-        write_text_atomic(stage / "t.csv", "new")
+        staged = stage / "t.csv"
+        write_text_atomic(staged, "new")
+        assert staged.parent == elsewhere and real.read_text() == "old"
     assert (out / "t.csv").is_symlink() and real.read_text() == "new"
     assert [p.name for p in out.iterdir()] == ["t.csv"]
-    assert calls.count(real) == 2  # the rename that failed, then the copy's own
+    assert [p.name for p in elsewhere.iterdir()] == ["t.csv"]
+
+
+def test_staged_files_check_every_target_before_replacing_any(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("a.csv", "c.csv"):
+        (out / name).write_text("old")
+    (out / "b.csv").mkdir()  # a folder where a table goes
+    folder = pytest.raises(OutputError, match=rf"^{out}/b\.csv: is a folder; no file of the set")
+    with folder, staged_files(out) as stage:
+        for name in ("a.csv", "b.csv", "c.csv"):
+            write_text_atomic(stage / name, "new")
+    assert (out / "a.csv").read_text() == "old" and (out / "c.csv").read_text() == "old"
+    assert sorted(p.name for p in out.iterdir()) == ["a.csv", "b.csv", "c.csv"]
+
+
+def test_a_rename_that_fails_after_others_says_so(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    real_replace = os.replace
+
+    def second_fails(src, dst):
+        if str(src).endswith(".staged") and os.fspath(dst).endswith("b.csv"):
+            raise OSError(errno.EACCES, "Permission denied")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", second_fails)
+    said = pytest.raises(
+        OutputError, match=r"b\.csv: cannot write \(Permission denied\); 1 of the 3"
+    )
+    with said, staged_files(out) as stage:
+        for name in ("a.csv", "b.csv", "c.csv"):
+            write_text_atomic(stage / name, name)
+    assert sorted(p.name for p in out.iterdir()) == ["a.csv"]  # no staged file left
 
 
 @pytest.mark.skipif(os.name != "posix", reason="the writer check is POSIX's signal 0")
-def test_staged_files_remove_the_folders_of_killed_writers(tmp_path):
+def test_staged_files_remove_what_killed_writers_left(tmp_path):
     dead = _dead_pid()
-    folders = {}
-    for name, pid, age in [("stale", dead, 3600), ("young", dead, 0), ("live", os.getppid(), 3600)]:
-        folders[name] = tmp_path / f".staged.{pid}.{name}"
-        folders[name].mkdir()
-        (folders[name] / "deliveries.parquet").write_text("half")
-        os.utime(folders[name], (time.time() - age,) * 2)
+    left = {}
+    for name, pid, age in [
+        ("stale", dead, 3600),
+        ("young", dead, 0),
+        ("live", os.getppid(), 3600),
+        ("reused", os.getpid(), 3600),  # our number, not our file: a container's pid 1 again
+    ]:
+        left[name] = tmp_path / f".x.csv.{pid}.{name}.staged"
+        left[name].write_text("half")
+        os.utime(left[name], (time.time() - age,) * 2)
+    user = tmp_path / ".staged.20240101.backup"  # the user's, whatever its name looks like
+    user.mkdir()
+    os.utime(user, (time.time() - 3600,) * 2)
     with staged_files(tmp_path) as stage:
         write_text_atomic(stage / "x.csv", "x")
-    assert not folders["stale"].exists()
-    assert folders["young"].exists() and folders["live"].exists()
+    assert not left["stale"].exists() and not left["reused"].exists()
+    assert left["young"].exists() and left["live"].exists() and user.exists()
     assert (tmp_path / "x.csv").read_text() == "x"

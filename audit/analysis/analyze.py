@@ -20,7 +20,7 @@ from audit.analysis.subscriptions import load_snapshots
 from audit.analysis.survival import KMQuantile
 from audit.analysis.survival_by import kaplan_meier_by
 from audit.analysis.takedown import takedown_durations, takedown_summary
-from audit.atomic import staged_files, write_parquet_atomic
+from audit.atomic import Stage, staged_files, write_parquet_atomic
 from audit.errors import ParameterError
 from audit.ingest.extract import EXTRACTED
 from audit.ingest.receipts import FirstReceipts
@@ -120,7 +120,7 @@ class Analysis:
                 pool.submit(write_table, stage, name, table, fmt)
                 for name, table in self.tables().items()
             ]
-            return [out / path.name for job in done for path in job.result()]
+            return [stage.final(path) for job in done for path in job.result()]
 
 
 def check_table_format(fmt: str) -> None:
@@ -137,8 +137,9 @@ def table_folder(out_dir: str | os.PathLike, fmt: str) -> Path:
     return out
 
 
-def write_table(out: Path, name: str, table: pd.DataFrame, fmt: str) -> list[Path]:
-    """Write one table as :meth:`Analysis.write` does; return its paths."""
+def write_table(out: Path | Stage, name: str, table: pd.DataFrame, fmt: str) -> list[Path]:
+    """Write one table as :meth:`Analysis.write` does (into a folder or a
+    :class:`~audit.atomic.Stage`); return its paths."""
     path = out / f"{name}.{fmt}"
     if fmt == "csv":
         write_csv(table, path)

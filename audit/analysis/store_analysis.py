@@ -40,6 +40,7 @@ from audit.analysis.analyze import (
 from audit.analysis.subscriptions import load_snapshots
 from audit.atomic import (
     PARQUET_GROUP_ROWS,
+    Stage,
     atomic_output,
     output_error,
     parquet_writer,
@@ -188,13 +189,13 @@ def _in_passes(
         counts = _passes(stage, store, n, when, fmt)
         paths = [out / f"deliveries.{fmt}", out / f"events.{fmt}"]
         for name, table in small.items():
-            paths += [out / p.name for p in write_table(stage, name, table, fmt)]
+            paths += [stage.final(p) for p in write_table(stage, name, table, fmt)]
     figures = {**(counts or {}), **incident_counts(t.incidents, t.durations, t.summary)}
     return StoreAnalysis(when, clock_start, n, paths, figures)
 
 
 def _passes(
-    out: Path, store: Store, n: int, when: pd.Timestamp, fmt: str
+    out: Stage, store: Store, n: int, when: pd.Timestamp, fmt: str
 ) -> dict[str, object] | None:
     """Write the deliveries and events tables of ``store`` into ``out`` in ``n`` passes; return
     their summary counts, added up."""
