@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import stat
 import tempfile
@@ -204,31 +205,35 @@ _MINE_LOCK = threading.Lock()
 
 def _own(path: Path, writing: bool) -> None:
     with _MINE_LOCK:
-        (_MINE.add if writing else _MINE.discard)(Path(path))
+        (_MINE.add if writing else _MINE.discard)(Path(path).absolute())
 
 
 def _sweep(target: Path) -> None:
     """Remove the temporary files of ``target`` left by writers that are gone."""
     if os.name != "posix":  # the process check below is POSIX's signal 0
         return
-    head = f".{target.name}."
+    name = re.escape(target.name)
+    # <pid>.<random>.tmp (mkstemp's), <pid>.<random>.staged (staged_files'), or the temporary
+    # file of a staged one (.<staged name>.<pid>.<random>.tmp)
+    ours = re.compile(
+        rf"\.{name}\.(\d+)\.\w+\.(?:tmp|staged)|\.\.{name}\.(\d+)\.\w+\.staged\.\d+\.\w+\.tmp"
+    )
     try:
-        left = [p for p in target.parent.iterdir() if p.name.startswith(head)]
+        left = [(p, ours.fullmatch(p.name)) for p in target.parent.iterdir()]
     except OSError:
         return
     now = time.time()
-    for p in left:
-        parts = p.name[len(head) :].split(".")  # <pid>.<random>.tmp (mkstemp's), or .staged
-        if len(parts) != 3 or parts[2] not in ("tmp", "staged") or not parts[0].isdigit():
+    for p, match in left:
+        if match is None:
             continue
-        pid = int(parts[0])
+        pid = int(match.group(1) or match.group(2))
         with contextlib.suppress(OSError):
             info = p.lstat()
             if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
                 continue
             if pid == os.getpid():  # an earlier process of the same number, or this one
                 with _MINE_LOCK:
-                    gone = p not in _MINE and now - info.st_mtime > _STALE_S
+                    gone = p.absolute() not in _MINE and now - info.st_mtime > _STALE_S
             else:
                 gone = abandoned(pid, info, now)
             if gone:

@@ -171,11 +171,16 @@ def test_staged_files_remove_what_killed_writers_left(tmp_path):
         left[name] = tmp_path / f".x.csv.{pid}.{name}.staged"
         left[name].write_text("half")
         os.utime(left[name], (time.time() - age,) * 2)
+    # killed while writing a staged file: the temporary file of the staged one
+    left["half"] = tmp_path / f"..x.csv.{dead}.ab12cd34.staged.{dead}.k_9z.tmp"
+    left["half"].write_text("half")
+    os.utime(left["half"], (time.time() - 3600,) * 2)
     user = tmp_path / ".staged.20240101.backup"  # the user's, whatever its name looks like
     user.mkdir()
     os.utime(user, (time.time() - 3600,) * 2)
     with staged_files(tmp_path) as stage:
         write_text_atomic(stage / "x.csv", "x")
     assert not left["stale"].exists() and not left["reused"].exists()
+    assert not left["half"].exists()
     assert left["young"].exists() and left["live"].exists() and user.exists()
     assert (tmp_path / "x.csv").read_text() == "x"
