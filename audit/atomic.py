@@ -46,9 +46,15 @@ __all__ = [
 
 
 def real_target(path: str | os.PathLike) -> Path:
-    """``path`` with symbolic links resolved (a missing final target is fine)."""
+    """``path`` with symbolic links resolved (a missing final target is fine); a link loop is an
+    :class:`~audit.errors.OutputError`."""
     p = Path(path)
-    return p.resolve() if p.is_symlink() else p
+    try:
+        return p.resolve() if p.is_symlink() else p
+    except RuntimeError:  # Python 3.11-3.12 raise it for a loop; 3.13 an OSError (ELOOP)
+        raise OutputError(f"{p}: cannot write (symbolic link loop)") from None
+    except OSError as e:
+        raise output_error(p, e) from None
 
 
 @contextlib.contextmanager
@@ -118,15 +124,32 @@ class Stage:
     def __init__(self, out: Path) -> None:
         self.out = out
         self._final: dict[Path, Path] = {}  # staged path -> out/name
+        self._created: dict[Path, int] = {}  # staged path -> inode of the empty file made for it
         self._lock = threading.Lock()
 
     def __truediv__(self, name: str) -> Path:
         final = self.out / name
         target = real_target(final)
+        if target.is_dir():
+            raise OutputError(f"{final}: is a folder; no file of the set was replaced")
         _sweep(target)  # what killed writers of this target left
         staged = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.staged")
+        try:  # created with the target's permissions: a writer keeps those of the file it replaces
+            mode = target.stat().st_mode & 0o777
+        except OSError:
+            mode = 0o644
+        try:
+            fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, mode)
+            try:
+                os.fchmod(fd, mode)  # whatever the umask
+                created = os.fstat(fd).st_ino
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise output_error(final, e) from None
         with self._lock:
             self._final[staged] = final
+            self._created[staged] = created
         _own(staged, True)
         return staged
 
@@ -141,15 +164,25 @@ class Stage:
         return message
 
     def commit(self) -> None:
-        """Rename every written file over its target: none before all are checked."""
-        done = [(s, f) for s, f in self._final.items() if s.exists()]
-        for _, final in done:
+        """Rename every staged file over its target: none before all are checked (each written,
+        still there, its target not a folder)."""
+        done = list(self._final.items())
+        for staged, final in done:
+            try:
+                written = os.lstat(staged).st_ino != self._created[staged]
+            except FileNotFoundError:
+                raise OutputError(
+                    f"{final}: its new version was removed before it could replace it (by "
+                    "another run's clean-up?); no file of the set was replaced"
+                ) from None
+            if not written:
+                raise OutputError(f"{final}: was not written; no file of the set was replaced")
             if real_target(final).is_dir():
                 raise OutputError(f"{final}: is a folder; no file of the set was replaced")
         for k, (staged, final) in enumerate(done):
             target = real_target(final)
             try:
-                with contextlib.suppress(FileNotFoundError):  # keep the target's permissions
+                with contextlib.suppress(FileNotFoundError):  # the target's permissions kept
                     os.chmod(staged, target.stat().st_mode & 0o777)
                 os.replace(staged, target)
             except OSError as e:
@@ -197,6 +230,21 @@ def staged_files(out: str | os.PathLike) -> Iterator[Stage]:
         stage.discard()
 
 
+#: The random parts of the names of temporary files (mkstemp's) and staged files.
+_TMP, _HEX = "[a-z0-9_]{8}", "[0-9a-f]{8}"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _pid_max() -> int:
+    try:
+        with open("/proc/sys/kernel/pid_max", encoding="ascii") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 4_194_304  # Linux's largest
+
+
+_PID_MAX = _pid_max()
+
 #: Temporary and staged files this process is writing. Its process id may have been another's
 #: before (a container's first process is always 1): their files are told apart by this.
 _MINE: set[Path] = set()
@@ -205,7 +253,7 @@ _MINE_LOCK = threading.Lock()
 
 def _own(path: Path, writing: bool) -> None:
     with _MINE_LOCK:
-        (_MINE.add if writing else _MINE.discard)(Path(path).absolute())
+        (_MINE.add if writing else _MINE.discard)(os.path.abspath(path))
 
 
 def _sweep(target: Path) -> None:
@@ -216,7 +264,8 @@ def _sweep(target: Path) -> None:
     # <pid>.<random>.tmp (mkstemp's), <pid>.<random>.staged (staged_files'), or the temporary
     # file of a staged one (.<staged name>.<pid>.<random>.tmp)
     ours = re.compile(
-        rf"\.{name}\.(\d+)\.\w+\.(?:tmp|staged)|\.\.{name}\.(\d+)\.\w+\.staged\.\d+\.\w+\.tmp"
+        rf"\.{name}\.(\d+)\.(?:{_TMP}\.tmp|{_HEX}\.staged)"
+        rf"|\.\.{name}\.(\d+)\.{_HEX}\.staged\.\d+\.{_TMP}\.tmp"
     )
     try:
         left = [(p, ours.fullmatch(p.name)) for p in target.parent.iterdir()]
@@ -227,13 +276,15 @@ def _sweep(target: Path) -> None:
         if match is None:
             continue
         pid = int(match.group(1) or match.group(2))
+        if pid > _PID_MAX:  # not a process id: a name of the user's
+            continue
         with contextlib.suppress(OSError):
             info = p.lstat()
             if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
                 continue
             if pid == os.getpid():  # an earlier process of the same number, or this one
                 with _MINE_LOCK:
-                    gone = p.absolute() not in _MINE and now - info.st_mtime > _STALE_S
+                    gone = os.path.abspath(p) not in _MINE and now - info.st_mtime > _STALE_S
             else:
                 gone = abandoned(pid, info, now)
             if gone:

@@ -162,17 +162,19 @@ def test_a_rename_that_fails_after_others_says_so(tmp_path, monkeypatch):
 def test_staged_files_remove_what_killed_writers_left(tmp_path):
     dead = _dead_pid()
     left = {}
-    for name, pid, age in [
-        ("stale", dead, 3600),
-        ("young", dead, 0),
-        ("live", os.getppid(), 3600),
-        ("reused", os.getpid(), 3600),  # our number, not our file: a container's pid 1 again
+    for name, pid, age, random in [
+        ("stale", dead, 3600, "0000aaaa"),
+        ("young", dead, 0, "1111bbbb"),
+        ("live", os.getppid(), 3600, "2222cccc"),
+        ("reused", os.getpid(), 3600, "3333dddd"),  # our number, not our file: a container's 1
+        ("user's", 20240101, 3600, "4444eeee"),  # not a process id (over pid_max)
+        ("user's too", dead, 3600, "orig"),  # not a random part of ours
     ]:
-        left[name] = tmp_path / f".x.csv.{pid}.{name}.staged"
+        left[name] = tmp_path / f".x.csv.{pid}.{random}.staged"
         left[name].write_text("half")
         os.utime(left[name], (time.time() - age,) * 2)
     # killed while writing a staged file: the temporary file of the staged one
-    left["half"] = tmp_path / f"..x.csv.{dead}.ab12cd34.staged.{dead}.k_9z.tmp"
+    left["half"] = tmp_path / f"..x.csv.{dead}.ab12cd34.staged.{dead}.k_9zq1w2.tmp"
     left["half"].write_text("half")
     os.utime(left["half"], (time.time() - 3600,) * 2)
     user = tmp_path / ".staged.20240101.backup"  # the user's, whatever its name looks like
@@ -183,4 +185,51 @@ def test_staged_files_remove_what_killed_writers_left(tmp_path):
     assert not left["stale"].exists() and not left["reused"].exists()
     assert not left["half"].exists()
     assert left["young"].exists() and left["live"].exists() and user.exists()
+    assert left["user's"].exists() and left["user's too"].exists()
     assert (tmp_path / "x.csv").read_text() == "x"
+
+
+def test_a_staged_file_removed_before_the_commit_fails_the_set(tmp_path):
+    """Another run's clean-up (another PID namespace) removed one: no file is replaced, and the
+    run does not say it wrote it."""
+    (tmp_path / "a.csv").write_text("old a")
+    (tmp_path / "b.csv").write_text("old b")
+    removed = pytest.raises(OutputError, match=r"b\.csv: its new version was removed")
+    with removed, staged_files(tmp_path) as stage:
+        write_text_atomic(stage / "a.csv", "new a")
+        staged = stage / "b.csv"
+        write_text_atomic(staged, "new b")
+        staged.unlink()
+    assert (tmp_path / "a.csv").read_text() == "old a" and (
+        tmp_path / "b.csv"
+    ).read_text() == "old b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "b.csv"]
+    never = pytest.raises(OutputError, match=r"c\.csv: was not written; no file of the set")
+    with never, staged_files(tmp_path) as stage:
+        write_text_atomic(stage / "a.csv", "new a")
+        stage / "c.csv"  # asked for, never written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "b.csv"]
+
+
+def test_a_staged_file_has_its_targets_permissions_while_it_is_written(tmp_path):
+    (tmp_path / "secret.csv").write_text("old")
+    os.chmod(tmp_path / "secret.csv", 0o600)
+    with staged_files(tmp_path) as stage:
+        staged = stage / "secret.csv"
+        assert staged.stat().st_mode & 0o777 == 0o600  # before a byte is written
+        with atomic_output(staged) as f:
+            f.write("new")
+        assert staged.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "secret.csv").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_table_that_is_a_folder_or_a_link_loop_is_one_clear_error(tmp_path):
+    (tmp_path / "root.csv").symlink_to("/")
+    (tmp_path / "loop.csv").symlink_to(tmp_path / "loop.csv")
+    for name, said in [("root.csv", "is a folder"), ("loop.csv", "symbolic link loop")]:
+        with (
+            pytest.raises(OutputError, match=rf"{name}: .*{said}"),
+            staged_files(tmp_path) as stage,
+        ):
+            write_text_atomic(stage / name, "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop.csv", "root.csv"]

@@ -146,8 +146,9 @@ def write_table(out: Path | Stage, name: str, table: pd.DataFrame, fmt: str) -> 
         return [path]
     write_parquet_atomic(table, path)
     if name in CSV_TABLES:  # small: also for a spreadsheet
-        write_csv(table, out / f"{name}.csv")
-        return [out / f"{name}.csv", path]
+        csv = out / f"{name}.csv"
+        write_csv(table, csv)
+        return [csv, path]
     return [path]
 
 
