@@ -217,3 +217,20 @@ def test_a_preload_that_fails_leaves_rendering_to_say_why(hostile, tmp_path, mon
     assert result.rendering_failed and result.exit_code in (1, 2)
     assert result.message.startswith("rendering failed: HTML conversion failed: RuntimeError")
     assert (result.run_dir / "findings.json").is_file()
+
+
+def test_the_preload_imports_requests_in_the_calling_thread():
+    """Found in a clean clone (the demo's stderr test failed one run in two): requests adds its
+    filter for urllib3's SOCKS notice while it is imported; imported in the preload thread, the
+    main thread's `catch_warnings` blocks could undo it and the notice reached stderr."""
+    code = (
+        "import sys, threading\n"
+        "from audit.report.render import preload\n"
+        "assert 'requests' not in sys.modules\n"
+        "threading.Thread.start = lambda self: None  # the thread itself never runs\n"
+        "preload()\n"
+        "print('requests' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
