@@ -10,6 +10,10 @@ A target that is a symbolic link is written at the link's final target (the link
 A writer killed before its rename (``kill -9``, a power cut) leaves its temporary file behind;
 the temporary file's name carries the writer's process id, and the next successful write of
 the same target removes those whose writer is gone and that are over a minute old.
+
+A set of files that belong together (the tables of one analysis) is written with
+:func:`staged_files`: each under a hidden name beside its target, all renamed only when all
+are written.
 """
 
 from __future__ import annotations
@@ -247,7 +251,7 @@ _PID_MAX = _pid_max()
 
 #: Temporary and staged files this process is writing. Its process id may have been another's
 #: before (a container's first process is always 1): their files are told apart by this.
-_MINE: set[Path] = set()
+_MINE: set[str] = set()
 _MINE_LOCK = threading.Lock()
 
 

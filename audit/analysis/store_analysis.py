@@ -184,7 +184,6 @@ def _in_passes(
         "takedown_summary": t.summary,
         "subscriptions": subs,
     }
-    counts: dict[str, object] | None = None
     with staged_files(out) as stage:  # no table replaced before all are written
         counts = _passes(stage, store, n, when, fmt)
         paths = [out / f"deliveries.{fmt}", out / f"events.{fmt}"]
