@@ -165,7 +165,8 @@ def _part_file_column(duckdb, parts: list[Path]) -> tuple[str, str]:
 
     DuckDB 1.3 and later number the files read (``file_index``, in the order given: ``parts``
     is sorted, so the same order as their names). The pick of first receipts then keeps an
-    integer per row, not the file's path: at 1M deliveries about 230 MB less and a fifth faster.
+    integer per row, not the file's path: at 1M deliveries the pick alone holds about 230 MB less
+    and is a fifth faster (a whole report's peak, 1-3 % lower: ``docs/scale.md``).
     Older DuckDB gives the path (``filename = true``).
     """
     base = f"read_parquet({sql_list(parts)}, hive_partitioning = false, file_row_number = true"
