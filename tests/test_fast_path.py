@@ -363,3 +363,37 @@ def test_a_header_repeated_under_an_escaped_spelling_is_a_repeat_on_both_paths(w
     cols, slow = both([line, valid()])
     assert slow == 1 and cols["verdict"][1] == "valid"
     assert cols["verdict"][0] != "valid" or which in ("Event", "Delivery-Id")
+
+
+@pytest.mark.parametrize("which", ["Signature", "Timestamp", "Event", "Delivery-Id"])
+def test_a_header_repeated_under_the_same_spelling_is_a_repeat_on_both_paths(which):
+    """Two keys spelled alike: JSON keeps the last, the exact path sees both."""
+    rec = valid()
+    rec["headers"]["X-PhishFort-Event"] = "incident.created"
+    name = next(k for k in rec["headers"] if k.endswith(which))
+    decoy = "sha256=" + "0" * 64 if which == "Signature" else "1"
+    line = json.dumps(rec).replace('"headers": {', f'"headers": {{"{name}": "{decoy}", ', 1)
+    assert json.loads(line)["headers"][name] == rec["headers"][name]  # JSON keeps the last
+    cols, slow = both([line, valid()])
+    assert slow == 1 and cols["verdict"][1] == "valid"
+    assert cols["verdict"][0] != "valid" or which in ("Event", "Delivery-Id")
+
+
+def test_a_header_repeated_with_an_escape_in_its_prefix_is_a_repeat_on_both_paths():
+    """``"\\u0058-PhishFort-Signature"``: the escape hides the key from a prefix count."""
+    rec = valid()
+    line = json.dumps(rec).replace(
+        '"headers": {', '"headers": {"\\u0058-PhishFort-Signature": "sha256=' + "0" * 64 + '", ', 1
+    )
+    cols, slow = both([line, valid()])
+    assert slow == 1 and cols["verdict"][0] != "valid" and cols["verdict"][1] == "valid"
+
+
+def test_a_body_that_quotes_a_delivery_header_name_agrees():
+    """The body's text holds ``"X-PhishFort-Signature`` (more prefixes than header keys): the
+    record is left to the exact path, which finds it valid."""
+    note = {"X-PhishFort-Signature": 1}
+    body = json.dumps({"id": "evt_q", "event": "incident.created", "note": note})
+    rec = _resigned(capture(body, signature="x"))
+    cols, slow = both([json.dumps(rec), valid()])
+    assert slow == 1 and cols["verdict"] == ["valid", "valid"]
