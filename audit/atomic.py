@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from audit.errors import OutputError
+from audit.locks import folder_held
 
 __all__ = [
     "PARQUET_GROUP_ROWS",
@@ -169,7 +170,12 @@ class Stage:
 
     def commit(self) -> None:
         """Rename every staged file over its target: none before all are checked (each written,
-        still there, its target not a folder)."""
+        still there, its target not a folder), holding the lock of the folder ``out`` (a second
+        run's set waits, then replaces this one whole)."""
+        with folder_held(self.out):
+            self._commit()
+
+    def _commit(self) -> None:
         done = list(self._final.items())
         for staged, final in done:
             try:
@@ -214,8 +220,9 @@ def staged_files(out: str | os.PathLike) -> Iterator[Stage]:
     the staged files are removed and every previous file in ``out`` is left as it was; an
     :class:`~audit.errors.OutputError` then names the file in ``out``. Renames in one folder
     do not fail for want of space; should one fail anyway, the error says how many files were
-    replaced before it. A kill during the renames (milliseconds), or two runs renaming into
-    the same folder at the same moment, can leave a mix. Files of a killed writer are removed
+    replaced before it. Two runs committing into one folder take turns (a lock on the folder):
+    the later set replaces the earlier whole. A kill during the renames
+    (milliseconds) can leave a mix. Files of a killed writer are removed
     by the next write of the same name once they are a minute old.
     """
     out = Path(out)

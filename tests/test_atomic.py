@@ -233,3 +233,52 @@ def test_a_table_that_is_a_folder_or_a_link_loop_is_one_clear_error(tmp_path):
         ):
             write_text_atomic(stage / name, "x")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["loop.csv", "root.csv"]
+
+
+def test_a_commit_waits_for_another_run_committing_into_the_folder(tmp_path):
+    """Two runs' sets never interleave: while the folder is locked (another run renaming), a
+    commit renames nothing; once the lock is released it replaces the set whole."""
+    import threading
+
+    from audit.locks import folder_held
+
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("a.csv", "b.csv"):
+        (out / name).write_text("old\n")
+    holding, release = threading.Event(), threading.Event()
+
+    def other_run():
+        with folder_held(out):
+            holding.set()
+            release.wait(10)
+
+    other = threading.Thread(target=other_run)
+    other.start()
+    holding.wait(10)
+    done = threading.Event()
+
+    def this_run():
+        with staged_files(out) as stage:
+            for name in ("a.csv", "b.csv"):
+                write_text_atomic(stage / name, "new\n")
+        done.set()
+
+    mine = threading.Thread(target=this_run)
+    mine.start()
+    assert not done.wait(0.5)  # waiting for the lock
+    assert [(out / n).read_text() for n in ("a.csv", "b.csv")] == ["old\n", "old\n"]
+    release.set()
+    other.join(10)
+    mine.join(10)
+    assert done.is_set()
+    assert [(out / n).read_text() for n in ("a.csv", "b.csv")] == ["new\n", "new\n"]
+    assert sorted(p.name for p in out.iterdir()) == ["a.csv", "b.csv"]  # no lock file left
+
+
+def test_a_folder_that_cannot_be_opened_for_its_lock_is_one_line(tmp_path):
+    from audit.locks import folder_held
+
+    with pytest.raises(OutputError, match="cannot lock") as e, folder_held(tmp_path / "gone"):
+        pass
+    assert "\n" not in str(e.value)

@@ -25,6 +25,7 @@ STAGES = {
     "audit.tables": 0,
     "audit.paths": 0,
     "audit.atomic": 0,
+    "audit.locks": 0,
     "audit.safe": 0,
     "audit.redaction": 0,
     "audit.lazy": 0,

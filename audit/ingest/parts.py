@@ -2,8 +2,8 @@
 
 A :class:`PartWriter` writes store tables into staging parts, one per month of receipt (Hive
 ``month=YYYY-MM``, ``none`` without a time), rolling over at :data:`PART_ROWS` rows so that a
-later re-verification rewrites bounded pieces. :func:`lock_file` takes an exclusive OS lock
-(``flock``; ``msvcrt`` on Windows) that a second writer waits for.
+later re-verification rewrites bounded pieces. :func:`lock_file` (from :mod:`audit.locks`) takes
+an exclusive OS lock that a second writer waits for.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from audit.errors import OutputError
 from audit.ingest import records
+from audit.locks import lock_file, unlock_file
 
 __all__ = ["PART_ROWS", "ROW_GROUP_ROWS", "PartWriter", "lock_file", "unlock_file"]
 
@@ -24,36 +25,6 @@ __all__ = ["PART_ROWS", "ROW_GROUP_ROWS", "PartWriter", "lock_file", "unlock_fil
 PART_ROWS = 250_000
 #: Rows per row group inside a part.
 ROW_GROUP_ROWS = 64_000
-
-
-def lock_file(f) -> None:
-    """Block until this process holds the exclusive lock on the open file ``f``."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        import msvcrt
-
-        f.seek(0)
-        while True:
-            try:
-                msvcrt.locking(f.fileno(), msvcrt.LK_LOCK, 1)
-                return
-            except OSError:
-                continue
-    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-
-
-def unlock_file(f) -> None:
-    """Release the lock taken by :func:`lock_file`."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        import msvcrt
-
-        f.seek(0)
-        msvcrt.locking(f.fileno(), msvcrt.LK_UNLCK, 1)
-        return
-    fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 class PartWriter:

@@ -1,0 +1,66 @@
+"""Exclusive OS locks that a second holder waits for: on an open file (``flock``; ``msvcrt`` on
+Windows), the evidence store's writer lock; on a folder, the commit of a set of output files."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from audit.errors import OutputError
+
+__all__ = ["folder_held", "lock_file", "unlock_file"]
+
+
+def lock_file(f) -> None:
+    """Block until this process holds the exclusive lock on the open file ``f``."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        import msvcrt
+
+        f.seek(0)
+        while True:
+            try:
+                msvcrt.locking(f.fileno(), msvcrt.LK_LOCK, 1)
+                return
+            except OSError:
+                continue
+    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+
+
+def unlock_file(f) -> None:
+    """Release the lock taken by :func:`lock_file`."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        import msvcrt
+
+        f.seek(0)
+        msvcrt.locking(f.fileno(), msvcrt.LK_UNLCK, 1)
+        return
+    fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def folder_held(path: str | os.PathLike) -> Iterator[None]:
+    """Hold the exclusive lock of the folder ``path`` for the block, waiting for another holder.
+
+    The lock is taken on the folder itself (``flock`` of its descriptor): no file is left in it.
+    Where folders cannot be locked (Windows), the block runs without the lock.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise OutputError(f"{path}: cannot lock ({e.strerror or type(e).__name__})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield  # the lock ends with the descriptor
+    finally:
+        os.close(fd)
