@@ -141,10 +141,19 @@ def _array(values: list, typ: pa.DataType) -> pa.Array:
     plain = _PLAIN.get(typ)
     if plain is None or _pandas_loaded():
         return pa.array(values, typ, from_pandas=True)
+    n = len(values)
+    if plain is str:  # every value a string (the usual column): no type census needed
+        try:
+            buffers = _utf8(values, None, n)
+        except TypeError:  # a None or another type: joining failed, see below
+            pass
+        else:
+            if buffers is None:
+                return pa.array(values, typ, from_pandas=True)
+            return _from_buffers(typ, n, None, buffers)
     kinds = set(map(type, values))
     if not kinds <= {plain, _NONE}:
         return pa.array(values, typ, from_pandas=True)
-    n = len(values)
     if plain is float:
         data = np.array(values, dtype=np.float64)  # None is NaN, and NaN is missing too
         missing = np.isnan(data)
