@@ -290,3 +290,24 @@ def test_the_command_says_how_many_passes(store, tmp_path, capsys):
 def test_rows_per_pass_must_be_a_whole_number(bad):
     with pytest.raises(ParameterError, match="rows per pass"):
         passes_for(10, bad)
+
+
+def test_more_passes_than_the_most_allowed_say_what_to_give():
+    """1,000,000 deliveries at 999 per pass: 1,002 passes, over the 1,000 allowed; the least
+    that fits is ceil(1,000,000 / 1,000) = 1,000 per pass."""
+    assert passes_for(1_000_000, 1_000) == 1_000
+    with pytest.raises(ParameterError, match="would take 1,002 passes") as e:
+        passes_for(1_000_000, 999)
+    assert "give at least 1,000" in str(e.value)
+
+
+def test_too_many_passes_end_the_command_in_one_line_before_any_table(store, tmp_path, capsys):
+    out = tmp_path / "p"
+    records = _records(store)
+    argv = ["analyze", "--store", str(store), "--out", str(out), "--as-of", "2026-12-01T00:00:00Z"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("audit.analysis.store_analysis.MAX_PASSES", 2)
+        assert main([*argv, "--rows-per-pass", str(records // 3)]) == 3  # bad input
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "passes (at most 2, each reads the store)" in err[0]
+    assert not out.exists() or not any(out.iterdir())

@@ -100,15 +100,27 @@ def store_as_of(
     return as_of
 
 
+#: The most passes :func:`passes_for` allows (each pass reads the store's deliveries again).
+MAX_PASSES = 1000
+
+
 def passes_for(records: int, rows_per_pass: int = ROWS_PER_PASS) -> int:
-    """How many passes read ``records`` deliveries, ``rows_per_pass`` at most each (at least 1).
+    """How many passes read ``records`` deliveries, ``rows_per_pass`` at most each (at least 1;
+    more than :data:`MAX_PASSES` is a :class:`~audit.errors.ParameterError` saying what to give).
 
     >>> passes_for(0), passes_for(1_000_000), passes_for(1_000_001), passes_for(12_000_000)
     (1, 1, 2, 12)
     """
     if not isinstance(rows_per_pass, int) or isinstance(rows_per_pass, bool) or rows_per_pass < 1:
         raise ParameterError(f"rows per pass {rows_per_pass!r}: give a whole number from 1")
-    return max(1, math.ceil(records / rows_per_pass))
+    n = max(1, math.ceil(records / rows_per_pass))
+    if n > MAX_PASSES:  # every pass reads the store again: a typo would run for hours
+        least = math.ceil(records / MAX_PASSES)
+        raise ParameterError(
+            f"rows per pass {rows_per_pass:,}: {records:,} deliveries would take {n:,} passes "
+            f"(at most {MAX_PASSES:,}, each reads the store); give at least {least:,}"
+        )
+    return n
 
 
 def analyze_store(

@@ -53,7 +53,7 @@ def _command(fn: click.Command) -> click.Command:
     type=click.IntRange(min=1),
     default=None,
     help="With --store: deliveries read per pass at most (default 1,000,000: about 1.4 GiB); "
-    "a larger store is analysed in passes.",
+    "a larger store is analysed in passes (at most 1,000).",
 )
 def analyze(
     logs: tuple[str, ...],
