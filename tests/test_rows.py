@@ -43,3 +43,24 @@ def test_repeated_column_names_are_kept(monkeypatch):
     frame = pd.DataFrame([[1, "a"], [2, "b"]], columns=["x", "x"])
     got = take_rows(frame, np.array([1, 0]))
     assert got.columns.tolist() == ["x", "x"] and got.iloc[:, 0].tolist() == [2, 1]
+
+
+@pytest.mark.parametrize("dtype", ["str", "object", "category"])
+def test_value_changes_marks_each_new_run_of_values(dtype):
+    from audit.analysis.rows import value_changes
+
+    s = pd.Series(["inc_1", "inc_1", "inc_2", None, None, "inc_2", "inc_2", "inc_10"], dtype=dtype)
+    # by hand: a new value starts a run; a missing value differs from everything, itself too
+    want = [True, False, True, True, True, True, False, True]
+    assert value_changes(s).tolist() == want
+
+
+def test_value_changes_of_short_and_chunked_columns():
+    import pyarrow as pa
+
+    from audit.analysis.rows import value_changes
+
+    assert value_changes(pd.Series([], dtype="str")).tolist() == []
+    assert value_changes(pd.Series(["a"], dtype="str")).tolist() == [True]
+    chunked = pd.Series(pd.arrays.ArrowExtensionArray(pa.chunked_array([["a", "a"], ["a", "b"]])))
+    assert value_changes(chunked).tolist() == [True, False, False, True]

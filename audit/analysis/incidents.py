@@ -57,6 +57,7 @@ from audit.analysis.incident_events import (
     _typed,
     incident_events,
 )
+from audit.analysis.rows import value_changes
 from audit.spec import CLIENT_WAIT_STATUSES
 from audit.tables import INCIDENTS, STATUS_INTERVALS
 from audit.timeutil import as_utc
@@ -96,12 +97,8 @@ def _intervals(events: pd.DataFrame, as_of: pd.Timestamp) -> pd.DataFrame:
     st = events[cols][events["status"].notna().to_numpy()]
     if st.empty:
         return _empty(_INTERVAL_DTYPES).assign(first=pd.Series([], dtype=bool))
-    inc = st["incident_id"].to_numpy(dtype=object)
-    status = st["status"].to_numpy(dtype=object)
-    new_inc = np.ones(len(st), dtype=bool)
-    new_inc[1:] = inc[1:] != inc[:-1]
-    new_run = new_inc.copy()
-    new_run[1:] |= status[1:] != status[:-1]
+    new_inc = value_changes(st["incident_id"])  # compared without a Python string per row
+    new_run = new_inc | value_changes(st["status"])
     heads = np.flatnonzero(new_run)
     announces = (st["event"] == STATUS_CHANGED).fillna(False).to_numpy(dtype=bool)
     first = new_inc[heads]
@@ -110,8 +107,8 @@ def _intervals(events: pd.DataFrame, as_of: pd.Timestamp) -> pd.DataFrame:
     start = st["event_timestamp"].iloc[heads].reset_index(drop=True)
     runs = pd.DataFrame(
         {
-            "incident_id": inc[heads],
-            "status": status[heads],
+            "incident_id": st["incident_id"].iloc[heads].reset_index(drop=True),
+            "status": st["status"].iloc[heads].reset_index(drop=True),
             "start": start,
             "end": start.shift(-1).where(~current, as_of),
             "announced": np.logical_or.reduceat(announces, heads),

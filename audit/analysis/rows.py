@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pandas as pd
 
-__all__ = ["key_runs", "take_rows", "take_rows_emptying"]
+__all__ = ["key_runs", "take_rows", "take_rows_emptying", "value_changes"]
 
 #: Below this many cells, threads cost more than they save.
 _SMALL = 200_000
@@ -87,3 +87,30 @@ def key_runs(
         c = c[order]
         start[1:] |= c[1:] != c[:-1]
     return order, start
+
+
+def value_changes(column: pd.Series) -> np.ndarray:
+    """Where each row's value differs from the row before (the first row: True), compared in
+    Arrow or as category codes, without a Python object per row. A missing value differs from
+    everything, itself included (as NaN does).
+
+    >>> value_changes(pd.Series(["a", "a", "b", None, None, "b"]))
+    array([ True, False,  True,  True,  True,  True])
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(column)
+    out = np.ones(n, dtype=bool)
+    if n < 2:
+        return out
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.cat.codes.to_numpy()
+        out[1:] = (codes[1:] != codes[:-1]) | (codes[1:] < 0) | (codes[:-1] < 0)
+        return out
+    values = pa.array(column, from_pandas=True)
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    differ = pc.fill_null(pc.not_equal(values.slice(1), values.slice(0, n - 1)), True)
+    out[1:] = differ.to_numpy(zero_copy_only=False)
+    return out
