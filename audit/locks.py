@@ -7,8 +7,6 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from audit.errors import OutputError
-
 __all__ = ["folder_held", "lock_file", "unlock_file"]
 
 
@@ -43,24 +41,33 @@ def unlock_file(f) -> None:
 
 
 @contextlib.contextmanager
-def folder_held(path: str | os.PathLike) -> Iterator[None]:
-    """Hold the exclusive lock of the folder ``path`` for the block, waiting for another holder.
+def folder_held(path: str | os.PathLike) -> Iterator[bool]:
+    """Hold the exclusive lock of the folder ``path`` for the block, waiting for another holder;
+    the block gets whether the lock is held.
 
     The lock is taken on the folder itself (``flock`` of its descriptor): no file is left in it.
-    Where folders cannot be locked (Windows), the block runs without the lock.
+    Where a folder cannot be locked, the block runs without the lock (False), as before locks
+    existed: a folder that may be written but not listed (mode 0333), a file system without
+    ``flock`` on folders (NFS without ``local_lock``), Windows.
     """
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
-        yield
+        yield False
         return
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
-    except OSError as e:
-        raise OutputError(f"{path}: cannot lock ({e.strerror or type(e).__name__})") from None
+    except OSError:
+        yield False
+        return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield  # the lock ends with the descriptor
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # ENOLCK, EBADF (NFS), EOPNOTSUPP...
+            locked = False
+        else:
+            locked = True
+        yield locked  # the lock ends with the descriptor
     finally:
         os.close(fd)

@@ -177,6 +177,12 @@ MUTATIONS = {
     "ms string": {"response_ms": "20"},
     "ms null": {"response_ms": None},
     "ms huge": {"response_ms": 1e308},
+    "ms negative": {"response_ms": -5},
+    "ms negative fraction": {"response_ms": -0.5},
+    "ms negative zero": {"response_ms": -0.0},
+    "ms at 2**53": {"response_ms": 2**53},
+    "ms beyond 2**53": {"response_ms": 2**53 + 1},
+    "ms below -2**53": {"response_ms": -(2**53) - 1},
     "url number": {"url": 5},
     "url null": {"url": None},
     "sub empty": {"subscription_id": ""},
@@ -397,3 +403,23 @@ def test_a_body_that_quotes_a_delivery_header_name_agrees():
     rec = _resigned(capture(body, signature="x"))
     cols, slow = both([json.dumps(rec), valid()])
     assert slow == 1 and cols["verdict"] == ["valid", "valid"]
+
+
+def test_the_exact_path_of_a_line_does_not_depend_on_the_lines_before_it():
+    """A repeated header that is not a delivery header, beside a delivery-header prefix spelled
+    as an earlier line spelled it: the exact path's re-read decision was made with every
+    spelling met before in the piece, so the line's detail changed with where a file was cut."""
+    first = json.dumps(
+        valid(headers={"x-phishfort-signature": test_signatures.SIG1, "x-phishfort-timestamp": TS})
+    )
+    body, sig = json.dumps(BODY1), test_signatures.SIG1
+    second = (
+        f'{{"received_at":"2026-10-01T00:00:05Z","subscription_id":"wh_1","body":{body},'
+        f'"headers":{{"Content-Type":1,"Content-Type":"a","X-PhishFort-Signature":"{sig}",'
+        f'"X-PhishFort-Timestamp":"{TS}","x-phishfort-x":"y"}}}}'
+    )
+    json.loads(second)  # well-formed
+    alone, _ = both([second])
+    after, _ = both([first, second])
+    assert after["detail"][1] == alone["detail"][0]
+    assert after["verdict"][1] == alone["verdict"][0]

@@ -105,3 +105,19 @@ def _check_array(typ, plain, values):
     got.validate(full=True)
     assert got.type == expected.type and got.null_count == expected.null_count
     assert got.equals(expected)
+
+
+class _Lying(str):
+    """A str whose own methods lie about its bytes (``pa.array`` reads the string itself)."""
+
+    def encode(self, *a, **k):
+        return b"zz"
+
+    def __len__(self):
+        return 99
+
+
+@pytest.mark.parametrize("values", [[_Lying("é")], [_Lying("ab")], ["x", _Lying("é"), "y"]])
+def test_a_str_subclass_gives_the_bytes_of_its_string(values):
+    with mock.patch.object(records, "_pandas_loaded", return_value=False):
+        _check_array(pa.string(), False, values)

@@ -279,7 +279,7 @@ def _fold(events: pd.DataFrame, runs: pd.DataFrame, as_of: pd.Timestamp) -> pd.D
     ttd = (out["takedown_at"] - out["created_at"]).dt.total_seconds()
     out["time_to_takedown_s"] = ttd.where(taken)
 
-    waiting = runs[np.isin(runs["status"].to_numpy(dtype=object), CLIENT_WAIT_STATUSES)]
+    waiting = runs[runs["status"].isin(CLIENT_WAIT_STATUSES).to_numpy(dtype=bool)]
     wait_s = waiting.groupby("incident_id")["duration_s"].sum()
     has_status = folded["status"].notna()  # some event carries a status
     out["awaiting_client_s"] = wait_s.reindex(out.index).fillna(0.0).where(has_status)

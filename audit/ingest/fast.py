@@ -256,10 +256,10 @@ def _fast(
         return None
     if "response_status" in rec and not (type(status) is int and 100 <= status <= 599):
         return None
-    if "response_ms" in rec:
-        if type(ms) is int:
+    if "response_ms" in rec:  # the exact path's rule: a finite number from 0, ints within 2**53
+        if type(ms) is int and -(2**53) <= ms <= 2**53:
             ms = float(ms)
-        elif type(ms) is not float or ms != ms or ms in _INFINITE:
+        if type(ms) is not float or ms != ms or ms in _INFINITE or ms < 0:
             return None
     if received is None or type(received) is bool:
         return None

@@ -178,12 +178,13 @@ def _array(values: list, typ: pa.DataType) -> pa.Array:
 def _utf8(present: list[str], valid: np.ndarray | None, n: int) -> list | None:
     """Arrow string offsets and data for ``n`` values, ``present`` those not missing (where
     ``valid``); None for ``pa.array`` to deal with (a lone surrogate, over 2 GiB)."""
+    # str's own methods: a subclass's overrides (len, encode) must not change the bytes
     joined = "".join(present)
     if joined.isascii():
-        data, lengths = joined.encode("ascii"), map(len, present)
+        data, lengths = joined.encode("ascii"), map(str.__len__, present)
     else:
         try:
-            encoded = [s.encode() for s in present]
+            encoded = [str.encode(s) for s in present]
         except UnicodeEncodeError:
             return None
         data, lengths = b"".join(encoded), map(len, encoded)

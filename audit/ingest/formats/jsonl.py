@@ -32,23 +32,24 @@ def _may_repeat(raw: bytes, headers: dict, wanted: dict[str, str], seen: dict) -
     """Cheap test: could the headers object name a delivery header twice (merged by orjson)?
 
     orjson merges only keys that are equal after unescaping; names that differ in case stay
-    apart and :func:`_headers` joins them. So the line is re-read exactly when it holds a
-    present delivery header's exact prefix (``"X-PhishFort-``) more often than the object holds
-    delivery headers, or when a JSON key ends after a ``\\uXXXX`` escape. ``seen`` caches, per
-    parse, the delivery-header spellings and their quoted prefixes: a usual line costs a set
-    intersection, one ``bytes.count`` and one regex scan.
+    apart and :func:`_headers` joins them. So the line is re-read exactly when it holds the
+    exact prefix (``"X-PhishFort-``) of one of its delivery headers more often than the object
+    holds delivery headers, or when a JSON key ends after a ``\\uXXXX`` escape. The test
+    depends on the line alone (not on the lines before it, so not on where a file is cut into
+    pieces); ``seen`` caches, per parse, each tuple of header names' prefixes and count: a usual
+    line costs a dict lookup, one ``bytes.count`` per spelling and one regex scan.
     """
-    names, known = seen["names"], seen["known"]
-    if not known.issuperset(headers):  # a spelling not met before: classify it once
-        for name in headers:
-            if name not in known:
-                known.add(name)
-                if name.lower() in wanted:
-                    names.add(name)
-                    prefix = name[: seen["prefix_len"]]
-                    seen["markers"].add(b'"' + prefix.encode("utf-8", "surrogatepass"))
-    found = len(names.intersection(headers))
-    if found and sum(raw.count(m) for m in seen["markers"]) > found:
+    names = tuple(headers)
+    plan = seen["plans"].get(names)
+    if plan is None:
+        size = seen["prefix_len"]
+        delivery = [name for name in names if name.lower() in wanted]
+        markers = {b'"' + name[:size].encode("utf-8", "surrogatepass") for name in delivery}
+        plan = (tuple(markers), len(delivery))
+        if len(seen["plans"]) < 4096:  # receivers repeat the same header names
+            seen["plans"][names] = plan
+    markers, found = plan
+    if found and sum(raw.count(m) for m in markers) > found:
         return True
     return _ESCAPED_KEY.search(raw) is not None
 
@@ -99,7 +100,7 @@ def parse_jsonl(
     """
     buf = Buffer()
     envelope = _Envelopes()
-    seen = {"names": set(), "known": set(), "markers": set(), "prefix_len": _prefix_len(wanted)}
+    seen = {"plans": {}, "prefix_len": _prefix_len(wanted)}
     loads, decode_error = orjson.loads, orjson.JSONDecodeError
     for line, raw in enumerate(data.split(b"\n"), first_line):
         if not raw or raw.isspace():
