@@ -802,3 +802,19 @@ def test_each_distinct_time_parsed_once_equals_parsing_them_all(raw):
     want = want.where((want >= lo) & (want <= hi)).astype("datetime64[ns, UTC]")
     pd.testing.assert_series_equal(got, want, check_names=False)
     assert bad == int((column.notna() & want.isna()).sum())
+
+
+def test_events_tied_on_every_time_are_ordered_by_event_id():
+    """Three status changes of one incident with one event time and one receipt time: their
+    order (so the status runs and the status the incident ends in) is the event ids' string
+    order, whatever order they were received in: evt_a (case_building), evt_b (closed),
+    evt_c (pending_review), so the incident ends pending_review, by hand."""
+    statuses = {"evt_c": "pending_review", "evt_a": "case_building", "evt_b": "closed"}
+    rows = [(body(e, CHANGED, 10, status=s), 20, "valid") for e, s in statuses.items()]
+    rows.append((body("evt_0", CHANGED, 5, incident="inc_2", status="closed"), 20, "valid"))
+    ev = incident_events(frame(rows), as_of=AS_OF)
+    assert ev["event_id"].tolist() == ["evt_a", "evt_b", "evt_c", "evt_0"]
+    runs = status_intervals(frame(rows[::-1]), as_of=AS_OF)
+    inc1 = runs[runs["incident_id"] == "inc_1"]
+    assert inc1["status"].tolist() == ["case_building", "closed", "pending_review"]
+    assert one(incidents_table(frame(rows), as_of=AS_OF))["status"] == "pending_review"
