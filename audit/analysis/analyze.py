@@ -33,7 +33,7 @@ from audit.spec import (
     DEFAULT_HEADER_PREFIX,
     DELIVERY_TIMEOUT_MS,
 )
-from audit.tables import CSV_TABLES
+from audit.tables import CSV_TABLES, longest_first
 from audit.timeutil import as_utc
 
 __all__ = [
@@ -115,12 +115,14 @@ class Analysis:
         # Two at a time: Parquet encoding and compression release the GIL, so the big tables
         # are written side by side on two cores. All are written before any replaces its
         # namesake (a failed write leaves every previous table).
+        tables = self.tables()
+        sizes = {n: (t.size, fmt == "csv" or n in CSV_TABLES) for n, t in tables.items()}
         with staged_files(out) as stage, ThreadPoolExecutor(max_workers=2) as pool:
-            done = [
-                pool.submit(write_table, stage, name, table, fmt)
-                for name, table in self.tables().items()
-            ]
-            return [stage.final(path) for job in done for path in job.result()]
+            done = {  # the costliest first, so that the two threads end together
+                name: pool.submit(write_table, stage, name, tables[name], fmt)
+                for name in longest_first(sizes)
+            }
+            return [stage.final(path) for name in tables for path in done[name].result()]
 
 
 def check_table_format(fmt: str) -> None:
