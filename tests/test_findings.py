@@ -1023,3 +1023,27 @@ def test_sig_01_counts_no_unreadable_line_of_a_file_read_in_another_period():
     a = analysis([before, _unreadable("/captures/old.jsonl")])
     f = one(run(a, only="SIG-01"), "SIG-01")
     assert f["status"] == "skip" and f["reason"] == "No request was received in the period."
+
+
+@pytest.mark.parametrize("dtype", ["str", "object", "category"])
+def test_counts_of_a_column_by_hand(dtype):
+    """Sorted by the value as text; missing values as "(none)"; categories that do not occur
+    are not listed."""
+    from audit.findings.controls.base import counts
+
+    values = ["lost", "ok", None, "ok", "exhausted", "ok", None]
+    s = pd.Series(values, dtype=dtype)
+    if dtype == "category":
+        s = s.cat.add_categories(["never"])
+    assert counts(s) == {"(none)": 2, "exhausted": 1, "lost": 1, "ok": 3}
+
+
+def test_counts_of_numbers_and_mixed_values_print_as_before():
+    from audit.findings.controls.base import counts
+
+    assert counts(pd.Series([200, 204, 200, None], dtype="Int64")) == {
+        "(none)": 1,
+        "200": 2,
+        "204": 1,
+    }
+    assert counts(pd.Series([1, "1", 2.5, True], dtype=object)) == {"1": 2, "2.5": 1, "True": 1}
