@@ -1047,3 +1047,9 @@ def test_counts_of_numbers_and_mixed_values_print_as_before():
         "204": 1,
     }
     assert counts(pd.Series([1, "1", 2.5, True], dtype=object)) == {"1": 2, "2.5": 1, "True": 1}
+
+
+def test_counts_keep_negative_zero_apart_as_its_text_does():
+    from audit.findings.controls.base import counts
+
+    assert counts(pd.Series([-0.0, 0.0, -0.0, float("nan")])) == {"(none)": 1, "-0.0": 2, "0.0": 1}

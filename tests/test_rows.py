@@ -64,3 +64,11 @@ def test_value_changes_of_short_and_chunked_columns():
     assert value_changes(pd.Series(["a"], dtype="str")).tolist() == [True]
     chunked = pd.Series(pd.arrays.ArrowExtensionArray(pa.chunked_array([["a", "a"], ["a", "b"]])))
     assert value_changes(chunked).tolist() == [True, False, False, True]
+
+
+def test_value_changes_of_python_objects_of_any_type():
+    from audit.analysis.rows import value_changes
+
+    assert value_changes(pd.Series([None, None], dtype=object)).tolist() == [True, True]
+    mixed = pd.Series(["1", 1, 1, "1", 2.5], dtype=object)
+    assert value_changes(mixed).tolist() == [True, True, False, True, True]

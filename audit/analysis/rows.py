@@ -104,8 +104,13 @@ def value_changes(column: pd.Series) -> np.ndarray:
     out = np.ones(n, dtype=bool)
     if n < 2:
         return out
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        codes = column.cat.codes.to_numpy()
+    if isinstance(column.dtype, pd.CategoricalDtype) or column.dtype == object:
+        # category codes; Python objects of any types numbered by hashing (-1: missing)
+        codes = (
+            column.cat.codes.to_numpy()
+            if isinstance(column.dtype, pd.CategoricalDtype)
+            else pd.factorize(column)[0]
+        )
         out[1:] = (codes[1:] != codes[:-1]) | (codes[1:] < 0) | (codes[:-1] < 0)
         return out
     values = pa.array(column, from_pandas=True)

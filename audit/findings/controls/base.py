@@ -235,7 +235,8 @@ def ids(values: Iterable[Any]) -> list[str]:
 
 def counts(series: pd.Series) -> dict[str, int]:
     """Value counts as ``{str(value): n}`` sorted by value; missing values count as "(none)"."""
-    if series.dtype == object:  # Python values of any type: as text first (True is not 1)
+    if series.dtype == object or pd.api.types.is_float_dtype(series.dtype):
+        # as text first: True is not 1, and -0.0 is not 0.0 though they are equal
         series = series.where(series.notna(), "(none)").astype(str)
     out: dict[str, int] = {}
     # Counted on the column itself (no Python string per row: at 1M events the text copy was
