@@ -35,14 +35,12 @@ def test_pieces_cover_the_file_with_true_line_numbers(tmp_path_factory, lines, s
     assume(bom or not data.startswith(b"\x1f\x8b"))
     path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + data)
     data = ((b"\xef\xbb\xbf" if bom else b"") + data).removeprefix(b"\xef\xbb\xbf")
-    for counted in (True, False):
-        pieces = list(plan_pieces(path, piece_bytes=size, count_lines=counted))
-        assert b"".join(p.read() for p in pieces) == data
-        for p in pieces:
-            assert p.read() == b"" or p.read().endswith(b"\n") or p is pieces[-1]
-            before = b"".join(q.read() for q in pieces if q.start < p.start)
-            # without counting, the first line is left to the worker (0)
-            assert p.first_line == (before.count(b"\n") + 1 if counted else 0)
+    pieces = list(plan_pieces(path, piece_bytes=size))
+    assert b"".join(p.read() for p in pieces) == data
+    for p in pieces:
+        assert p.read() == b"" or p.read().endswith(b"\n") or p is pieces[-1]
+        before = b"".join(q.read() for q in pieces if q.start < p.start)
+        assert p.first_line == before.count(b"\n") + 1
 
 
 @pytest.fixture

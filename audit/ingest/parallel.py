@@ -51,25 +51,12 @@ class Piece:
 
 
 def plan_pieces(
-    path: Path,
-    *,
-    piece_bytes: int,
-    skip_bytes: int = 0,
-    first_line: int = 1,
-    count_lines: bool = True,
+    path: Path, *, piece_bytes: int, skip_bytes: int = 0, first_line: int = 1
 ) -> Iterator[Piece]:
-    """Pieces of about ``piece_bytes`` covering the file from ``skip_bytes``, cut at newlines.
-
-    Without ``count_lines``, a plain file's pieces are found by seeking to each cut (the file is
-    not read here) and carry ``first_line`` 0: their workers number lines from 1 and say how
-    many they hold (:func:`verdict_batch`), and the caller adds the lines of the pieces before.
-    """
+    """Pieces of about ``piece_bytes`` covering the file from ``skip_bytes``, cut at newlines."""
     if records.is_gzip(path):
         for data, line in records.read_chunks(path, chunk_bytes=piece_bytes):
             yield Piece(str(path), line, data=data)
-        return
-    if not count_lines:
-        yield from _seek_pieces(path, piece_bytes, skip_bytes)
         return
     size = path.stat().st_size
     start, line = skip_bytes, first_line
@@ -95,29 +82,6 @@ def plan_pieces(
     if start < size:
         yield Piece(str(path), line, start, size)
 
-
-def _seek_pieces(path: Path, piece_bytes: int, start: int) -> Iterator[Piece]:
-    """:func:`plan_pieces` without counting lines: each cut is the first newline at or after
-    ``piece_bytes`` from the previous one."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        while start < size:
-            end = start + piece_bytes
-            while end < size:
-                f.seek(end)
-                block = f.read(_FIND_BLOCK)
-                nl = block.find(b"\n")
-                if nl >= 0:
-                    end += nl + 1
-                    break
-                end += len(block)
-            end = min(end, size)
-            yield Piece(str(path), 0, start, end)
-            start = end
-
-
-#: Bytes read at a time while looking for the newline after a cut.
-_FIND_BLOCK = 64 * 1024
 
 #: What forked workers inherit (set only while a pool runs, under _LOCK): hashlib states
 #: cannot be pickled, and inheriting them costs nothing.
@@ -183,27 +147,15 @@ def map_pieces(
             _CONTEXT.clear()
 
 
-def verdict_batch(
-    piece: Piece,
-) -> tuple[Piece, tuple[pa.Table, int, int, pa.Table | None, int | None]]:
+def verdict_batch(piece: Piece) -> tuple[Piece, tuple[pa.Table, int, int, pa.Table | None]]:
     """Worker: verify a piece, return it (without its bytes) and only the columns ``names``
     (no bodies), the naive-time count, the unreadable count and, when the context asks for
     ``evidence``, :func:`audit.ingest.records.evidence_table` (the bodies of the records that
-    are not valid, else None), and for a piece of unknown first line (0, see
-    :func:`plan_pieces`) the newlines it holds (else None): its lines are numbered from 1, and
-    the caller adds the lines of the pieces before it (:func:`audit.ingest.records.shift_lines`)."""
-    relative = piece.first_line == 0
-    if relative:
-        data = piece.read()
-        counted = Piece(piece.path, 1, data=data)
-        cols, naive, unreadable = verify_piece(counted, _CONTEXT["source"][piece.path])
-        newlines = data.count(b"\n")
-        del data, counted
-    else:
-        cols, naive, unreadable = verify_piece(piece)
+    are not valid, else None)."""
+    cols, naive, unreadable = verify_piece(piece)
     table = records.stored_columns(cols, _CONTEXT["names"])
     evidence = records.evidence_table(cols) if _CONTEXT.get("evidence") else None
-    got = (table, naive, unreadable, evidence, newlines if relative else None)
+    got = (table, naive, unreadable, evidence)
     return Piece(piece.path, piece.first_line, piece.start, piece.end), got
 
 

@@ -217,21 +217,6 @@ def _from_buffers(typ: pa.DataType, n: int, valid: np.ndarray | None, buffers: l
     return pa.Array.from_buffers(typ, n, [bitmap, *map(pa.py_buffer, buffers)], null_count=nulls)
 
 
-def shift_lines(table: pa.Table | None, by: int) -> pa.Table | None:
-    """``table`` with ``by`` added to its ``line`` column (a piece numbered from 1, placed after
-    the lines before it), built from buffers: no pandas import, as :func:`_array`."""
-    if table is None or by == 0 or "line" not in table.column_names:
-        return table
-    i = table.schema.get_field_index("line")
-    line = table.column(i).combine_chunks()
-    validity, data = line.buffers()
-    shifted = np.frombuffer(data, dtype=np.int64) + by
-    moved = pa.Array.from_buffers(
-        pa.int64(), len(line), [validity, pa.py_buffer(shifted)], line.null_count, line.offset
-    )
-    return table.set_column(i, table.schema.field(i), moved)
-
-
 def combine_columns(schema: pa.Schema, columns: list) -> pa.Table:
     """A table of ``schema`` with one chunk per column from ``columns`` (chunked arrays), which
     it empties as it goes: when nothing else holds them, at most one column exists twice.

@@ -139,10 +139,7 @@ def _read(
     # JSONL is read in pieces through the fast path; every other format whole (exact path).
     whole = [format_of(f.name) is not jsonl for f in files]
     lines = [f for f, w in zip(files, whole, strict=True) if not w]
-    # Lines are counted by the workers, not by reading every file here first.
-    pieces = (
-        p for f in lines for p in parallel.plan_pieces(f, piece_bytes=size, count_lines=False)
-    )
+    pieces = (p for f in lines for p in parallel.plan_pieces(f, piece_bytes=size))
     names = list(columns)
     results = parallel.map_pieces(
         parallel.verdict_batch,
@@ -163,13 +160,8 @@ def _read(
     counts = {str(f): [0, 0] for f in files}
     naive = 0
     hashes = _Hashes(files, enabled=hash_files)
-    base = {str(f): 0 for f in files}  # the lines of a file's pieces so far
-    for piece, (table, naive_one, unreadable, not_valid, newlines) in results:
+    for piece, (table, naive_one, unreadable, not_valid) in results:
         hashes.start()  # after the first result: the workers are forked by then
-        if newlines is not None:  # numbered from 1 in its piece
-            table = records.shift_lines(table, base[piece.path])
-            not_valid = records.shift_lines(not_valid, base[piece.path])
-            base[piece.path] += newlines
         by_file[piece.path].append(table)
         proof[piece.path].append(not_valid)
         counts[piece.path][0] += table.num_rows
