@@ -381,6 +381,9 @@ def test_log_bins():
         [10.0, 10**1.5]
     )
     assert P.log_bins([0.0, -1.0]).size == 0
+    # a float array (as the figures pass it) is read as it is, with the same bins
+    drawn = np.array([-3.0, 0.0, np.nan, np.inf, 10.0, 31.0], dtype=np.float32)
+    assert P.log_bins(drawn, per_decade=2).tolist() == pytest.approx([10.0, 10**1.5])  # by hand
     edges = P.log_bins([0.37, 8975.0])
     assert edges[0] <= 0.37 and edges[-1] >= 8975.0
     assert np.allclose(np.diff(np.log10(edges)), 0.1)

@@ -163,7 +163,10 @@ def log_bins(
     """
     if isinstance(per_decade, bool) or not isinstance(per_decade, int) or per_decade < 1:
         raise ParameterError(f"per_decade must be a positive integer, got {per_decade!r}")
-    v = pd.to_numeric(pd.Series(values, dtype="object"), errors="coerce").to_numpy(float)
+    if isinstance(values, np.ndarray) and values.dtype.kind == "f":  # as drawn: no conversion
+        v = values.astype(float, copy=False)
+    else:
+        v = pd.to_numeric(pd.Series(values, dtype="object"), errors="coerce").to_numpy(float)
     v = v[np.isfinite(v) & (v > 0)]
     if not v.size:
         return np.array([], dtype=float)
