@@ -16,16 +16,20 @@ OCT = parse_period("2026-10")
 T = pd.Timestamp
 
 
-def test_untimed_unreadable_lines_count_where_their_file_is():
+@pytest.mark.parametrize("dtype", ["object", "str", "category"])
+def test_untimed_unreadable_lines_count_where_their_file_is(dtype):
+    sources = ["oct.jsonl", "oct.jsonl", "nov.jsonl", "nov.jsonl", "junk.jsonl"]
     d = pd.DataFrame(
         {
-            "source": ["oct.jsonl", "oct.jsonl", "nov.jsonl", "nov.jsonl", "junk.jsonl"],
-            "line": [1, 2, 1, 2, 1],
+            "source": pd.Series([*sources, "sep.jsonl"], dtype=dtype),
+            "line": [1, 2, 1, 2, 1, 1],
             "received_at": pd.to_datetime(
-                ["2026-10-30T00:00:00Z", None, "2026-11-02T00:00:00Z", None, None], utc=True
+                ["2026-10-30T00:00:00Z", None, "2026-11-02T00:00:00Z", None, None,
+                 "2026-09-30T00:00:00Z"],
+                utc=True,
             ),
         }
-    )
+    )  # fmt: skip
     kept = deliveries_in_period(d, OCT)
     # oct.jsonl's unreadable line belongs to October; nov.jsonl's does not; a file with no
     # readable record cannot be placed anywhere else, so it is shown.

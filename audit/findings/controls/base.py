@@ -68,11 +68,15 @@ def untimed_in_period(d: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -
     untimed = t.isna()
     if not untimed.any():
         return untimed.astype(bool)
-    timed = ~untimed  # two columns grouped, not a copy of every row and column
-    spans = t[timed].groupby(d["source"][timed]).agg(["min", "max"])
+    source = d["source"]
+    lost = source[untimed]
+    # The spans of the files that hold untimed records only: two columns of their rows grouped,
+    # not the whole period's (a 1M month has two unreadable lines in one file).
+    timed = ~untimed & member_of(source, lost.drop_duplicates())
+    spans = t[timed].groupby(source[timed]).agg(["min", "max"])
     overlaps = (spans["min"] < end) & (spans["max"] >= start)
     elsewhere = overlaps.index[~overlaps.to_numpy(dtype=bool)]  # files read in other periods
-    keep = ~d.loc[untimed, "source"].isin(elsewhere)  # unknown files count here
+    keep = ~lost.isin(elsewhere)  # unknown files count here
     return keep.reindex(d.index, fill_value=False)
 
 
