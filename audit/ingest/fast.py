@@ -33,7 +33,7 @@ import orjson
 from audit.ingest.extract import EXTRACTED
 from audit.ingest.extract import extract as _extract
 from audit.ingest.formats.base import _NO_ENVELOPE, COLUMNS, NAT, _in_range, _time_ns
-from audit.ingest.formats.jsonl import _prefix_len, parse_jsonl
+from audit.ingest.formats.jsonl import parse_jsonl, prefix_markers
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import subscription_logged, verify_parsed
 from audit.spec import SIGNATURE_HEX_LEN, SIGNATURE_PREFIX
@@ -228,12 +228,7 @@ def _plan(
     by_key = dict((key, name) for name, key in plan)
     if len(by_key) != len(plan):
         return None
-    size = _prefix_len(wanted)
-    markers: dict[bytes, int] = {}
-    for name, _ in plan:
-        marker = b'"' + name[:size].encode("utf-8", "surrogatepass")
-        markers[marker] = markers.get(marker, 0) + 1
-    return tuple(by_key.get(k) for k in _HEADER_KEYS), tuple(markers.items())
+    return tuple(by_key.get(k) for k in _HEADER_KEYS), prefix_markers(names, wanted)
 
 
 def _fast(

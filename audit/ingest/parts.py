@@ -2,8 +2,8 @@
 
 A :class:`PartWriter` writes store tables into staging parts, one per month of receipt (Hive
 ``month=YYYY-MM``, ``none`` without a time), rolling over at :data:`PART_ROWS` rows so that a
-later re-verification rewrites bounded pieces. :func:`lock_file` (from :mod:`audit.locks`) takes
-an exclusive OS lock that a second writer waits for.
+later re-verification rewrites bounded pieces. The store's writer lock is
+:func:`audit.locks.lock_file`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import pyarrow.parquet as pq
 
 from audit.errors import OutputError
 from audit.ingest import records
-from audit.locks import lock_file, unlock_file
 
-__all__ = ["PART_ROWS", "ROW_GROUP_ROWS", "PartWriter", "lock_file", "unlock_file"]
+__all__ = ["PART_ROWS", "ROW_GROUP_ROWS", "PartWriter"]
 
 #: Rows per Parquet part (a re-verification rewrites one part at a time).
 PART_ROWS = 250_000

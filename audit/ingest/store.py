@@ -46,8 +46,9 @@ from audit.ingest import parallel, records
 from audit.ingest.fast import verify_jsonl
 from audit.ingest.formats import format_of
 from audit.ingest.load import expand_paths
-from audit.ingest.parts import PartWriter, lock_file, unlock_file
+from audit.ingest.parts import PartWriter
 from audit.ingest.secrets import SecretStore, read_secrets
+from audit.locks import lock_file, unlock_file
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 
 __all__ = ["IngestResult", "Store", "ingest", "secrets_fingerprints"]

@@ -40,18 +40,28 @@ def _may_repeat(raw: bytes, headers: dict, wanted: dict[str, str], seen: dict) -
     line costs a dict lookup, one ``bytes.count`` per spelling and one regex scan.
     """
     names = tuple(headers)
-    plan = seen["plans"].get(names)
-    if plan is None:
-        size = seen["prefix_len"]
-        delivery = [name for name in names if name.lower() in wanted]
-        markers = {b'"' + name[:size].encode("utf-8", "surrogatepass") for name in delivery}
-        plan = (tuple(markers), len(delivery))
+    markers = seen["plans"].get(names)
+    if markers is None:
+        markers = prefix_markers(names, wanted)
         if len(seen["plans"]) < 4096:  # receivers repeat the same header names
-            seen["plans"][names] = plan
-    markers, found = plan
-    if found and sum(raw.count(m) for m in markers) > found:
+            seen["plans"][names] = markers
+    found = sum(count for _, count in markers)
+    if found and sum(raw.count(m) for m, _ in markers) > found:
         return True
     return _ESCAPED_KEY.search(raw) is not None
+
+
+def prefix_markers(names: tuple[str, ...], wanted: dict[str, str]) -> tuple[tuple[bytes, int], ...]:
+    """Each spelling of the delivery headers' common prefix among ``names``, as the start of a
+    JSON string (``"X-PhishFort-``), with how many of those headers spell it so: a line holding
+    a spelling more often may name one of them twice (this parser's and the fast path's test)."""
+    size = _prefix_len(wanted)
+    markers: dict[bytes, int] = {}
+    for name in names:
+        if name.lower() in wanted:
+            marker = b'"' + name[:size].encode("utf-8", "surrogatepass")
+            markers[marker] = markers.get(marker, 0) + 1
+    return tuple(markers.items())
 
 
 def _prefix_len(wanted: dict[str, str]) -> int:
@@ -100,7 +110,7 @@ def parse_jsonl(
     """
     buf = Buffer()
     envelope = _Envelopes()
-    seen = {"plans": {}, "prefix_len": _prefix_len(wanted)}
+    seen: dict = {"plans": {}}
     loads, decode_error = orjson.loads, orjson.JSONDecodeError
     for line, raw in enumerate(data.split(b"\n"), first_line):
         if not raw or raw.isspace():
