@@ -707,3 +707,43 @@ def test_a_dense_clock_skew_is_drawn_from_fewer_points_to_the_same_picture(monke
     )
     off = np.abs(whole - thin).max(axis=2)
     assert (off > 64).sum() <= off.size // 2000  # at most 0.05 % of the pixels visibly differ
+
+
+def _tick_texts(axis) -> list[str]:
+    """The visible labels of an axis after drawing (major and minor)."""
+    labels = axis.get_majorticklabels() + axis.get_minorticklabels()
+    return [t.get_text() for t in labels if t.get_visible() and t.get_text()]
+
+
+def test_log_axes_are_labelled_in_plain_numbers_not_mathtext():
+    many = verified([("valid", 0.0, i) for i in range(300)] + [("no_secret", 0.0, 0)])
+    fig = P.plot_verdict_counts(many)
+    render(fig)
+    labels = _tick_texts(fig.axes[0].xaxis)
+    # by hand: the decades 1, 10, 100 and 1,000 of a 1-1,200 log axis
+    assert {"1", "10", "100", "1,000"} <= set(labels)
+    assert not any("$" in t or "^" in t for t in labels), labels
+
+    far = verified([("valid", 1.0, 0), ("stale_timestamp", 17000.0, 60), ("valid", -900.0, 61)])
+    fig = P.plot_clock_skew(far)
+    render(fig)
+    labels = _tick_texts(fig.axes[0].yaxis)
+    # symlog: the negative decades keep their sign (U+2212, matplotlib's minus)
+    assert "\u2212100" in labels and "100" in labels and "10,000" in labels, labels
+    assert not any("$" in t for t in labels), labels
+
+
+def test_plain_log_labels_of_small_and_minor_values():
+    fig, (ax,) = P.base.new_figure()
+    ax.plot([0.001, 0.5], [1, 2])
+    ax.set_xscale("log")
+    P.base.plain_log_ticks(ax.xaxis)
+    render(fig)
+    assert {"0.001", "0.01", "0.1"} <= set(_tick_texts(ax.xaxis))
+    fig, (ax,) = P.base.new_figure()
+    ax.plot([200, 700], [1, 2])  # less than a decade: matplotlib labels minor ticks
+    ax.set_xscale("log")
+    P.base.plain_log_ticks(ax.xaxis)
+    render(fig)
+    labels = _tick_texts(ax.xaxis)
+    assert {"200", "300", "400", "600"} <= set(labels), labels

@@ -6,7 +6,9 @@ import matplotlib.dates as mdates
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.axis import Axis
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
 
 from audit.analysis.metrics import utc_times
 from audit.analysis.survival import MISSING_GROUP
@@ -21,6 +23,7 @@ __all__ = [
     "new_figure",
     "no_data",
     "percent_text",
+    "plain_log_ticks",
     "safe_label",
     "thinned",
 ]
@@ -66,6 +69,48 @@ def date_axis(ax: Axes) -> None:
     locator = mdates.AutoDateLocator()
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+
+
+class _PlainLogFormatter(LogFormatter):
+    """Log (and symlog) tick labels as plain numbers: ``0.01``, ``1``, ``1,000``, ``−100``.
+
+    matplotlib's default writes ``10^3`` in mathtext, whose parser costs about 0.3 s to build
+    and then most of a figure's layout (each label is parsed to measure it); plain text is also
+    what a reader of milliseconds and seconds expects. Which ticks are labelled is unchanged.
+    """
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        text = super().__call__(x, pos)  # labels abs(x): the sign is put back here
+        return self.fix_minus("-" + text) if text and x < 0 else text
+
+    def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
+        return _plain_number(x)
+
+
+def _plain_number(x: float) -> str:
+    """``1000.0 -> "1,000"``, ``0.001 -> "0.001"``, ``2.5 -> "2.5"``: never an exponent."""
+    if x >= 1 and x == round(x):
+        return f"{x:,.0f}"
+    return np.format_float_positional(x, precision=6, trim="-")
+
+
+def plain_log_ticks(axis: Axis) -> None:
+    """Label a log or symlog ``axis`` (``ax.xaxis``, ``ax.yaxis``) with plain numbers, after
+    its scale is set (setting a scale puts back matplotlib's formatters): each of its log
+    formatters is replaced by a plain one with the same base and the same labelled ticks."""
+    for formatter, setter in (
+        (axis.get_major_formatter(), axis.set_major_formatter),
+        (axis.get_minor_formatter(), axis.set_minor_formatter),
+    ):
+        if isinstance(formatter, LogFormatter) and not isinstance(formatter, _PlainLogFormatter):
+            base = getattr(axis.get_transform(), "base", 10.0)
+            setter(
+                _PlainLogFormatter(
+                    base,
+                    labelOnlyBase=formatter.labelOnlyBase,
+                    minor_thresholds=formatter.minor_thresholds,
+                )
+            )
 
 
 def percent_text(share: float) -> str:

@@ -14,7 +14,15 @@ from matplotlib.ticker import PercentFormatter
 from audit.analysis.deliveries import Tolerance, latency_summary
 from audit.analysis.metrics import RETRY_KINDS, daily_failure_rate, require_columns, retry_delays
 from audit.errors import ParameterError
-from audit.plotting.base import date_axis, duration_text, naive_utc, new_figure, no_data, safe_label
+from audit.plotting.base import (
+    date_axis,
+    duration_text,
+    naive_utc,
+    new_figure,
+    no_data,
+    plain_log_ticks,
+    safe_label,
+)
 from audit.spec import DELIVERY_TIMEOUT_MS, MAX_ATTEMPTS, RETRY_DELAYS_S
 
 __all__ = ["log_bins", "plot_daily_failure_rate", "plot_latency_distributions", "plot_retry_delays"]
@@ -125,6 +133,7 @@ def plot_retry_delays(
     ax.set_xticks(range(2, top + 1))
     ax.set_xlim(1.4, top + 0.9)
     ax.set_yscale("log")
+    plain_log_ticks(ax.yaxis)
     ax.set_xlabel("attempt number (inferred)")
     ax.set_ylabel("delay since previous observed attempt (s, log scale)")
     ax.set_title(title)
@@ -190,6 +199,7 @@ def _histogram(
         return
     ax.hist(values, bins=log_bins(values), color=colour, alpha=0.8)
     ax.set_xscale("log")
+    plain_log_ticks(ax.xaxis)
     ax.set_title(title)
     ax.set_ylabel("count")
     ax.grid(alpha=0.3)

@@ -18,6 +18,7 @@ from audit.plotting.base import (
     new_figure,
     no_data,
     percent_text,
+    plain_log_ticks,
     safe_label,
     thinned,
 )
@@ -102,6 +103,7 @@ def plot_clock_skew(
         yscale = "symlog" if np.abs(skew).max() > 2 * tolerance_s else "linear"
     if yscale == "symlog":
         ax.set_yscale("symlog", linthresh=10.0)
+        plain_log_ticks(ax.yaxis)
     # Positions in the axes' scale, for thinning a million points to those that show.
     scaled = ax.yaxis.get_transform().transform(skew)
     for verdict in order:
@@ -167,6 +169,7 @@ def plot_verdict_counts(
     y = np.arange(len(counts))
     colours = [_VERDICT_COLOURS.get(v, "tab:red") for v in counts["verdict"]]
     ax.barh(y, n, color=colours, log=log)
+    plain_log_ticks(ax.xaxis)
     for yi, c, share in zip(y, n, counts["share"], strict=True):
         ax.annotate(
             f"{c} ({percent_text(share)})", (c, yi), xytext=(4, 0), textcoords="offset points",
