@@ -7,7 +7,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-__all__ = ["folder_held", "lock_file", "unlock_file"]
+__all__ = ["folder_held", "lock_file", "try_lock_file", "unlock_file"]
 
 
 def lock_file(f) -> None:
@@ -25,6 +25,26 @@ def lock_file(f) -> None:
             except OSError:
                 continue
     fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+
+
+def try_lock_file(f) -> bool:
+    """Take the exclusive lock on the open file ``f`` if no one holds it: whether it was taken."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        import msvcrt
+
+        f.seek(0)
+        try:
+            msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def unlock_file(f) -> None:

@@ -320,7 +320,7 @@ def test_the_frames_are_freed_before_the_notebook_renders(hostile, tmp_path, mon
         alive["tables"] = weakref.ref(computed.tables["deliveries"])
         return computed
 
-    def fake_render(nb_path, run_dir, *, title, timeout_s, kernel=None):
+    def fake_render(nb_path, run_dir, *, title, timeout_s, kernel=None, ahead=()):
         gc.collect()
         alive["at render"] = {k: ref() is not None for k, ref in list(alive.items())}
         (run_dir / "report.html").write_text("<html></html>", encoding="utf-8")

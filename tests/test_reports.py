@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
 from datetime import date
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import pytest
 from audit.cli import main
 from audit.errors import ParameterError
 from audit.ingest.signatures import sign
-from audit.report import build_index, parse_period
+from audit.report import build_index, figures, parse_period
+from audit.report.rundir import open_run
 from tests.builders import write_jsonl, write_secrets
 
 
@@ -153,6 +155,12 @@ def test_report_writes_artefacts_and_reruns_side_by_side(hostile, tmp_path, caps
     for name in ("report.ipynb", "report.html", "findings.csv", "findings.json", "manifest.json"):
         assert (run / name).is_file(), name
     assert (run / "tables" / "incidents.csv").is_file()
+    assert not (run / ".figures").exists()  # the figures drawn ahead are not left behind
+    html = (run / "report.html").read_text()
+    drawn = open_run(run)  # no .figures folder now: each figure is drawn here
+    for name in figures.FIGURES:  # the kernel's and the pipeline's drawings are these
+        picture = re.search(r"data:image/png;base64,[^\"]+", str(getattr(figures, name)(drawn)))
+        assert picture is None or picture.group() in html, name
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["exit_status"] == 1 and manifest["period"]["label"] == "2026-10"
     by_source = {i["source"]: i for i in manifest["inputs"]}

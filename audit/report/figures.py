@@ -8,12 +8,25 @@ from __future__ import annotations
 
 import pandas as pd
 
+from audit.report.drawing import shared
 from audit.report.format import HTML
 from audit.report.plotting import embed, takedown_panels
 from audit.report.rundir import RunData
 from audit.spec import schedule_text
 
-__all__ = ["clock_skew", "daily_failures", "latency", "retry_delays", "takedown", "verdicts"]
+__all__ = [
+    "FIGURES",
+    "clock_skew",
+    "daily_failures",
+    "latency",
+    "retry_delays",
+    "takedown",
+    "verdicts",
+]
+
+#: The figures, in the order the packaged report shows them (:mod:`audit.report.drawing` draws
+#: them from the last while the kernel goes from the first).
+FIGURES = ("verdicts", "clock_skew", "daily_failures", "latency", "retry_delays", "takedown")
 
 
 #: The deliveries columns the figures draw or cut by (a run folder's table has twenty-odd; at
@@ -64,6 +77,7 @@ def _nothing(run: RunData, what: str) -> HTML | None:
     return None
 
 
+@shared
 def verdicts(run: RunData) -> HTML:
     """Bars of requests per signature verdict."""
     from audit.plotting import plot_verdict_counts
@@ -76,6 +90,7 @@ def verdicts(run: RunData) -> HTML:
     )
 
 
+@shared
 def clock_skew(run: RunData) -> HTML:
     """Scatter over the period of receipt time minus signed timestamp, by verdict."""
     if (note := _nothing(run, "Clock skew")) is not None:
@@ -90,6 +105,7 @@ def clock_skew(run: RunData) -> HTML:
     )
 
 
+@shared
 def daily_failures(run: RunData) -> HTML:
     """Daily share of failed delivery attempts."""
     if (note := _nothing(run, "Daily failure rate")) is not None:
@@ -102,6 +118,7 @@ def daily_failures(run: RunData) -> HTML:
     )
 
 
+@shared
 def latency(run: RunData) -> HTML:
     """Acknowledgement and emission latency distributions."""
     if (note := _nothing(run, "Latency")) is not None:
@@ -122,6 +139,7 @@ def latency(run: RunData) -> HTML:
     )
 
 
+@shared
 def retry_delays(run: RunData) -> HTML:
     """Observed delays between attempts against the published schedule."""
     if (note := _nothing(run, "Retry delays")) is not None:
@@ -136,6 +154,7 @@ def retry_delays(run: RunData) -> HTML:
     )
 
 
+@shared
 def takedown(run: RunData) -> HTML:
     """Kaplan-Meier small multiples by incident class."""
     fig, alt = takedown_panels(

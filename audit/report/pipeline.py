@@ -353,13 +353,17 @@ def _render_run(
     root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel=None
 ) -> ReportResult:
     """Render the notebook into the run folder, rename it into place, rebuild the index."""
-    from audit.report.render import render
+    from audit.report.figures import FIGURES
+    from audit.report.render import default_notebook, render
 
     final = tmp.with_name(manifest["run_id"])
     say("rendering the report")
     message, failed = "", False
     try:
-        render(nb_path, tmp, title=_title(manifest), timeout_s=timeout_s, kernel=kernel)
+        ahead = FIGURES if nb_path == default_notebook() else ()  # a template may draw none
+        render(
+            nb_path, tmp, title=_title(manifest), timeout_s=timeout_s, kernel=kernel, ahead=ahead
+        )
         manifest["rendering"] = {"status": "ok"}
     except ReportError as e:
         message, failed = f"rendering failed: {e}".replace(str(tmp), str(final)), True

@@ -1,0 +1,159 @@
+"""Figures drawn once by whichever of the report process and the kernel comes first
+(audit.report.drawing), and the notebook saved once, not around every cell."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import nbformat
+import pytest
+
+from audit.errors import ReportError
+from audit.locks import lock_file
+from audit.report import figures
+from audit.report.drawing import FOLDER, DrawingAhead, drawn_once
+from audit.report.format import HTML
+from audit.report.render import render
+from audit.report.rundir import open_run
+from tests.test_report_figures import demo_run  # noqa: F401  (fixture)
+
+
+def _counting(calls: list, text: str):
+    def draw() -> HTML:
+        calls.append(text)
+        return HTML(text)
+
+    return draw
+
+
+def test_a_figure_is_drawn_once_and_then_read_back(tmp_path):
+    calls: list = []
+    first = drawn_once(tmp_path, "f", _counting(calls, "<p>one</p>"))
+    again = drawn_once(tmp_path, "f", _counting(calls, "<p>two</p>"))
+    assert str(first) == str(again) == "<p>one</p>" and calls == ["<p>one</p>"]
+    assert (tmp_path / "f.html").read_text() == "<p>one</p>"
+
+
+def test_the_report_process_stops_where_the_kernel_is_or_has_been(tmp_path):
+    calls: list = []
+    with open(tmp_path / "held.lock", "a+b") as other:  # another open file: another holder
+        lock_file(other)
+        assert drawn_once(tmp_path, "held", _counting(calls, "x"), wait=False) is None
+    drawn_once(tmp_path, "done", _counting(calls, "kernel's"))
+    assert drawn_once(tmp_path, "done", _counting(calls, "again"), wait=False) is None
+    assert calls == ["kernel's"]
+
+
+def test_the_kernel_waits_for_the_figure_being_drawn_and_takes_it(tmp_path):
+    started, calls = threading.Event(), []
+
+    def slow() -> HTML:
+        started.set()
+        time.sleep(0.5)
+        return HTML("<p>drawn ahead</p>")
+
+    ahead = threading.Thread(target=drawn_once, args=(tmp_path, "f", slow), kwargs={"wait": False})
+    ahead.start()
+    started.wait(10)
+    t0 = time.monotonic()
+    got = drawn_once(tmp_path, "f", _counting(calls, "<p>kernel</p>"))
+    ahead.join()
+    assert str(got) == "<p>drawn ahead</p>" and calls == []
+    assert time.monotonic() - t0 > 0.2  # it waited for the drawing
+
+
+def test_a_figure_whose_drawer_died_is_drawn_by_the_other(tmp_path):
+    # A process takes the lock, then is killed before it writes the figure.
+    code = (
+        "import fcntl, os, sys, time\n"
+        f"f = open({str(tmp_path / 'f.lock')!r}, 'a+b')\n"
+        "fcntl.flock(f.fileno(), fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        proc.kill()
+        calls: list = []
+        assert str(drawn_once(tmp_path, "f", _counting(calls, "<p>mine</p>"))) == "<p>mine</p>"
+        assert calls == ["<p>mine</p>"]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_failed_drawing_leaves_the_figure_to_the_other(tmp_path):
+    def broken() -> HTML:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        drawn_once(tmp_path, "f", broken, wait=False)
+    calls: list = []
+    assert str(drawn_once(tmp_path, "f", _counting(calls, "ok"))) == "ok" and calls == ["ok"]
+
+
+def test_figures_drawn_ahead_are_the_figures_drawn_in_the_notebook(demo_run, tmp_path):  # noqa: F811
+    _, folder = demo_run
+    plain = open_run(folder)
+    expected = {name: str(getattr(figures, name)(plain)) for name in figures.FIGURES}
+    run_dir = tmp_path / "run"
+    shutil.copytree(folder, run_dir)
+    with DrawingAhead(run_dir, figures.FIGURES) as ahead:
+        ahead.join()  # no kernel came: it drew every figure, from the last
+        assert ahead.drawn == list(reversed(figures.FIGURES))
+        run = open_run(run_dir)  # the kernel's side: each figure taken, not drawn again
+        got = {name: str(getattr(figures, name)(run)) for name in figures.FIGURES}
+        assert run.tables == {} and run.derived == {}  # no table was read to draw
+    assert got == expected
+    assert not (run_dir / FOLDER).exists()  # removed before the run folder is renamed
+
+
+def _notebook(path, *sources: str):
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("run_dir = None", metadata={"tags": ["parameters"]}),
+            *(nbformat.v4.new_code_cell(s) for s in sources),
+        ],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+    )
+    nbformat.write(nb, path)
+    return path
+
+
+def _outputs(path) -> list[str]:
+    nb = nbformat.read(path, as_version=4)
+    return ["".join(o.get("text", "") for o in c.get("outputs", [])) for c in nb.cells]
+
+
+@pytest.mark.slow
+def test_the_notebook_is_saved_once_not_around_every_cell(tmp_path, monkeypatch):
+    import papermill.engines
+
+    saves: list = []
+    real = papermill.engines.write_ipynb
+    monkeypatch.setattr(
+        papermill.engines, "write_ipynb", lambda nb, path: (saves.append(path), real(nb, path))
+    )
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cells = [f"print({i})" for i in range(6)]
+    render(_notebook(tmp_path / "n.ipynb", *cells), run_dir, title="t", timeout_s=60)
+    assert len(saves) <= 3  # around execution, not before and after each of the 8 cells
+    assert [o.strip() for o in _outputs(run_dir / "report.ipynb")][-6:] == list("012345")
+
+
+@pytest.mark.slow
+def test_a_cell_that_times_out_leaves_the_notebook_as_far_as_it_ran(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    nb = _notebook(tmp_path / "n.ipynb", "print('before')", "import time; time.sleep(60)")
+    with pytest.raises(ReportError, match="execution failed"):
+        render(nb, run_dir, title="t", timeout_s=3)
+    assert "before" in _outputs(run_dir / "report.ipynb")[-2]
