@@ -195,7 +195,6 @@ class WarmKernel:
 
         self._run_sync = run_sync
         self.km = None
-        self._taken = False
         km = None
         try:
             km = kernel_manager_class()(kernel_name="python3")
@@ -246,15 +245,19 @@ class WarmKernel:
         finally:
             if kc is not None:
                 kc.stop_channels()
-        self._taken = True  # shut down by close(), after papermill
         return km
 
     def close(self) -> None:
-        """Shut the kernel down and remove its socket folder: with a shutdown request after a
-        rendering (as papermill does), at once when it was never used."""
+        """Shut the kernel down at once and remove its socket folder.
+
+        At once (nbclient's ``shutdown_kernel="immediate"``), also after a rendering: papermill
+        has every output by then, and the kernel has nothing to save. A shutdown request made
+        the kernel free its objects one by one before it exited: 0.5 s at 1M deliveries,
+        against 0.1 s.
+        """
         km, self.km = self.km, None
         if km is not None:
-            self._shutdown(km, now=not self._taken)
+            self._shutdown(km, now=True)
 
     def _shutdown(self, km, *, now: bool) -> None:
         try:
