@@ -747,3 +747,10 @@ def test_plain_log_labels_of_small_and_minor_values():
     render(fig)
     labels = _tick_texts(ax.xaxis)
     assert {"200", "300", "400", "600"} <= set(labels), labels
+    fig, (ax,) = P.base.new_figure()
+    ax.plot([1e-10, 1e-6], [1, 2])  # tiny values keep their value, with an exponent
+    ax.set_xscale("log")
+    P.base.plain_log_ticks(ax.xaxis)
+    render(fig)
+    labels = _tick_texts(ax.xaxis)
+    assert {"1e\u221210", "1e\u221208", "1e\u221206"} <= set(labels) and "0" not in labels, labels

@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import errno
 import shutil
 import subprocess
 import sys
 import threading
 import time
 
+import matplotlib
 import nbformat
 import pytest
 
+import audit.report.drawing as drawing
 from audit.errors import ReportError
 from audit.locks import lock_file
 from audit.report import figures
@@ -113,6 +116,32 @@ def test_figures_drawn_ahead_are_the_figures_drawn_in_the_notebook(demo_run, tmp
     assert not (run_dir / FOLDER).exists()  # removed before the run folder is renamed
 
 
+def test_report_figures_keep_their_style_whatever_the_user_set(demo_run):  # noqa: F811
+    """A user's matplotlibrc or IPython start-up file applies in one process and not the
+    other: the report's figures are drawn in matplotlib's defaults, so whoever draws them
+    draws the same picture."""
+    _, folder = demo_run
+    plain = {name: str(getattr(figures, name)(open_run(folder))) for name in figures.FIGURES}
+    with matplotlib.rc_context({"axes.facecolor": "red", "font.size": 17, "lines.linewidth": 5}):
+        styled = {name: str(getattr(figures, name)(open_run(folder))) for name in figures.FIGURES}
+        assert matplotlib.rcParams["axes.facecolor"] == "red"  # the user's setting is back
+    assert styled == plain
+
+
+def test_without_flock_the_kernel_draws_every_figure_and_the_report_process_none(
+    tmp_path, monkeypatch
+):
+    def no_flock(_f):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(drawing, "lock_file", no_flock)
+    monkeypatch.setattr(drawing, "try_lock_file", no_flock)
+    calls: list = []
+    assert drawn_once(tmp_path, "f", _counting(calls, "x"), wait=False) is None
+    assert str(drawn_once(tmp_path, "f", _counting(calls, "drawn"))) == "drawn"
+    assert calls == ["drawn"]
+
+
 def _notebook(path, *sources: str):
     nb = nbformat.v4.new_notebook(
         cells=[
@@ -157,3 +186,45 @@ def test_a_cell_that_times_out_leaves_the_notebook_as_far_as_it_ran(tmp_path):
     with pytest.raises(ReportError, match="execution failed"):
         render(nb, run_dir, title="t", timeout_s=3)
     assert "before" in _outputs(run_dir / "report.ipynb")[-2]
+
+
+#: Renders a notebook whose second cell never ends, with saves at most 0.5 s apart.
+KILLED = """
+import sys
+from pathlib import Path
+import audit.report.render as render
+render.SAVE_EVERY_S = 0.5
+render.render(Path(sys.argv[1]), Path(sys.argv[2]), title="t", timeout_s=600)
+"""
+
+
+@pytest.mark.slow
+def test_a_run_killed_mid_notebook_leaves_the_cells_done_before(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    nb = _notebook(
+        tmp_path / "n.ipynb",
+        "print('cell one done')",
+        "import time; time.sleep(1)",
+        "print('cell three done')",
+        "import time; time.sleep(1)",
+        "import time; time.sleep(600)",
+    )
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(nb), str(run_dir)])
+    saved = run_dir / "report.ipynb"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:  # papermill writes in place: a read may meet half a file
+                if "cell three done\n" in _outputs(saved):
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        assert proc.poll() is None, "the rendering ended before it was killed"
+        proc.kill()  # as the OOM killer would: no clean-up at all
+    finally:
+        proc.kill()
+        proc.wait()
+    outputs = _outputs(saved)
+    assert "cell one done\n" in outputs and "cell three done\n" in outputs

@@ -15,7 +15,7 @@ import pytest
 
 from audit.cli import main
 from audit.errors import ParameterError, ReportError
-from audit.report import build_index, parse_period, run_report
+from audit.report import build_index, figures, parse_period, run_report
 from audit.report.pipeline import lock, mark_stale
 from tests.test_reports import hostile  # noqa: F401  (fixture)
 
@@ -330,3 +330,26 @@ def test_the_frames_are_freed_before_the_notebook_renders(hostile, tmp_path, mon
     result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
     assert result.exit_code == 1 and result.html is not None
     assert alive["at render"] == {"deliveries": False, "tables": False}
+
+
+def test_figures_a_late_kernel_kept_are_not_renamed_into_the_run(hostile, tmp_path, monkeypatch):  # noqa: F811
+    """A cell that timed out may keep drawing until the kernel is shut down, after the figures'
+    folder was first removed: the run folder is renamed into place without it."""
+    import audit.report.render as render
+    from audit.report.drawing import FOLDER
+
+    logs, secrets = hostile
+    given = {}
+
+    def late_render(nb_path, run_dir, *, title, timeout_s, kernel=None, ahead=()):
+        given["ahead"] = ahead
+        (run_dir / FOLDER).mkdir(exist_ok=True)
+        (run_dir / FOLDER / "takedown.html").write_text("<p>late</p>")
+        raise ReportError("notebook execution failed: CellTimeoutError")
+
+    monkeypatch.setattr(render, "render", late_render)
+    result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
+    assert result.rendering_failed and not (result.run_dir / FOLDER).exists()
+    assert given["ahead"] == figures.FIGURES  # the packaged notebook: figures drawn ahead
+    _run(tmp_path, logs, secrets, out_dir=tmp_path / "r2", notebook=DATA / "broken_report.ipynb")
+    assert given["ahead"] == ()  # a template: none

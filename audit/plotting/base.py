@@ -88,10 +88,11 @@ class _PlainLogFormatter(LogFormatter):
 
 
 def _plain_number(x: float) -> str:
-    """``1000.0 -> "1,000"``, ``0.001 -> "0.001"``, ``2.5 -> "2.5"``: never an exponent."""
-    if x >= 1 and x == round(x):
+    """``1000.0 -> "1,000"``, ``0.001 -> "0.001"``, ``2.5 -> "2.5"``; below 0.0001 and from
+    10^15 up, six significant digits with an exponent (``1e-08``, ``1e+15``)."""
+    if 1 <= x < 1e15 and x == round(x):
         return f"{x:,.0f}"
-    return np.format_float_positional(x, precision=6, trim="-")
+    return f"{x:.6g}"
 
 
 def plain_log_ticks(axis: Axis) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from audit.locks import lock_file, try_lock_file, unlock_file
 from audit.report.format import HTML
 
-__all__ = ["FOLDER", "DrawingAhead", "drawn_once", "shared"]
+__all__ = ["FOLDER", "DrawingAhead", "drawn_once", "in_report_style", "shared"]
 
 #: The folder of a run folder where figures are kept while the report renders.
 FOLDER = ".figures"
@@ -40,39 +40,62 @@ def drawn_once(folder: Path, name: str, draw: Callable[[], HTML], *, wait: bool 
     """The figure ``name``: kept in ``folder`` by whoever drew it, or drawn now and kept.
 
     With ``wait`` false, returns None instead of waiting when the other process holds the lock
-    or has drawn the figure already (the report process's way to stop).
+    or has drawn the figure already (the report process's way to stop). Where the lock cannot
+    be taken at all (a file system without ``flock``), the kernel draws every figure itself and
+    the report process none.
     """
     done = folder / f"{name}.html"
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    with os.fdopen(os.open(folder / f"{name}.lock", flags, 0o600), "r+b") as lock:
-        if wait:
-            lock_file(lock)
-        elif not try_lock_file(lock):
-            return None
+    try:
+        fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
+    except OSError:
+        return draw() if wait else None
+    with os.fdopen(fd, "r+b") as lock:
+        try:
+            if wait:
+                lock_file(lock)
+            elif not try_lock_file(lock):
+                return None
+        except OSError:  # ENOLCK, EOPNOTSUPP...: no sharing
+            return draw() if wait else None
         try:
             if done.is_file():
                 return HTML(done.read_text("utf-8")) if wait else None
             html = draw()
             tmp = folder / f".{name}.html.tmp"
-            tmp.write_text(str(html), "utf-8")
+            with os.fdopen(os.open(tmp, _WRITE, 0o600), "w", encoding="utf-8") as f:
+                f.write(str(html))
             os.replace(tmp, done)
             return html
         finally:
             unlock_file(lock)
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW
+
+
 def shared(draw: Callable) -> Callable:
-    """Decorate a figure function of a :class:`~audit.report.rundir.RunData`: when the run
-    folder has a :data:`FOLDER`, the figure is drawn once for both processes."""
+    """Decorate a figure function of a :class:`~audit.report.rundir.RunData`: drawn in
+    matplotlib's default style (whatever a user's ``matplotlibrc`` or IPython start-up files
+    set, in either process: the same picture whoever draws it), and, when the run folder has
+    a :data:`FOLDER`, drawn once for both processes."""
 
     @wraps(draw)
     def figure(run):
         folder = run.run_dir / FOLDER if run.run_dir is not None else None
         if folder is None or not folder.is_dir():
-            return draw(run)
-        return drawn_once(folder, draw.__name__, lambda: draw(run))
+            return in_report_style(draw, run)
+        return drawn_once(folder, draw.__name__, lambda: in_report_style(draw, run))
 
     return figure
+
+
+def in_report_style(draw: Callable, run) -> HTML:
+    """``draw(run)`` with matplotlib's default settings (the report's one style)."""
+    import matplotlib.style
+
+    with matplotlib.style.context("default"):
+        return draw(run)
 
 
 class DrawingAhead:
@@ -118,6 +141,7 @@ class DrawingAhead:
                 if self._stop.is_set():
                     return
                 function = getattr(figures, name).__wrapped__
-                if drawn_once(self.folder, name, lambda f=function: f(run), wait=False) is None:
+                drawing = lambda f=function: in_report_style(f, run)  # noqa: E731
+                if drawn_once(self.folder, name, drawing, wait=False) is None:
                     return  # the kernel holds it or has drawn it: it has the rest
                 self.drawn.append(name)

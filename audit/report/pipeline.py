@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import secrets
+import shutil
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -353,6 +354,7 @@ def _render_run(
     root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel=None
 ) -> ReportResult:
     """Render the notebook into the run folder, rename it into place, rebuild the index."""
+    from audit.report.drawing import FOLDER
     from audit.report.figures import FIGURES
     from audit.report.render import default_notebook, render
 
@@ -368,6 +370,9 @@ def _render_run(
     except ReportError as e:
         message, failed = f"rendering failed: {e}".replace(str(tmp), str(final)), True
         manifest["rendering"] = {"status": "failed", "message": message}
+    # Again, now that the kernel is gone: a cell that timed out may have kept drawing after the
+    # figures' folder was first removed.
+    shutil.rmtree(tmp / FOLDER, ignore_errors=True)
     manifest["ended"] = clock().isoformat()
     manifest["duration_s"] = round(time.monotonic() - t0, 3)
     write_json(tmp / "manifest.json", manifest)

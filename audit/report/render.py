@@ -121,6 +121,8 @@ def render(
         with warnings.catch_warnings():
             # nbformat's notice about a user's template written without cell ids is not ours to show
             warnings.filterwarnings("ignore", message="Cell is missing an id field")
+            # A figure drawn ahead here warns here, not in the notebook: shown in neither.
+            warnings.filterwarnings("ignore", module=r"(audit|matplotlib|pandas|numpy)(\.|$)")
             with DrawingAhead(run_dir, ahead) if ahead else contextlib.nullcontext():
                 pm.execute_notebook(
                     str(notebook),
@@ -157,28 +159,41 @@ def render(
 
 
 def _engine() -> str:
-    """papermill's engine, less its save of the whole notebook before and after every cell
-    (46 saves of a notebook growing to 0.4 MB, between the cells: about 0.3 s of a report).
-    The notebook is saved once when execution ends, however it ends, then as papermill does
-    (with the failing cell marked)."""
+    """papermill's engine, less most of its saves of the whole notebook before and after every
+    cell (46 saves of a notebook growing to 0.4 MB, between the cells: about 0.3 s of a report).
+
+    Around a cell the notebook is saved only when the last save is :data:`SAVE_EVERY_S` old;
+    papermill's own saves during a long cell (every 30 s) are kept; and it is saved when
+    execution ends, however it ends. So a run killed by a signal (a timeout, the OOM killer)
+    still leaves ``report.ipynb`` with the cells done up to a few seconds before, and a cell
+    that fails or times out leaves it as papermill does (the failing cell marked).
+    """
     from papermill.engines import NBClientEngine, papermill_engines
 
-    class SavedAtTheEnd(NBClientEngine):
+    class SavedNowAndThen(NBClientEngine):
         @classmethod
         def execute_managed_notebook(cls, nb_man, kernel_name, **kwargs):
-            path, nb_man.output_path = nb_man.output_path, None
+            save = nb_man.save
+
+            def now_and_then(**kw):
+                if (nb_man.now() - nb_man.last_save_time).total_seconds() >= SAVE_EVERY_S:
+                    save(**kw)
+
+            nb_man.save = now_and_then
             try:
                 return super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
             finally:
-                nb_man.output_path = path
-                nb_man.save()  # as far as it ran: kept when a cell fails or times out
+                nb_man.save = save
+                save()  # as far as it ran: kept when a cell fails or times out
 
-    papermill_engines.register(_ENGINE, SavedAtTheEnd)
+    papermill_engines.register(_ENGINE, SavedNowAndThen)
     return _ENGINE
 
 
 #: The name :func:`_engine` registers its engine under.
-_ENGINE = "audit-saved-at-the-end"
+_ENGINE = "audit-saved-now-and-then"
+#: Seconds between two saves of the notebook around its cells (:func:`_engine`).
+SAVE_EVERY_S = 5.0
 
 
 def python_executable() -> str:
