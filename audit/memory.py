@@ -16,8 +16,9 @@ import ctypes
 import ctypes.util
 import functools
 import sys
+from pathlib import Path
 
-__all__ = ["release_free_memory"]
+__all__ = ["available_memory", "release_free_memory"]
 
 
 @functools.cache
@@ -43,3 +44,31 @@ def release_free_memory() -> bool:
         arrow.default_memory_pool().release_unused()
     trim = _trim()
     return bool(trim(0)) if trim is not None else False
+
+
+def available_memory(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cgroup")
+                     ) -> int | None:  # fmt: skip
+    """Bytes this process may still take: the kernel's ``MemAvailable`` (free memory and the
+    page cache it can reclaim), or less when a cgroup v2 limit (a systemd unit's
+    ``MemoryMax``, a container's limit) leaves less; None where neither can be read (macOS,
+    Windows).
+    """
+    found = []
+    try:
+        for line in (proc / "meminfo").read_text("ascii").splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:  # the cgroup this process is in ("0::/path" in cgroup v2)
+        own = (proc / "self" / "cgroup").read_text("ascii").splitlines()
+        rel = next(line[3:] for line in own if line.startswith("0::"))
+        folder = cgroup / rel.lstrip("/")
+        limit = (folder / "memory.max").read_text("ascii").strip()
+        if limit != "max":
+            used = int((folder / "memory.current").read_text("ascii").strip())
+            found.append(max(0, int(limit) - used))
+    except (OSError, ValueError, StopIteration):
+        pass
+    return min(found) if found else None

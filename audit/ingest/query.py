@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from audit.errors import ParameterError
 from audit.ingest.receipts import FOLD_FIELDS, FirstReceipts, load_first_receipts
 from audit.ingest.scan import (
     arrow_of,
@@ -32,6 +33,7 @@ __all__ = [
     "ATTEMPT_LOOKBACK",
     "DELIVERY_COLUMNS",
     "StoreInputs",
+    "check_memory",
     "frame_from_arrow",
     "latest_receipt",
     "load_analysis_inputs",
@@ -243,6 +245,8 @@ def load_analysis_inputs(
     start = None if start is None else as_utc(start, name="start")
     # The first receipts first: DuckDB's pick of them needs memory while it runs.
     lo = None if start is None or lookback is None else start - lookback
+    since = None if start is None or attempt_lookback is None else start - attempt_lookback
+    check_memory(store, deliveries_from=since, receipts_from=lo, end=upto)
     first = load_first_receipts(store, start=lo, end=upto)
     back = None if start is None or lookback is None else start - lookback
     lo = None if start is None or attempt_lookback is None else start - attempt_lookback
@@ -250,3 +254,75 @@ def load_analysis_inputs(
         store, start=lo, end=upto, columns=DELIVERY_COLUMNS, history_from=back
     )
     return StoreInputs(deliveries, store_inputs(store), first)
+
+
+#: Bytes an analysis holds at its peak per delivery it reads, and per row of the months its
+#: incidents' history reads: fitted on two measured reports of the same month of 1M deliveries,
+#: alone in its store (1,468 MiB) and in a four-month store (1,911 MiB), less the 250 MiB of the
+#: process itself (``docs/scale.md``, "Fifteenth pass").
+BYTES_PER_DELIVERY, BYTES_PER_HISTORY_ROW = 1150, 150
+
+
+def _covered(month: str, since: pd.Timestamp, end: pd.Timestamp) -> float:
+    """The share of ``month`` (``YYYY-MM``) that lies within ``[since, end]``."""
+    try:
+        first = pd.Timestamp(f"{month}-01", tz="UTC")
+    except ValueError:
+        return 1.0  # not a month's name: counted whole
+    last = first + pd.offsets.MonthBegin(1)
+    inside = min(last, end) - max(first, since)
+    return max(0.0, min(1.0, inside / (last - first)))
+
+
+def check_memory(
+    store: Store | str | os.PathLike,
+    *,
+    deliveries_from: pd.Timestamp | None,
+    receipts_from: pd.Timestamp | None,
+    end: pd.Timestamp,
+) -> None:
+    """ParameterError, before anything is read, when reading ``[deliveries_from, end]`` (and
+    the incidents' history from ``receipts_from``) at once would need more memory than this
+    machine has available (:func:`audit.memory.available_memory`); ``AUDIT_MEMORY_CHECK=off``
+    skips the check.
+
+    The rows are counted from the store's manifest: the records of each month's parts, times
+    the share of the month read (a month's records taken as spread evenly over it), weighed
+    with :data:`BYTES_PER_DELIVERY` and :data:`BYTES_PER_HISTORY_ROW`. A period that is refused
+    may still be analysed in passes: ``audit analyze --store DIR --rows-per-pass``.
+    """
+    if os.environ.get("AUDIT_MEMORY_CHECK", "").strip().lower() in ("off", "0", "no"):
+        return
+    from audit.memory import available_memory
+
+    free = available_memory()
+    if free is None:
+        return
+    s = open_store(store)
+
+    by_month: dict[str, float] = {}
+    for entry in s.manifest()["files"]:  # a file's records split evenly over its parts
+        for part in entry["parts"]:
+            month = part.split("/")[0].removeprefix("month=")
+            by_month[month] = by_month.get(month, 0.0) + entry["records"] / len(entry["parts"])
+
+    def rows(since: pd.Timestamp | None, extra: tuple[str, ...]) -> int:
+        total = 0.0
+        for month, n in by_month.items():
+            if month in extra or since is None:
+                total += n
+            elif month != "none":
+                total += n * _covered(month, since, end)
+        return round(total)
+
+    deliveries = rows(deliveries_from, ("none",))
+    history = rows(receipts_from, ())
+    need = deliveries * BYTES_PER_DELIVERY + history * BYTES_PER_HISTORY_ROW
+    if need > free:
+        gb = 1024**3
+        raise ParameterError(
+            f"{s.root}: reading {deliveries:,} deliveries at once (and {history:,} rows of "
+            f"the incidents' history) needs about {need / gb:.1f} GiB, and {free / gb:.1f} GiB "
+            "of memory is available: give a shorter period, or use `audit analyze --store "
+            "DIR --rows-per-pass N` (set AUDIT_MEMORY_CHECK=off to try anyway)"
+        )
