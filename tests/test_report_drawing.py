@@ -122,7 +122,8 @@ def test_report_figures_keep_their_style_whatever_the_user_set(demo_run):  # noq
     draws the same picture."""
     _, folder = demo_run
     plain = {name: str(getattr(figures, name)(open_run(folder))) for name in figures.FIGURES}
-    with matplotlib.rc_context({"axes.facecolor": "red", "font.size": 17, "lines.linewidth": 5}):
+    mine = {"axes.facecolor": "red", "font.size": 17, "lines.linewidth": 5}
+    with matplotlib.rc_context({**mine, "timezone": "Europe/Paris"}):  # a style never resets it
         styled = {name: str(getattr(figures, name)(open_run(folder))) for name in figures.FIGURES}
         assert matplotlib.rcParams["axes.facecolor"] == "red"  # the user's setting is back
     assert styled == plain
@@ -142,11 +143,12 @@ def test_without_flock_the_kernel_draws_every_figure_and_the_report_process_none
     assert calls == ["drawn"]
 
 
-def _notebook(path, *sources: str):
+def _notebook(path, *sources: str, markdown: tuple[str, ...] = ()):
     nb = nbformat.v4.new_notebook(
         cells=[
             nbformat.v4.new_code_cell("run_dir = None", metadata={"tags": ["parameters"]}),
             *(nbformat.v4.new_code_cell(s) for s in sources),
+            *(nbformat.v4.new_markdown_cell(m) for m in markdown),
         ],
         metadata={
             "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -162,7 +164,7 @@ def _outputs(path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_notebook_is_saved_once_not_around_every_cell(tmp_path, monkeypatch):
+def test_the_notebook_is_saved_before_code_cells_not_around_every_cell(tmp_path, monkeypatch):
     import papermill.engines
 
     saves: list = []
@@ -173,9 +175,12 @@ def test_the_notebook_is_saved_once_not_around_every_cell(tmp_path, monkeypatch)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     cells = [f"print({i})" for i in range(6)]
-    render(_notebook(tmp_path / "n.ipynb", *cells), run_dir, title="t", timeout_s=60)
-    assert len(saves) <= 3  # around execution, not before and after each of the 8 cells
-    assert [o.strip() for o in _outputs(run_dir / "report.ipynb")][-6:] == list("012345")
+    nb = _notebook(tmp_path / "n.ipynb", *cells, markdown=["# a heading", "some *text*"])
+    render(nb, run_dir, title="t", timeout_s=60)
+    # before each of the 8 code cells and at the start; not after each cell, nor around the
+    # 2 markdown cells (papermill: 2 per cell, 20 in all)
+    assert len(saves) == 9, saves
+    assert [o.strip() for o in _outputs(run_dir / "report.ipynb")][-8:-2] == list("012345")
 
 
 @pytest.mark.slow
@@ -188,12 +193,11 @@ def test_a_cell_that_times_out_leaves_the_notebook_as_far_as_it_ran(tmp_path):
     assert "before" in _outputs(run_dir / "report.ipynb")[-2]
 
 
-#: Renders a notebook whose second cell never ends, with saves at most 0.5 s apart.
+#: Renders a notebook whose last cell never ends.
 KILLED = """
 import sys
 from pathlib import Path
 import audit.report.render as render
-render.SAVE_EVERY_S = 0.5
 render.render(Path(sys.argv[1]), Path(sys.argv[2]), title="t", timeout_s=600)
 """
 
@@ -205,10 +209,8 @@ def test_a_run_killed_mid_notebook_leaves_the_cells_done_before(tmp_path):
     nb = _notebook(
         tmp_path / "n.ipynb",
         "print('cell one done')",
-        "import time; time.sleep(1)",
-        "print('cell three done')",
-        "import time; time.sleep(1)",
-        "import time; time.sleep(600)",
+        "print('cell two done')",
+        "import time; time.sleep(600)",  # silent: papermill's own autosave never runs
     )
     proc = subprocess.Popen([sys.executable, "-c", KILLED, str(nb), str(run_dir)])
     saved = run_dir / "report.ipynb"
@@ -216,7 +218,7 @@ def test_a_run_killed_mid_notebook_leaves_the_cells_done_before(tmp_path):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
             try:  # papermill writes in place: a read may meet half a file
-                if "cell three done\n" in _outputs(saved):
+                if "cell two done\n" in _outputs(saved):
                     break
             except (OSError, ValueError):
                 pass
@@ -226,5 +228,40 @@ def test_a_run_killed_mid_notebook_leaves_the_cells_done_before(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    outputs = _outputs(saved)
-    assert "cell one done\n" in outputs and "cell three done\n" in outputs
+    nb = nbformat.read(saved, as_version=4)
+    assert "cell one done\n" in _outputs(saved) and "cell two done\n" in _outputs(saved)
+    status = [c.metadata["papermill"]["status"] for c in nb.cells]
+    assert status[-1] == "running" and set(status[:-1]) == {"completed"}
+
+
+def test_a_kept_figure_that_is_a_link_is_not_followed_but_drawn(tmp_path):
+    secret = tmp_path / "secrets.txt"
+    secret.write_text("HMAC_KEY=s3cr3t")
+    (tmp_path / "f.html").symlink_to(secret)
+    calls: list = []
+    assert str(drawn_once(tmp_path, "f", _counting(calls, "<p>drawn</p>"))) == "<p>drawn</p>"
+    assert calls == ["<p>drawn</p>"] and secret.read_text() == "HMAC_KEY=s3cr3t"
+    assert not (tmp_path / "f.html").is_symlink()  # the link itself was replaced
+
+
+def test_a_figure_never_warns_into_the_report(demo_run, tmp_path):  # noqa: F811
+    """A subscription named in a script the font lacks: matplotlib warns of missing glyphs.
+    Shown in the report when the kernel drew the figure, nowhere when the report process did:
+    so neither shows it."""
+    import warnings
+
+    import pandas as pd
+
+    _, folder = demo_run
+    run_dir = tmp_path / "run"
+    shutil.copytree(folder, run_dir)
+    table = run_dir / "tables" / "deliveries.parquet"
+    d = pd.read_parquet(table)
+    d["subscription_id"] = d["subscription_id"].where(
+        d["subscription_id"].isna(), "wh_\u65e5\u672c"
+    )
+    d.to_parquet(table, index=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        html = str(figures.daily_failures(open_run(run_dir)))
+    assert "data:image/png" in html and caught == []

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import threading
 from collections.abc import Callable, Sequence
 from functools import wraps
@@ -58,8 +59,9 @@ def drawn_once(folder: Path, name: str, draw: Callable[[], HTML], *, wait: bool 
         except OSError:  # ENOLCK, EOPNOTSUPP...: no sharing
             return draw() if wait else None
         try:
-            if done.is_file():
-                return HTML(done.read_text("utf-8")) if wait else None
+            kept = _kept(done)
+            if kept is not None:
+                return kept if wait else None
             html = draw()
             tmp = folder / f".{name}.html.tmp"
             with os.fdopen(os.open(tmp, _WRITE, 0o600), "w", encoding="utf-8") as f:
@@ -68,6 +70,18 @@ def drawn_once(folder: Path, name: str, draw: Callable[[], HTML], *, wait: bool 
             return html
         finally:
             unlock_file(lock)
+
+
+def _kept(done: Path) -> HTML | None:
+    """The figure kept in ``done``; None when there is none (or something other than a file
+    there, such as a symbolic link: never followed, and replaced by the figure drawn)."""
+    try:
+        with os.fdopen(os.open(done, os.O_RDONLY | _NOFOLLOW), encoding="utf-8") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            return HTML(f.read())
+    except OSError:  # none yet; a link (ELOOP)
+        return None
 
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -91,10 +105,21 @@ def shared(draw: Callable) -> Callable:
 
 
 def in_report_style(draw: Callable, run) -> HTML:
-    """``draw(run)`` with matplotlib's default settings (the report's one style)."""
+    """``draw(run)`` in the report's one style: matplotlib's defaults, times in UTC (a style
+    never sets ``timezone``, so it is set here), and no warning shown (a label in a script the
+    font lacks would warn into the report when the kernel draws it, and nowhere when the report
+    process does)."""
+    import warnings
+
+    import matplotlib
     import matplotlib.style
 
-    with matplotlib.style.context("default"):
+    with (
+        warnings.catch_warnings(),
+        matplotlib.style.context("default"),
+        matplotlib.rc_context({"timezone": "UTC"}),
+    ):
+        warnings.simplefilter("ignore")
         return draw(run)
 
 
@@ -116,7 +141,7 @@ class DrawingAhead:
         self.drawn: list[str] = []
 
     def __enter__(self) -> DrawingAhead:
-        self.folder.mkdir()
+        self.folder.mkdir(mode=0o700)
         self._thread = threading.Thread(target=self._work, name="audit-figures", daemon=True)
         self._thread.start()
         return self
