@@ -116,6 +116,25 @@ def test_figures_drawn_ahead_are_the_figures_drawn_in_the_notebook(demo_run, tmp
     assert not (run_dir / FOLDER).exists()  # removed before the run folder is renamed
 
 
+def test_figures_drawn_ahead_from_the_frames_in_memory_are_those_of_the_folder(
+    demo_run,  # noqa: F811
+    tmp_path,
+):
+    memory, folder = demo_run
+    expected = {name: str(getattr(figures, name)(open_run(folder))) for name in figures.FIGURES}
+    run_dir = tmp_path / "run"
+    shutil.copytree(folder, run_dir)
+    drawn = type(memory)(memory.manifest, memory.findings, {}, run_dir,
+                         figures.drawn_tables(memory.tables))  # fmt: skip
+    assert len(drawn.tables["deliveries"].columns) < len(memory.tables["deliveries"].columns)
+    with DrawingAhead(run_dir, figures.FIGURES, drawn) as ahead:
+        ahead.join()
+        run = open_run(run_dir)
+        got = {name: str(getattr(figures, name)(run)) for name in figures.FIGURES}
+        assert run.tables == {}  # every figure taken as drawn from memory
+    assert got == expected
+
+
 def test_report_figures_keep_their_style_whatever_the_user_set(demo_run):  # noqa: F811
     """A user's matplotlibrc or IPython start-up file applies in one process and not the
     other: the report's figures are drawn in matplotlib's defaults, so whoever draws them

@@ -320,7 +320,7 @@ def test_the_frames_are_freed_before_the_notebook_renders(hostile, tmp_path, mon
         alive["tables"] = weakref.ref(computed.tables["deliveries"])
         return computed
 
-    def fake_render(nb_path, run_dir, *, title, timeout_s, kernel=None, ahead=()):
+    def fake_render(nb_path, run_dir, *, title, timeout_s, kernel=None, ahead=(), drawn_from=None):
         gc.collect()
         alive["at render"] = {k: ref() is not None for k, ref in list(alive.items())}
         (run_dir / "report.html").write_text("<html></html>", encoding="utf-8")
@@ -341,8 +341,8 @@ def test_figures_a_late_kernel_kept_are_not_renamed_into_the_run(hostile, tmp_pa
     logs, secrets = hostile
     given = {}
 
-    def late_render(nb_path, run_dir, *, title, timeout_s, kernel=None, ahead=()):
-        given["ahead"] = ahead
+    def late_render(nb_path, run_dir, *, title, timeout_s, kernel=None, ahead=(), drawn_from=None):
+        given["ahead"], given["drawn"] = ahead, drawn_from
         (run_dir / FOLDER).mkdir(exist_ok=True)
         (run_dir / FOLDER / "takedown.html").write_text("<p>late</p>")
         raise ReportError("notebook execution failed: CellTimeoutError")
@@ -350,6 +350,7 @@ def test_figures_a_late_kernel_kept_are_not_renamed_into_the_run(hostile, tmp_pa
     monkeypatch.setattr(render, "render", late_render)
     result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
     assert result.rendering_failed and not (result.run_dir / FOLDER).exists()
-    assert given["ahead"] == figures.FIGURES  # the packaged notebook: figures drawn ahead
+    assert given["ahead"] == figures.FIGURES  # the packaged notebook: figures drawn ahead,
+    assert set(given["drawn"].tables) >= {"deliveries", "takedown_km"}  # from the run's frames
     _run(tmp_path, logs, secrets, out_dir=tmp_path / "r2", notebook=DATA / "broken_report.ipynb")
-    assert given["ahead"] == ()  # a template: none
+    assert given["ahead"] == () and given["drawn"] is None  # a template: none

@@ -30,7 +30,7 @@ from pathlib import Path
 from audit.locks import lock_file, try_lock_file, unlock_file
 from audit.report.format import HTML
 
-__all__ = ["FOLDER", "DrawingAhead", "drawn_once", "in_report_style", "shared"]
+__all__ = ["FOLDER", "DrawingAhead", "drawn_once", "in_memory", "in_report_style", "shared"]
 
 #: The folder of a run folder where figures are kept while the report renders.
 FOLDER = ".figures"
@@ -125,16 +125,19 @@ def in_report_style(draw: Callable, run) -> HTML:
 
 class DrawingAhead:
     """Draw ``names`` (figure functions of :mod:`audit.report.figures`) last to first in a
-    daemon thread while the kernel renders ``run_dir``; a context manager.
+    daemon thread while the kernel renders ``run_dir``; a context manager. ``run``: the
+    :class:`~audit.report.rundir.RunData` to draw from (the run's frames, already in memory:
+    :func:`audit.report.figures.drawn_tables`), else the run folder is read.
 
     On exit the thread is asked to stop after its current figure and waited for, and the
     :data:`FOLDER` is removed. An error in the thread only stops it: the kernel then draws that
     figure itself, and reports any error in its cell.
     """
 
-    def __init__(self, run_dir: Path, names: Sequence[str]) -> None:
+    def __init__(self, run_dir: Path, names: Sequence[str], run=None) -> None:
         self.folder = run_dir / FOLDER
         self._run_dir = run_dir
+        self._run = run  # a RunData of the run's frames in memory; else read from run_dir
         self._names = tuple(names)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -161,7 +164,7 @@ class DrawingAhead:
         from audit.report.rundir import open_run
 
         with contextlib.suppress(Exception):
-            run = open_run(self._run_dir)
+            run = self._run if self._run is not None else open_run(self._run_dir)
             for name in reversed(self._names):
                 if self._stop.is_set():
                     return
@@ -170,3 +173,15 @@ class DrawingAhead:
                 if drawn_once(self.folder, name, drawing, wait=False) is None:
                     return  # the kernel holds it or has drawn it: it has the rest
                 self.drawn.append(name)
+
+
+def in_memory(run_dir: Path, manifest: dict, computed):
+    """A :class:`~audit.report.rundir.RunData` of what the figures read of a run's computed
+    tables (copies, :func:`audit.report.figures.drawn_tables`), for :class:`DrawingAhead` to
+    draw the figures of ``run_dir`` from while the run's other frames go."""
+    from audit.report.figures import drawn_tables
+    from audit.report.rundir import RunData
+
+    tables = drawn_tables(computed.tables)
+    return RunData(manifest=dict(manifest), findings=computed.findings, run_dir=run_dir,
+                   tables=tables)  # fmt: skip

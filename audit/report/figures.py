@@ -18,6 +18,7 @@ __all__ = [
     "FIGURES",
     "clock_skew",
     "daily_failures",
+    "drawn_tables",
     "latency",
     "retry_delays",
     "takedown",
@@ -46,6 +47,31 @@ _DRAWN = (
     "missing_before",
     "success",
 )
+
+
+#: The tables (and of the wide ones, the columns) the figures read.
+_READ = {
+    "deliveries": _DRAWN,
+    "events": ("is_test", "emission_latency_s"),
+    "verdict_counts": None,
+    "latency": None,
+    "off_schedule_attempts": None,
+    "takedown_km": None,
+    "takedown_durations": None,
+    "takedown_km_all": None,
+}
+
+
+def drawn_tables(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """What the figures read of a run's tables, as copies: a :class:`RunData` of them draws
+    the figures of the run folder those tables are written to, while the run's frames go."""
+    out = {}
+    for name, columns in _READ.items():
+        if name in tables:
+            frame = tables[name]
+            keep = list(frame.columns) if columns is None else [c for c in columns if c in frame]
+            out[name] = frame[keep].copy()
+    return out
 
 
 def _period_deliveries(run: RunData) -> pd.DataFrame:

@@ -288,7 +288,8 @@ def run_report(
         failing = int((computed.findings["status"] == "fail").sum())
         say(f"analyses and controls done: {len(computed.findings)} findings, {failing} failing")
         run_id = f"{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
-        from audit.report.render import preload
+        from audit.report.drawing import in_memory
+        from audit.report.render import default_notebook, preload
 
         preloading = preload()  # beside the run folder's writing
         with lock(root):
@@ -296,12 +297,14 @@ def run_report(
                 root, period, checked, computed, code, nb_path, started, run_id
             )
             # The run folder holds all the notebook reads: the frames go before it runs (at 1M
-            # deliveries this process would hold 1.7 GB beside the kernel's 0.6-1.8 GB).
+            # deliveries this process would hold 1.7 GB beside the kernel's 0.6-1.8 GB), all
+            # but copies of the columns the figures it draws read (about 150 MB at 1M).
+            drawn = in_memory(tmp, manifest, computed) if nb_path == default_notebook() else None
             del inputs, computed
             release_free_memory()
             preloading.join()
             return _render_run(
-                root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel
+                root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel, drawn
             )
 
 
@@ -351,21 +354,23 @@ def _write_run(root, period, checked, computed, code, nb_path, started, run_id
 
 
 def _render_run(
-    root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel=None
+    root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel=None, drawn=None
 ) -> ReportResult:
-    """Render the notebook into the run folder, rename it into place, rebuild the index."""
+    """Render the notebook into the run folder, rename it into place, rebuild the index;
+    ``drawn``: the frames this process draws the figures from meanwhile (``in_memory``)."""
     from audit.report.drawing import FOLDER
     from audit.report.figures import FIGURES
-    from audit.report.render import default_notebook, render
+    from audit.report.render import render
 
     final = tmp.with_name(manifest["run_id"])
     say("rendering the report")
     message, failed = "", False
     try:
-        ahead = FIGURES if nb_path == default_notebook() else ()  # a template may draw none
+        ahead = FIGURES if drawn is not None else ()
         render(
-            nb_path, tmp, title=_title(manifest), timeout_s=timeout_s, kernel=kernel, ahead=ahead
-        )
+            nb_path, tmp, title=_title(manifest), timeout_s=timeout_s, kernel=kernel, ahead=ahead,
+            drawn_from=drawn,
+        )  # fmt: skip
         manifest["rendering"] = {"status": "ok"}
     except ReportError as e:
         message, failed = f"rendering failed: {e}".replace(str(tmp), str(final)), True

@@ -94,13 +94,15 @@ def render(
     timeout_s: int,
     kernel: WarmKernel | None = None,
     ahead: Sequence[str] = (),
+    drawn_from=None,
 ) -> Path:
     """Run ``notebook`` with ``run_dir`` into ``run_dir/report.ipynb``, then ``report.html``.
 
     With ``kernel`` (started earlier), the notebook runs on it when it is still alive; else
     papermill starts a kernel. Either way the kernel works in ``run_dir``. ``ahead``: names of
     figures of :mod:`audit.report.figures` that this process draws meanwhile, from the last,
-    for the kernel to take (:mod:`audit.report.drawing`).
+    for the kernel to take (:mod:`audit.report.drawing`), from ``drawn_from`` (a
+    :class:`~audit.report.rundir.RunData` in memory) when given, else from ``run_dir``.
 
     Raises
     ------
@@ -123,7 +125,8 @@ def render(
             warnings.filterwarnings("ignore", message="Cell is missing an id field")
             # A figure drawn ahead here warns here, not in the notebook: shown in neither.
             warnings.filterwarnings("ignore", module=r"(audit|matplotlib|pandas|numpy)(\.|$)")
-            with DrawingAhead(run_dir, ahead) if ahead else contextlib.nullcontext():
+            drawing = DrawingAhead(run_dir, ahead, drawn_from) if ahead else None
+            with drawing or contextlib.nullcontext():
                 pm.execute_notebook(
                     str(notebook),
                     str(output),
