@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 
 from audit.cli import main
@@ -354,3 +355,37 @@ def test_figures_a_late_kernel_kept_are_not_renamed_into_the_run(hostile, tmp_pa
     assert set(given["drawn"].tables) >= {"deliveries", "takedown_km"}  # from the run's frames
     _run(tmp_path, logs, secrets, out_dir=tmp_path / "r2", notebook=DATA / "broken_report.ipynb")
     assert given["ahead"] == () and given["drawn"] is None  # a template: none
+
+
+def test_csv_copies_are_written_beside_the_rendering_and_their_failure_fails_the_run(
+    hostile,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    import audit.report.rundir as rundir
+    from audit.errors import OutputError
+
+    real = rundir.write_csv
+    written = []
+
+    def full_disk(frame, path):
+        written.append(path.name)
+        if path.name == "incidents.csv":
+            raise OutputError(f"{path}: cannot write (No space left on device)")
+        return real(frame, path)
+
+    monkeypatch.setattr(rundir, "write_csv", full_disk)
+    logs, secrets = hostile
+    out = tmp_path / "r"
+    with pytest.raises(OutputError, match="No space left"):
+        _run(tmp_path, logs, secrets, out_dir=out)
+    assert "incidents.csv" in written
+    left = [p.name for p in (out / "2026-10").iterdir()]
+    assert all(name.startswith(".tmp-") for name in left)  # no run renamed into place
+    monkeypatch.setattr(rundir, "write_csv", real)
+    result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "ok")
+    for name in rundir.CSV_TABLES:  # every CSV copy there, each the table it copies
+        if (result.run_dir / "tables" / f"{name}.parquet").is_file():
+            csv_text = (result.run_dir / "tables" / f"{name}.csv").read_text()
+            frame = pd.read_parquet(result.run_dir / "tables" / f"{name}.parquet")
+            assert csv_text.count("\n") >= len(frame) + 1, name

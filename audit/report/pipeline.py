@@ -43,7 +43,7 @@ from audit.report.index import build_index, scan_runs
 from audit.report.inputs import Inputs, load_inputs
 from audit.report.kernel import WarmKernel
 from audit.report.params import Period, check_params
-from audit.report.rundir import findings_records, write_json, write_tables
+from audit.report.rundir import CsvCopies, findings_records, write_json, write_tables
 
 __all__ = [
     "EXIT_CONTROL_ERROR",
@@ -293,7 +293,7 @@ def run_report(
 
         preloading = preload()  # beside the run folder's writing
         with lock(root):
-            tmp, manifest = _write_run(
+            tmp, manifest, csvs = _write_run(
                 root, period, checked, computed, code, nb_path, started, run_id
             )
             # The run folder holds all the notebook reads: the frames go before it runs (at 1M
@@ -304,13 +304,14 @@ def run_report(
             release_free_memory()
             preloading.join()
             return _render_run(
-                root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel, drawn
+                root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel, drawn, csvs
             )
 
 
 def _write_run(root, period, checked, computed, code, nb_path, started, run_id
-               ) -> tuple[Path, dict]:  # fmt: skip
-    """Write the run folder (under the lock) to ``<period>/.tmp-<run id>``: (folder, manifest)."""
+               ) -> tuple[Path, dict, CsvCopies]:  # fmt: skip
+    """Write the run folder (under the lock) to ``<period>/.tmp-<run id>``: (folder, manifest,
+    the CSV copies of the tables, still being written)."""
     from audit.report.trend import trend_for
     from audit.safe import write_csv
 
@@ -322,7 +323,8 @@ def _write_run(root, period, checked, computed, code, nb_path, started, run_id
     write_json(tmp / "findings.json", findings_records(computed.findings))
     trend = trend_for(root, period, computed.findings)
     write_json(tmp / "trend.json", trend)
-    write_tables(computed.tables, tmp / "tables")
+    write_tables(computed.tables, tmp / "tables", csv=False)
+    csvs = CsvCopies(computed.tables, tmp / "tables")
     manifest = {
         "run_id": run_id,
         "title": "Webhook delivery compliance report",
@@ -350,14 +352,16 @@ def _write_run(root, period, checked, computed, code, nb_path, started, run_id
         "python": platform.python_version(),
     }
     write_json(tmp / "manifest.json", manifest)
-    return tmp, manifest
+    return tmp, manifest, csvs
 
 
 def _render_run(
-    root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel=None, drawn=None
-) -> ReportResult:
+    root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel=None, drawn=None,
+    csvs=None,
+) -> ReportResult:  # fmt: skip
     """Render the notebook into the run folder, rename it into place, rebuild the index;
-    ``drawn``: the frames this process draws the figures from meanwhile (``in_memory``)."""
+    ``drawn``: the frames this process draws the figures from meanwhile (``in_memory``);
+    ``csvs``: the tables' CSV copies being written meanwhile, waited for before the rename."""
     from audit.report.drawing import FOLDER
     from audit.report.figures import FIGURES
     from audit.report.render import render
@@ -378,6 +382,8 @@ def _render_run(
     # Again, now that the kernel is gone: a cell that timed out may have kept drawing after the
     # figures' folder was first removed.
     shutil.rmtree(tmp / FOLDER, ignore_errors=True)
+    if csvs is not None:
+        csvs.wait()  # an error writing them fails the run, as before rendering
     manifest["ended"] = clock().isoformat()
     manifest["duration_s"] = round(time.monotonic() - t0, 3)
     write_json(tmp / "manifest.json", manifest)
