@@ -123,8 +123,6 @@ def render(
         with warnings.catch_warnings():
             # nbformat's notice about a user's template written without cell ids is not ours to show
             warnings.filterwarnings("ignore", message="Cell is missing an id field")
-            # A figure drawn ahead here warns here, not in the notebook: shown in neither.
-            warnings.filterwarnings("ignore", module=r"(audit|matplotlib|pandas|numpy)(\.|$)")
             drawing = DrawingAhead(run_dir, ahead, drawn_from) if ahead else None
             with drawing or contextlib.nullcontext():
                 pm.execute_notebook(
