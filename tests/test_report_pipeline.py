@@ -272,8 +272,11 @@ def test_stale_tmp_folders_are_marked_failed_and_indexed_without_dead_links(tmp_
     stale = tmp_path / "2026-10" / ".tmp-20261101T060000Z-abcdef"
     (stale / "tables").mkdir(parents=True)
     (stale / "findings.csv").write_text("x\n")
+    (stale / ".figures").mkdir()  # a run killed while it rendered
+    (stale / ".figures" / "takedown.html").write_text("<p>kept</p>")
     moved = mark_stale(tmp_path, "20261201T060000Z-123456")
     assert [p.name for p in moved] == ["20261101T060000Z-abcdef.failed"]
+    assert not (moved[0] / ".figures").exists()
     assert not list(tmp_path.glob("*/.tmp-*"))
     manifest = json.loads((moved[0] / "manifest.json").read_text())
     assert "interrupted" in manifest["message"] and manifest["exit_status"] == 3

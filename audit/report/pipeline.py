@@ -127,6 +127,7 @@ def mark_stale(root: Path, by_run: str) -> list[Path]:
             "message": f"interrupted before it finished; marked failed by run {by_run}",
         }
         write_json(tmp / "manifest.json", manifest)
+        shutil.rmtree(tmp / ".figures", ignore_errors=True)  # audit.report.drawing's, if killed
         os.replace(tmp, final)
         moved.append(final)
     return moved
@@ -296,9 +297,8 @@ def run_report(
             tmp, manifest, csvs = _write_run(
                 root, period, checked, computed, code, nb_path, started, run_id
             )
-            # The run folder holds all the notebook reads: the frames go before it runs (at 1M
-            # deliveries this process would hold 1.7 GB beside the kernel's 0.6-1.8 GB), all
-            # but copies of the columns the figures it draws read (about 150 MB at 1M).
+            # The notebook reads the run folder: the frames go before it runs (at 1M, 1.7 GB beside
+            # the kernel's 0.6-1.8 GB), but copies of what the figures read (150 MB at 1M).
             drawn = in_memory(tmp, manifest, computed) if nb_path == default_notebook() else None
             del inputs, computed
             release_free_memory()
