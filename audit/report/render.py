@@ -197,12 +197,10 @@ def _engine() -> str:
                     allowed[0] = True
 
             nb_man.save, nb_man.cell_start, nb_man.cell_complete = gated, at_start, at_complete
-            try:
-                done = super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
-            except BaseException:
-                allowed[0] = True  # papermill's last save, as far as it ran
-                raise
-            allowed[0] = False  # not that save: papermill writes the notebook that ran through
+            # Raising, the gate is open (each hook reopens it): papermill's last save keeps the
+            # notebook as far as it ran. Ran through, papermill writes it anyway: no save here.
+            done = super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
+            allowed[0] = False
             return done
 
     papermill_engines.register(_ENGINE, SavedBeforeCodeCells)
