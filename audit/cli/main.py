@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None, *, obj: dict | None = None) -> int:
     except Exception as e:  # a bug: still one line and exit 3, never "1 = failing findings"
         if os.environ.get("AUDIT_DEBUG"):
             raise
+        if _damaged_file(e):
+            click.echo(f"audit: error: a file cannot be read: {_say(e).splitlines()[0]}", err=True)
+            return EXIT_BAD_INPUT
         click.echo(
             f"audit: internal error: {type(e).__name__}: {_say(e)} (set AUDIT_DEBUG=1 for a "
             "traceback)",
@@ -81,6 +84,15 @@ def main(argv: list[str] | None = None, *, obj: dict | None = None) -> int:
     if isinstance(rv, int):
         return rv
     return 0
+
+
+def _damaged_file(e: Exception) -> bool:
+    """Whether ``e`` is DuckDB's or Arrow's word for a damaged or vanished file (a store part
+    truncated or deleted by hand), not a bug: such a file is the user's to restore."""
+    kind, module = type(e).__name__, type(e).__module__ or ""
+    if module.startswith("_duckdb") or module.startswith("duckdb"):
+        return kind in ("IOException", "InvalidInputException")
+    return module.startswith("pyarrow") and kind == "ArrowInvalid" and "Parquet" in str(e)
 
 
 if __name__ == "__main__":  # pragma: no cover

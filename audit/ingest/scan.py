@@ -41,6 +41,12 @@ def open_store(store: Store | str | os.PathLike) -> Store:
     s = store if isinstance(store, Store) else Store(Path(store))
     if not s.manifest_path.is_file():
         raise InputError(f"{s.root}: not an evidence store (no manifest.json); run audit ingest")
+    gone = [p for p in s.parts() if not p.is_file()]
+    if gone:
+        raise InputError(
+            f"{s.root}: {len(gone)} part(s) its manifest lists are missing (first: "
+            f"{gone[0].relative_to(s.root)}); run audit ingest on the same logs to restore them"
+        )
     return s
 
 

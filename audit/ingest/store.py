@@ -10,7 +10,9 @@ Layout (plain files; DuckDB, Polars, Spark and Trino read it)::
 
 Rules
 -----
-* A file is known by the sha256 of its bytes: ingesting it again (under any path) does nothing.
+* A file is known by the sha256 of its content (a gzip file's inflated content:
+  ``audit.ingest.identity``): ingesting it again under any path, compressed or not, does
+  nothing, and a stored file that was renamed or compressed is then known by its new path.
   A plain JSONL file that grew (its stored content is a prefix of the new one, ending at a line
   end) ingests only the new lines. Any other change re-ingests that file and says so.
 * The manifest keeps, per subscription, a keyed fingerprint of the secrets it verified with
@@ -45,6 +47,7 @@ from audit.errors import InputError
 from audit.ingest import parallel, records
 from audit.ingest.fast import verify_jsonl
 from audit.ingest.formats import format_of
+from audit.ingest.identity import file_identity, moved_away
 from audit.ingest.load import expand_paths
 from audit.ingest.parts import PartWriter
 from audit.ingest.secrets import SecretStore, read_secrets
@@ -56,7 +59,6 @@ __all__ = ["IngestResult", "Store", "ingest", "secrets_fingerprints"]
 STORE_VERSION = 1
 DATASET = "deliveries"
 _LABEL = b"audit evidence store: secret fingerprint v1"
-_HASH_BLOCK = 4 * 2**20
 
 
 def secrets_fingerprints(store: SecretStore) -> dict[str, str]:
@@ -142,28 +144,6 @@ class Store:
                 unlock_file(f)
 
 
-def _hash_file(path: Path, prefix_len: int | None) -> tuple[str, int, str | None, bool]:
-    """sha256 of the file, its size, sha256 of its first ``prefix_len`` bytes, and whether
-    the byte before ``prefix_len`` is a newline."""
-    h = hashlib.sha256()
-    prefix_hex, at_newline, done = None, False, 0
-    try:
-        with open(path, "rb") as f:
-            while block := f.read(_HASH_BLOCK):
-                if prefix_len is not None and done < prefix_len <= done + len(block):
-                    cut = prefix_len - done
-                    h.update(block[:cut])
-                    prefix_hex = h.hexdigest()
-                    at_newline = block[cut - 1 : cut] == b"\n"
-                    h.update(block[cut:])
-                else:
-                    h.update(block)
-                done += len(block)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
-    return h.hexdigest(), done, prefix_hex, at_newline
-
-
 def ingest(
     logs: Iterable[str | os.PathLike],
     secrets_path: str | os.PathLike,
@@ -186,7 +166,9 @@ def ingest(
     wanted = {v: k for k, v in header_names(header_prefix).items()}
     store = Store(Path(store_dir))
     result = IngestResult()
+    _check_folder(store, creating=bool(files))
     with store.lock():
+        _check_folder(store, creating=bool(files))  # again, now that no writer runs
         manifest = store.manifest()
         _check_settings(store, manifest, header_prefix, tolerance_s)
         _remove_strays(store, manifest)
@@ -227,6 +209,21 @@ def ingest(
             (store.root / DATASET / part).unlink(missing_ok=True)
         shutil.rmtree(staging, ignore_errors=True)
     return result
+
+
+def _check_folder(store: Store, *, creating: bool) -> None:
+    """InputError unless ``store`` holds a store or is to become one; a folder with parts but
+    no manifest is never touched (an ingest would delete its parts as a crash's strays)."""
+    if store.manifest_path.is_file():
+        return
+    data = store.root / DATASET
+    if data.is_dir() and any(data.glob("month=*/*.parquet")):
+        raise InputError(
+            f"{store.root}: holds store parts but no manifest.json; nothing changed (restore "
+            "the manifest, or ingest into a new folder)"
+        )
+    if not creating:
+        raise InputError(f"{store.root}: not an evidence store (no manifest.json); give LOGS")
 
 
 def _check_settings(store: Store, manifest: dict, header_prefix: str, tolerance_s: float) -> None:
@@ -270,23 +267,28 @@ def _ingest_file(path, store, manifest, result, staging, obsolete, **kw) -> None
     whole = not fmt.SPLITS_AT_LINES
     gz = records.is_gzip(path)
     prefix_len = old["size"] if old and not gz and not whole else None
-    sha, size, prefix_sha, at_newline = _hash_file(path, prefix_len)
-    if sha in known:
+    sha, size, prefix_sha, at_newline = file_identity(path, prefix_len, gz=gz)
+    missing = old is not None and old["sha256"] == sha and not _parts_present(store, old)
+    if sha in known and not missing:
         result.files_unchanged += 1
         same = next(e for e in manifest["files"] if e["sha256"] == sha)
+        if same["path"] != resolved and old is None and moved_away(same["path"], sha):
+            # renamed or compressed since (log rotation): the entry follows its content, so
+            # that a new file under the old name is not taken for a change of this one
+            result.messages.append(f"{path}: already stored as {same['path']}; renamed since")
+            same["path"] = resolved
         result.paths.append(same["path"])
         return
     result.paths.append(resolved)
     skip, first_line, entry = 0, 1, None
-    if old is not None and prefix_sha == old["sha256"] and at_newline:
+    if old is not None and prefix_sha == old["sha256"] and at_newline and not missing:
         skip, first_line, entry = old["size"], old["lines"] + 1, old
         result.files_grown += 1
         result.messages.append(f"{path}: grew; ingesting from line {first_line}")
     elif old is not None:
         result.files_changed += 1
-        result.messages.append(
-            f"{path}: changed since it was ingested; its {old['records']} record(s) replaced"
-        )
+        why = "some of its stored parts are missing" if missing else "changed since it was ingested"
+        result.messages.append(f"{path}: {why}; its {old['records']} record(s) replaced")
         obsolete.extend(old["parts"])
         manifest["files"].remove(old)
     else:
@@ -342,6 +344,10 @@ def _ingest_file(path, store, manifest, result, staging, obsolete, **kw) -> None
     entry["unreadable"] += counts[1]
     entry["lines"] += counts[2]
     entry["parts"] = [*entry["parts"], *names]
+
+
+def _parts_present(store: Store, entry: dict) -> bool:
+    return all((store.root / DATASET / part).is_file() for part in entry["parts"])
 
 
 def _ingest_piece(piece: parallel.Piece) -> tuple[list, int, int, int, int]:
