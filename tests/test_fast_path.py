@@ -411,3 +411,18 @@ def test_the_exact_path_of_a_line_does_not_depend_on_the_lines_before_it():
     after, _ = both([first, second])
     assert after["detail"][1] == alone["detail"][0]
     assert after["verdict"][1] == alone["verdict"][0]
+
+
+def test_a_record_over_the_size_limit_is_unreadable_unparsed_on_both_paths(monkeypatch):
+    """A line longer than MAX_RECORD_BYTES is one unreadable row (its size in the detail),
+    never parsed (parsing would take about 11 times its size); the lines around it are read."""
+    from audit.ingest.formats import jsonl
+
+    big = valid(body_pad="x" * 3000)  # a valid record but for its length
+    monkeypatch.setattr(jsonl, "MAX_RECORD_BYTES", 2000)
+    size = len(json.dumps(big).encode())
+    cols, slow = both([valid(), big, valid()])
+    assert cols["verdict"] == ["valid", "unreadable", "valid"] and slow == 1
+    assert cols["detail"][1] == f"record of {size:,} bytes, over the 2,000-byte limit: not parsed"
+    monkeypatch.setattr(jsonl, "MAX_RECORD_BYTES", size)  # at the limit: read as usual
+    assert both([big])[0]["verdict"] != ["unreadable"]

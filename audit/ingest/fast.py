@@ -32,6 +32,7 @@ import orjson
 
 from audit.ingest.extract import EXTRACTED
 from audit.ingest.extract import extract as _extract
+from audit.ingest.formats import jsonl as _jsonl
 from audit.ingest.formats.base import _NO_ENVELOPE, COLUMNS, NAT, _in_range, _time_ns
 from audit.ingest.formats.jsonl import parse_jsonl, prefix_markers
 from audit.ingest.secrets import SecretStore
@@ -179,6 +180,7 @@ def verify_jsonl(
     compare = hmac.compare_digest
     rows: list = []  # a row tuple (its last field: naive time), or (line, raw) for the exact path
     slow: list[int] = []
+    longest = _jsonl.MAX_RECORD_BYTES  # a longer record: the exact path counts it unreadable
     collecting = gc.isenabled()
     gc.disable()  # rows are tuples of plain values (no cycles); collections of the list cost 5-20%
     try:
@@ -187,7 +189,7 @@ def verify_jsonl(
                 continue
             row = None
             try:
-                rec = loads(raw)
+                rec = loads(raw) if len(raw) <= longest else None
             except decode_error:
                 rec = None
             if type(rec) is dict and rec.keys() <= _KEYS:
