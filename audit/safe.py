@@ -5,9 +5,11 @@ Three defences, one place:
 * CSV cells that a spreadsheet would run as a formula get a leading apostrophe (OWASP "CSV
   injection"): a text cell that starts with tab or carriage return, or whose first character
   after leading whitespace is ``=``, ``+``, ``-`` or ``@``. A text cell that is a plain number
-  (``-1.5``, ``+3``) is left alone, and so are numeric columns. :func:`write_csv` is the one CSV
-  writer: it quotes every text cell, so a CR, LF or any other line break stays inside its cell.
-* URLs in reports are defanged (``hxxps://evil[.]example/...``) so that nobody clicks them.
+  (``-1.5``, ``+3``) and does not start with tab or CR is left alone, and so are numeric
+  columns. :func:`write_csv` is the one CSV writer: it quotes every text cell, so a CR, LF or
+  any other line break stays inside its cell.
+* URLs in reports are defanged (``hxxps://evil[.]example/...``) so that nobody clicks them:
+  every dot, including the ideographic and full-width forms a browser reads as one, is ``[.]``.
 * HTML escaping is left to the renderer (nbconvert/pandas ``to_html`` escape by default);
   :func:`defang` output is plain text and still gets escaped.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import unicodedata
 
 import numpy as np
 import pandas as pd
@@ -27,7 +30,9 @@ from audit.atomic import atomic_output
 
 __all__ = [
     "CSV_DATE_FORMAT",
+    "DOTS",
     "FORMULA_PREFIXES",
+    "LINK_SCHEMES",
     "defang",
     "neutralise_cell",
     "neutralise_frame",
@@ -51,8 +56,16 @@ _SPACE = "".join(f"\\x{{{c:x}}}" for c in range(0x3001) if chr(c).isspace())
 _LIVE_RE2 = rf"^(?:[\t\r]|[{_SPACE}]*[{_OPERATORS}])"
 _NUMBER = re.compile(r"\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\s*")
 
-_SCHEME = re.compile(r"^\s*(h)(tt)(ps?)(:)", re.IGNORECASE)
-_OTHER_SCHEME = re.compile(r"^\s*([a-z][a-z0-9+.-]*):", re.IGNORECASE)
+#: Every character a browser reads as a dot in a host name: ``.`` and U+3002, U+FF0E, U+FF61.
+DOTS = ".\u3002\uff0e\uff61"
+_DOT = re.compile(f"[{re.escape(DOTS)}]")
+#: Schemes that make a link wherever they stand (not after a letter, digit, ``+``, ``-``, ``.``).
+LINK_SCHEMES = (
+    "https?|s?ftps?|file|javascript|vbscript|livescript|data|blob|wss?|mailto|smb|ssh|telnet"
+)
+_HTTP = re.compile(r"(?<![a-z0-9+.\-])(h)(tt)(ps?)(?=:)", re.IGNORECASE)
+_LINK_SCHEME = re.compile(rf"(?<![a-z0-9+.\-])(?:{LINK_SCHEMES}):", re.IGNORECASE)
+_ANY_SCHEME = re.compile(r"([a-z][a-z0-9+.-]*):", re.IGNORECASE)
 
 
 def neutralise_cell(value: object) -> object:
@@ -63,7 +76,9 @@ def neutralise_cell(value: object) -> object:
     >>> neutralise_cell("  @SUM(1+1)"), neutralise_cell("-1.5"), neutralise_cell("inc_1")
     ("'  @SUM(1+1)", '-1.5', 'inc_1')
     """
-    if isinstance(value, str) and _LIVE.match(value) and not _NUMBER.fullmatch(value):
+    if isinstance(value, str) and (
+        value.startswith(("\t", "\r")) or (_LIVE.match(value) and not _NUMBER.fullmatch(value))
+    ):
         return "'" + value
     return value
 
@@ -86,8 +101,9 @@ def _live(s: pd.Series) -> np.ndarray:
     """:func:`neutralise_cell`'s test on a text column: True where a cell would change."""
     found = pc.match_substring_regex(pa.array(s, type=pa.large_string()), pattern=_LIVE_RE2)
     live = np.array(pc.fill_null(found, False), dtype=bool)
-    for i in np.flatnonzero(live):  # few: a plain number (-1.5) stays as it is
-        live[i] = _NUMBER.fullmatch(s.iat[i]) is None
+    for i in np.flatnonzero(live):  # few: a plain number (-1.5) stays, unless after TAB/CR
+        cell = s.iat[i]
+        live[i] = cell.startswith(("\t", "\r")) or _NUMBER.fullmatch(cell) is None
     return live
 
 
@@ -150,17 +166,31 @@ def _times_as_text(df: pd.DataFrame) -> pd.DataFrame:
 def defang(url: object) -> object:
     """Defang a URL or domain for display: ``https://evil.example`` -> ``hxxps://evil[.]example``.
 
-    Every dot becomes ``[.]``; ``http``/``https`` become ``hxxp``/``hxxps``; any other scheme
-    (``javascript:``, ``data:``) gets its colon bracketed so that it is no longer a link.
+    Every dot, in any of the forms a browser reads as one (:data:`DOTS`), becomes ``[.]``;
+    ``http``/``https`` become ``hxxp``/``hxxps`` wherever they stand before a colon; the scheme
+    at the start (after any whitespace or invisible format character, such as U+200B or U+FEFF)
+    and every :data:`LINK_SCHEMES` scheme elsewhere (``javascript:``, ``data:``) get their colon
+    bracketed, so that none is a link any more. Other values are returned unchanged.
 
     >>> defang("https://login.evil.example/a.php?x=1")
     'hxxps://login[.]evil[.]example/a[.]php?x=1'
-    >>> defang("javascript:alert(1)")
-    'javascript[:]alert(1)'
+    >>> defang("javascript:alert(1)"), defang("\u200bHTTP://evil\u3002example")
+    ('javascript[:]alert(1)', '\u200bHxxP://evil[.]example')
     """
     if not isinstance(url, str):
         return url
-    text = url.replace(".", "[.]")
-    if _SCHEME.match(text):
-        return _SCHEME.sub(lambda m: f"{m.group(1)}xx{m.group(3)}{m.group(4)}", text, count=1)
-    return _OTHER_SCHEME.sub(lambda m: f"{m.group(1)}[:]", text, count=1)
+    text = _HTTP.sub(lambda m: f"{m.group(1)}xx{m.group(3)}", url)
+    text = _LINK_SCHEME.sub(lambda m: m.group()[:-1] + "[:]", text)
+    lead = _invisible_lead(text)
+    first = _ANY_SCHEME.match(text, lead)
+    if first and not first.group(1).lower().startswith("hxxp"):
+        text = f"{text[: first.end() - 1]}[:]{text[first.end() :]}"
+    return _DOT.sub("[.]", text)
+
+
+def _invisible_lead(text: str) -> int:
+    """Length of the leading run of whitespace and invisible format characters (category Cf)."""
+    for i, c in enumerate(text):
+        if not (c.isspace() or unicodedata.category(c) == "Cf"):
+            return i
+    return len(text)

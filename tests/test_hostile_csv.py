@@ -40,10 +40,13 @@ _NUMBER = re.compile(r"\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*")
 
 
 def live(cell: str) -> bool:
-    """Whether a spreadsheet would evaluate this cell (the test's own definition)."""
+    """Whether a spreadsheet would evaluate this cell (the test's own definition): TAB or CR
+    first always counts, even before a number."""
+    if cell[:1] in ("\t", "\r"):
+        return True
     if _NUMBER.fullmatch(cell):
         return False
-    return cell[:1] in ("\t", "\r") or cell.lstrip()[:1] in tuple("=+-@\uff1d\uff0b\uff0d\uff20")
+    return cell.lstrip()[:1] in tuple("=+-@\uff1d\uff0b\uff0d\uff20")
 
 
 def _body(n: int, payload: str, event: str, status: str) -> str:

@@ -50,12 +50,17 @@ def no_data(ax: Axes, title: str) -> None:
     ax.set_yticks([])
 
 
-def safe_label(value: object) -> str:
-    """Data-derived text made safe to draw: one line, at most 40 characters, ``$`` escaped."""
+def safe_label(value: object, limit: int = LABEL_MAX) -> str:
+    r"""Data-derived text made safe to draw: one line, at most ``limit`` characters (40 by
+    default), ``$`` escaped so that matplotlib never reads it as mathtext.
+
+    >>> safe_label("$\\nosuchcommand{$"), safe_label("a" * 12, limit=5)
+    ('\\$\\nosuchcommand{\\$', 'aaaa…')
+    """
     text = MISSING_GROUP if value is None or value is pd.NA or value != value else str(value)
     text = " ".join(text.split())
-    if len(text) > LABEL_MAX:
-        text = text[: LABEL_MAX - 1] + "…"
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
     return text.replace("$", r"\$")
 
 

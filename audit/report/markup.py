@@ -1,6 +1,7 @@
 """Small HTML pieces shared by the report and the index: badges, escaping, the style sheet.
 
-Every text that may come from incident data goes through :func:`text` (escaped, URLs defanged).
+Every text that may come from incident data goes through :func:`text` (escaped, URLs and host
+names defanged one by one, invisible characters shown as their code).
 Badges carry a word and a symbol as well as a colour, so they read in grey print too.
 """
 
@@ -8,10 +9,12 @@ from __future__ import annotations
 
 import html
 import re
+import unicodedata
 
-from audit.safe import defang
+from audit.safe import DOTS, LINK_SCHEMES, defang
+from audit.spec import EVENTS
 
-__all__ = ["CSS", "badge", "badges", "esc", "text"]
+__all__ = ["CSS", "badge", "badges", "defang_text", "esc", "text"]
 
 _SYMBOL = {
     "fail": "✗",
@@ -70,29 +73,79 @@ figure.audit figcaption { color: #444; font-size: 0.9em; max-width: 60em; }
 
 
 def esc(value: object) -> str:
-    r"""HTML-escape ``str(value)``; bidi controls (which can make ``evil.example`` read as
-    something else) are shown as their ``\uXXXX`` code.
+    r"""HTML-escape ``str(value)``; invisible format characters (Unicode category Cf: bidi
+    controls, which can make ``evil.example`` read as something else, zero-width spaces and
+    joiners, U+2060, U+FEFF, the soft hyphen) are shown as their ``\uXXXX`` code.
 
-    >>> esc(chr(0x202E) + "elpmaxe<")
-    '\\u202eelpmaxe&lt;'
+    >>> esc(chr(0x202E) + "elpmaxe<"), esc("pay\u200bpal")
+    ('\\u202eelpmaxe&lt;', 'pay\\u200bpal')
     """
     text = html.escape("" if value is None else str(value), quote=True)
-    return _BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text.translate(_SHOWN)
 
 
-_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+def _format_characters() -> str:
+    """Every character of category Cf (all lie in planes 0, 1 and 14)."""
+    planes = (*range(0x20000), *range(0xE0000, 0xE1000))
+    return "".join(chr(c) for c in planes if unicodedata.category(chr(c)) == "Cf")
+
+
+_CF = _format_characters()
+_SHOWN = {ord(c): f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}" for c in _CF}
+
+# A URL: from a scheme (LINK_SCHEMES, or any word before "://") to the end of its token.
+_URL = re.compile(
+    rf"(?:(?<![a-z0-9+.\-])(?:{LINK_SCHEMES}):|[a-z][a-z0-9+.\-]*://|://)\S*", re.IGNORECASE
+)
+# A host: labels of letters, digits, "-", "_" (and invisible characters, which IDNA drops)
+# joined by any dot form; which of its dots are defanged is decided by _host below.
+_LABEL = rf"[\w\-{_CF}]+"
+_HOST = re.compile(rf"{_LABEL}(?:[{re.escape(DOTS)}]{_LABEL})+")
+_SPLIT = re.compile(rf"([{re.escape(DOTS)}])")
+#: Dotted names of the spec's own events: not hosts, shown as they are.
+_OWN = frozenset(EVENTS)
+
+
+def defang_text(value: str) -> str:
+    """Defang each URL and host name in a text, leaving everything else as it is.
+
+    A URL (a :data:`~audit.safe.LINK_SCHEMES` scheme anywhere, or a word before ``://``, to
+    the next whitespace) is defanged by :func:`~audit.safe.defang`. In a host name (labels of
+    letters, digits, ``-`` and ``_`` joined by any dot form) each dot that has, after it, a
+    label starting with a letter and at least two characters long becomes ``[.]``: numbers
+    (``532.08``, ``1.5e3``) and versions (``2.0.1``) are never touched.
+
+    >>> defang_text("+evil.example at 532.08, see javascript:alert(1)")
+    '+evil[.]example at 532.08, see javascript[:]alert(1)'
+    """
+    out, at = [], 0
+    for m in _URL.finditer(value):
+        out += [_HOST.sub(_host, value[at : m.start()]), str(defang(m.group()))]
+        at = m.end()
+    out.append(_HOST.sub(_host, value[at:]))
+    return "".join(out)
+
+
+def _host(m: re.Match[str]) -> str:
+    if m.group() in _OWN:
+        return m.group()
+    parts = _SPLIT.split(m.group())  # label, dot, label, dot, ..., label
+    labels = [p.translate(_DROP) for p in parts[::2]]
+    live = [len(lb) >= 2 and lb[0].isalpha() for lb in labels]
+    last = max((i for i, ok in enumerate(live) if ok), default=0)
+    return "".join("[.]" if i % 2 and i // 2 < last else p for i, p in enumerate(parts))
+
+
+_DROP = dict.fromkeys(map(ord, _CF))
 
 
 def text(value: object) -> str:
-    """Escape, after defanging anything that looks like a URL or a scheme.
+    """Escape, after defanging every URL and host name in it (:func:`defang_text`).
 
-    >>> text("https://evil.example/<b>")
-    'hxxps://evil[.]example/&lt;b&gt;'
+    >>> text("https://evil.example/<b>"), text("waited 532.08 h on www.evil.example")
+    ('hxxps://evil[.]example/&lt;b&gt;', 'waited 532.08 h on www[.]evil[.]example')
     """
-    s = "" if value is None else str(value)
-    if "://" in s or s.lower().lstrip().startswith(("javascript:", "data:", "vbscript:")):
-        s = str(defang(s))
-    return esc(s)
+    return esc(defang_text("" if value is None else str(value)))
 
 
 def badge(kind: str, label: str | None = None, count: int | None = None) -> str:

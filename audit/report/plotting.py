@@ -3,7 +3,8 @@
 :func:`embed` turns a matplotlib Figure into an inline ``<img>`` with alt text and a caption
 (one self-contained file, no script). :func:`takedown_panels` draws the Kaplan-Meier curves as
 small multiples, one panel per class, each with its band, on a time axis cut near the 99th
-percentile of the durations (the long tail is stated in the caption, not drawn).
+percentile of the durations (the long tail is stated in the caption, not drawn). Class names
+(incident data) are drawn through :func:`audit.plotting.base.safe_label`: never as mathtext.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.image import imsave
 from matplotlib.ticker import PercentFormatter
 
+from audit.plotting.base import safe_label
 from audit.report.format import HTML
 from audit.report.markup import esc
 
@@ -120,7 +122,7 @@ def takedown_panels(
         ax.fill_between(t, lo, hi, step="post", color="tab:blue", alpha=0.2, linewidth=0)
         ax.plot(t, s, drawstyle="steps-post", color="tab:blue", linewidth=1.8)
         n = int(g["at_risk"].max()) if "at_risk" in g else len(g)
-        ax.set_title(f"{name[:30]} (n={n})", fontsize="medium")
+        ax.set_title(f"{safe_label(name, limit=30)} (n={n})", fontsize="medium")
         ax.grid(alpha=0.3)
         below = t[s <= 0.5]
         descr.append(
