@@ -7,7 +7,30 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-__all__ = ["folder_held", "lock_file", "try_lock_file", "unlock_file"]
+__all__ = ["folder_held", "in_forked_worker", "lock_file", "try_lock_file", "unlock_file"]
+
+#: Descriptors of the locks this process holds (a forked worker closes its copies of them).
+_HELD: set[int] = set()
+
+
+def in_forked_worker() -> None:
+    """Initializer of a forked worker: close its copies of the parent's lock descriptors, and
+    (Linux) die with the parent. A worker that kept them held the parent's locks after a
+    ``kill -9`` of the parent, for ever, and every later ingest waited on them."""
+    for fd in tuple(_HELD):
+        with contextlib.suppress(OSError):
+            os.close(fd)  # closing a copy does not release the parent's lock
+    _HELD.clear()
+    try:
+        import ctypes
+        import signal
+
+        parent = os.getppid()
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the call
+            os._exit(1)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
 
 
 def lock_file(f) -> None:
@@ -25,6 +48,7 @@ def lock_file(f) -> None:
             except OSError:
                 continue
     fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    _HELD.add(f.fileno())
 
 
 def try_lock_file(f) -> bool:
@@ -44,6 +68,7 @@ def try_lock_file(f) -> bool:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
+    _HELD.add(f.fileno())
     return True
 
 
@@ -58,6 +83,7 @@ def unlock_file(f) -> None:
         msvcrt.locking(f.fileno(), msvcrt.LK_UNLCK, 1)
         return
     fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    _HELD.discard(f.fileno())
 
 
 @contextlib.contextmanager
@@ -88,6 +114,8 @@ def folder_held(path: str | os.PathLike) -> Iterator[bool]:
             locked = False
         else:
             locked = True
+            _HELD.add(fd)
         yield locked  # the lock ends with the descriptor
     finally:
+        _HELD.discard(fd)
         os.close(fd)

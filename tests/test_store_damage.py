@@ -120,3 +120,134 @@ def test_a_mistyped_store_folder_is_an_error_and_is_not_created(tmp_path, secret
         assert main([str(a) for a in argv]) == 3
         assert "not an evidence store" in capsys.readouterr().err
     assert not store.exists()
+
+
+def _fresh_ids(tmp_path, logs, secrets) -> list[str]:
+    fresh = tmp_path / "fresh"
+    ingest([logs], secrets, fresh)
+    return _ids(fresh)
+
+
+def test_numbered_rotation_into_an_archive_folder_keeps_every_record(tmp_path, secrets):
+    """recv.jsonl -> archive/recv.jsonl.1 -> archive/recv.jsonl.2: an entry whose path now
+    holds other stored content follows its own content; the store equals a fresh ingest."""
+    logs, store = tmp_path / "logs", tmp_path / "store"
+    (logs / "archive").mkdir(parents=True)
+    write_jsonl(logs / "recv.jsonl", [_rec(i) for i in range(0, 3)])
+    ingest([logs], secrets, store)
+    (logs / "recv.jsonl").rename(logs / "archive" / "recv.jsonl.1")
+    write_jsonl(logs / "recv.jsonl", [_rec(i) for i in range(3, 6)])
+    ingest([logs], secrets, store)
+    (logs / "archive" / "recv.jsonl.1").rename(logs / "archive" / "recv.jsonl.2")
+    (logs / "recv.jsonl").rename(logs / "archive" / "recv.jsonl.1")
+    write_jsonl(logs / "recv.jsonl", [_rec(i) for i in range(6, 9)])
+    ingest([logs], secrets, store)
+    assert _ids(store) == _fresh_ids(tmp_path, logs, secrets) == [f"evt_{i}" for i in range(9)]
+    assert ingest([logs], secrets, store).records == 0
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda m: m["files"][0]["parts"].append("../../victim.txt"),
+        lambda m: m["files"][0]["parts"].append("/etc/hostname"),
+        lambda m: m.update(files={}),
+        lambda m: m.update(secrets=[]),
+        lambda m: m["files"][0].update(parts="month=2026-10/part-x.parquet"),
+        lambda m: m["files"][0].update(records="5"),
+    ],
+)
+def test_a_manifest_of_the_wrong_shape_stops_before_anything_is_deleted(tmp_path, secrets, damage):
+    store = tmp_path / "store"
+    log = write_jsonl(tmp_path / "a.jsonl", [_rec(i) for i in range(3)])
+    ingest([log], secrets, store)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    manifest = json.loads((store / "manifest.json").read_text())
+    damage(manifest)
+    (store / "manifest.json").write_text(json.dumps(manifest))
+    parts = sorted((store / "deliveries").rglob("*.parquet"))
+    with pytest.raises(InputError, match="not a store manifest"):
+        ingest([log], secrets, store)
+    assert sorted((store / "deliveries").rglob("*.parquet")) == parts and victim.exists()
+
+
+@pytest.mark.parametrize("name", [".staging", "deliveries", "manifest.json", ".lock"])
+def test_no_symbolic_link_in_the_store_is_followed(tmp_path, secrets, name):
+    store, outside = tmp_path / "store", tmp_path / "outside"
+    log = write_jsonl(tmp_path / "a.jsonl", [_rec(1)])
+    store.mkdir()
+    outside.mkdir()
+    (store / name).symlink_to(outside / "target")
+    with pytest.raises(InputError, match="a symbolic link"):
+        ingest([log], secrets, store)
+    assert list(outside.iterdir()) == []
+
+
+def test_a_failed_first_ingest_leaves_a_store_the_next_one_completes(tmp_path, secrets):
+    store = tmp_path / "store"
+    good = write_jsonl(tmp_path / "a.jsonl", [_rec(i) for i in range(3)])
+    bad = tmp_path / "b.jsonl.gz"
+    bad.write_bytes(gzip.compress(good.read_bytes())[:-12])  # truncated
+    with pytest.raises(InputError):
+        ingest([good, bad], secrets, store)
+    assert (store / "manifest.json").is_file()
+    assert list((store / "deliveries").rglob("*.parquet")) == []  # this run's parts removed
+    assert ingest([good], secrets, store).records == 3 and len(_ids(store)) == 3
+
+
+def test_a_truncated_part_is_ingested_again(tmp_path, secrets):
+    store = tmp_path / "store"
+    log = write_jsonl(tmp_path / "a.jsonl", [_rec(i) for i in range(5)])
+    ingest([log], secrets, store)
+    part = next((store / "deliveries").rglob("*.parquet"))
+    part.write_bytes(part.read_bytes()[:-10])
+    r = ingest([log], secrets, store)
+    assert r.files_changed == 1 and _ids(store) == [f"evt_{i}" for i in range(5)]
+
+
+def test_workers_of_a_killed_ingest_neither_hold_its_lock_nor_outlive_it(tmp_path):
+    """``kill -9`` of an ingest while its forked workers run: they held the store's lock (an
+    inherited descriptor) for ever after, and every later ingest waited on it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from audit.locks import try_lock_file
+
+    script = (
+        "import multiprocessing, os, signal, sys, time\n"
+        "from pathlib import Path\n"
+        "from audit.ingest.load import _pool\n"
+        "from audit.ingest.store import Store\n"
+        "with Store(Path(sys.argv[1])).lock():\n"
+        "    pool = _pool(2)\n"
+        "    pool.submit(time.sleep, 60)\n"
+        "    time.sleep(1.0)\n"
+        "    print(*pool._processes, flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    store = tmp_path / "store"
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(store)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == -signal.SIGKILL
+    workers = proc.stdout.split()
+    assert len(workers) >= 1
+    deadline = time.monotonic() + 10
+    with open(store / ".lock", "a+b") as f:
+        while not try_lock_file(f):
+            assert time.monotonic() < deadline, "the killed ingest's workers hold its lock"
+            time.sleep(0.1)
+    while any(_alive(w) for w in workers):  # they die with their parent
+        assert time.monotonic() < deadline, "the killed ingest's workers outlive it"
+        time.sleep(0.1)
+
+
+def _alive(pid: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "State:\tZ" not in f.read()
+    except OSError:
+        return False

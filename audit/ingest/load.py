@@ -168,7 +168,10 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     # fork: workers inherit the loaded modules and never re-import the caller's __main__
     # (spawn and forkserver would re-run an unguarded script). Only pure-Python parsing and
     # Arrow array building run in the children.
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+    from audit.locks import in_forked_worker
+
+    ctx = multiprocessing.get_context("fork")
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=in_forked_worker)
 
 
 def default_workers() -> int:

@@ -24,6 +24,7 @@ from audit.ingest import records
 from audit.ingest.fast import _keyed, verify_jsonl
 from audit.ingest.load import default_workers
 from audit.ingest.secrets import SecretStore
+from audit.locks import in_forked_worker
 
 __all__ = ["Piece", "map_pieces", "plan_pieces"]
 
@@ -135,7 +136,9 @@ def map_pieces(
                 yield from map(fn, pieces)
                 return
             ctx = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            with ProcessPoolExecutor(
+                max_workers=workers, mp_context=ctx, initializer=in_forked_worker
+            ) as pool:
                 pending = []
                 for piece in pieces:
                     pending.append(pool.submit(fn, piece))

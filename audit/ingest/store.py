@@ -51,13 +51,21 @@ from audit.ingest.identity import file_identity, moved_away
 from audit.ingest.load import expand_paths
 from audit.ingest.parts import PartWriter
 from audit.ingest.secrets import SecretStore, read_secrets
+from audit.ingest.store_folder import (
+    DATASET,
+    check_folder,
+    check_manifest,
+    parts_present,
+    publish,
+    remove_strays,
+    staging_folder,
+)
 from audit.locks import lock_file, unlock_file
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 
 __all__ = ["IngestResult", "Store", "ingest", "secrets_fingerprints"]
 
 STORE_VERSION = 1
-DATASET = "deliveries"
 _LABEL = b"audit evidence store: secret fingerprint v1"
 
 
@@ -106,15 +114,15 @@ class Store:
 
     def manifest(self) -> dict:
         """The manifest (an empty store's when there is none yet)."""
+        if self.manifest_path.is_symlink():
+            raise InputError(f"{self.manifest_path}: a symbolic link; a store's is a plain file")
         if not self.manifest_path.is_file():
             return {"version": STORE_VERSION, "files": [], "secrets": {}}
         try:
             data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
             raise InputError(f"{self.manifest_path}: not a store manifest ({e})") from None
-        if not isinstance(data, dict) or data.get("version") != STORE_VERSION:
-            raise InputError(f"{self.manifest_path}: not a version {STORE_VERSION} store manifest")
-        return data
+        return check_manifest(data, self.manifest_path, STORE_VERSION)
 
     def parts(
         self, months: Iterable[str] | None = None, paths: Iterable[str] | None = None
@@ -136,7 +144,13 @@ class Store:
     def lock(self) -> Iterator[None]:
         """Hold the store's writer lock (blocks while another writer holds it)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "a+b") as f:
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(self.root / ".lock", flags, 0o600)
+        except OSError as e:
+            lock = self.root / ".lock"
+            raise InputError(f"{lock}: cannot open the store's lock ({e.strerror})") from None
+        with open(fd, "a+b") as f:
             lock_file(f)
             try:
                 yield
@@ -166,64 +180,54 @@ def ingest(
     wanted = {v: k for k, v in header_names(header_prefix).items()}
     store = Store(Path(store_dir))
     result = IngestResult()
-    _check_folder(store, creating=bool(files))
+    check_folder(store.root, creating=bool(files))
     with store.lock():
-        _check_folder(store, creating=bool(files))  # again, now that no writer runs
+        check_folder(store.root, creating=bool(files))  # again, now that no writer runs
         manifest = store.manifest()
         _check_settings(store, manifest, header_prefix, tolerance_s)
-        _remove_strays(store, manifest)
-        staging = store.root / ".staging"
-        staging.mkdir(exist_ok=True)
-        obsolete: list[str] = []
-        fps = secrets_fingerprints(secrets)
-        changed_subs = {
-            s
-            for s in set(fps) | set(manifest["secrets"])
-            if fps.get(s) != manifest["secrets"].get(s)
-        }
-        if manifest["files"] and changed_subs:
-            result.reverified = _reverify(
-                store, manifest, changed_subs, secrets, tolerance_s, staging, obsolete
-            )
-            result.messages.append(
-                f"secrets changed for {len(changed_subs)} subscription(s): "
-                f"{result.reverified} record(s) verified again"
-            )
-        manifest["secrets"] = fps
-        for path in files:
-            _ingest_file(
-                path,
-                store,
-                manifest,
-                result,
-                staging,
-                obsolete,
-                wanted=wanted,
-                secrets=secrets,
-                tolerance_s=tolerance_s,
-                chunk_bytes=chunk_bytes,
-                workers=workers,
-            )
-        write_json_atomic(store.manifest_path, manifest)
+        remove_strays(store.root, manifest)
+        if not store.manifest_path.exists():  # a first ingest: the store exists from now on,
+            write_json_atomic(store.manifest_path, manifest)  # so a crash leaves only strays
+        staging = staging_folder(store.root)
+        try:
+            obsolete: list[str] = []
+            fps = secrets_fingerprints(secrets)
+            changed_subs = {
+                s
+                for s in set(fps) | set(manifest["secrets"])
+                if fps.get(s) != manifest["secrets"].get(s)
+            }
+            if manifest["files"] and changed_subs:
+                result.reverified = _reverify(
+                    store, manifest, changed_subs, secrets, tolerance_s, staging, obsolete
+                )
+                result.messages.append(
+                    f"secrets changed for {len(changed_subs)} subscription(s): "
+                    f"{result.reverified} record(s) verified again"
+                )
+            manifest["secrets"] = fps
+            for path in files:
+                _ingest_file(
+                    path,
+                    store,
+                    manifest,
+                    result,
+                    staging,
+                    obsolete,
+                    wanted=wanted,
+                    secrets=secrets,
+                    tolerance_s=tolerance_s,
+                    chunk_bytes=chunk_bytes,
+                    workers=workers,
+                )
+            write_json_atomic(store.manifest_path, manifest)
+        except BaseException:  # a full disk, ^C: the parts of this run go, the store stays
+            remove_strays(store.root, store.manifest())
+            raise
         for part in obsolete:
             (store.root / DATASET / part).unlink(missing_ok=True)
         shutil.rmtree(staging, ignore_errors=True)
     return result
-
-
-def _check_folder(store: Store, *, creating: bool) -> None:
-    """InputError unless ``store`` holds a store or is to become one; a folder with parts but
-    no manifest is never touched (an ingest would delete its parts as a crash's strays)."""
-    if store.manifest_path.is_file():
-        return
-    data = store.root / DATASET
-    if data.is_dir() and any(data.glob("month=*/*.parquet")):
-        raise InputError(
-            f"{store.root}: holds store parts but no manifest.json; nothing changed (restore "
-            "the manifest, or ingest into a new folder)"
-        )
-    if not creating:
-        raise InputError(f"{store.root}: not an evidence store (no manifest.json); give LOGS")
 
 
 def _check_settings(store: Store, manifest: dict, header_prefix: str, tolerance_s: float) -> None:
@@ -236,28 +240,6 @@ def _check_settings(store: Store, manifest: dict, header_prefix: str, tolerance_
             )
 
 
-def _remove_strays(store: Store, manifest: dict) -> None:
-    """Delete parts a crashed ingest left behind (present on disk, absent from the manifest)."""
-    listed = {p for e in manifest["files"] for p in e["parts"]}
-    root = store.root / DATASET
-    if root.is_dir():
-        for part in root.glob("month=*/*.parquet"):
-            if f"{part.parent.name}/{part.name}" not in listed:
-                part.unlink()
-    shutil.rmtree(store.root / ".staging", ignore_errors=True)
-
-
-def _publish(store: Store, written: list[tuple[Path, str]]) -> list[str]:
-    """Rename staged parts into the dataset; return their manifest names."""
-    names = []
-    for path, name in written:
-        target = store.root / DATASET / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(path, target)
-        names.append(name)
-    return names
-
-
 def _ingest_file(path, store, manifest, result, staging, obsolete, **kw) -> None:
     by_path = {e["path"]: e for e in manifest["files"]}
     known = {e["sha256"] for e in manifest["files"]}
@@ -268,14 +250,17 @@ def _ingest_file(path, store, manifest, result, staging, obsolete, **kw) -> None
     gz = records.is_gzip(path)
     prefix_len = old["size"] if old and not gz and not whole else None
     sha, size, prefix_sha, at_newline = file_identity(path, prefix_len, gz=gz)
-    missing = old is not None and old["sha256"] == sha and not _parts_present(store, old)
+    missing = old is not None and old["sha256"] == sha and not parts_present(store.root, old)
     if sha in known and not missing:
         result.files_unchanged += 1
         same = next(e for e in manifest["files"] if e["sha256"] == sha)
-        if same["path"] != resolved and old is None and moved_away(same["path"], sha):
+        if same["path"] != resolved and moved_away(same["path"], sha):
             # renamed or compressed since (log rotation): the entry follows its content, so
-            # that a new file under the old name is not taken for a change of this one
+            # that a new file under the old name is not taken for a change of this one; an
+            # entry of this path holds content that moved on too (found again by its sha256)
             result.messages.append(f"{path}: already stored as {same['path']}; renamed since")
+            if old is not None and old is not same:
+                old["path"] = f"{resolved} (moved away; sha256 {old['sha256'][:16]})"
             same["path"] = resolved
         result.paths.append(same["path"])
         return
@@ -333,7 +318,7 @@ def _ingest_file(path, store, manifest, result, staging, obsolete, **kw) -> None
         counts[1] += unreadable
         counts[2] += newlines
         result.naive_times += naive
-    names = _publish(store, written)
+    names = publish(store.root, written)
     result.records += counts[0]
     result.unreadable += counts[1]
     if entry is None:
@@ -344,10 +329,6 @@ def _ingest_file(path, store, manifest, result, staging, obsolete, **kw) -> None
     entry["unreadable"] += counts[1]
     entry["lines"] += counts[2]
     entry["parts"] = [*entry["parts"], *names]
-
-
-def _parts_present(store: Store, entry: dict) -> bool:
-    return all((store.root / DATASET / part).is_file() for part in entry["parts"])
 
 
 def _ingest_piece(piece: parallel.Piece) -> tuple[list, int, int, int, int]:
@@ -392,7 +373,7 @@ def _reverify(store, manifest, subs, secrets, tolerance_s, staging, obsolete) ->
             done += pc.sum(hit).as_py()  # the others are verified again too, unchanged
             writer = PartWriter(staging, entry["sha256"][:16])
             writer.write(table)
-            kept.extend(_publish(store, writer.finish()))
+            kept.extend(publish(store.root, writer.finish()))
             obsolete.append(part)
         entry["parts"] = kept
     return done
