@@ -15,8 +15,16 @@ read"):
   symlink loop ends the walk instead of repeating it; ``**`` in a glob uses the same walk.
 * Other files in a searched folder (``.json``, ``.log``...), dangling symlinks and symlink loops
   are listed in ONE warning (:class:`PathWarning`), never silently skipped.
+* A glob's matches that are not regular files (FIFOs, devices, sockets), dangling symlinks and
+  symlink loops are listed in that warning too.
+* A path named on the command line that is not a regular file or a folder (a FIFO, a device, a
+  symlink to one) is an error: "PATH: not a regular file".
 * A folder or file that matches but cannot be read (no permission, I/O error) is an error naming
   it (:class:`~audit.errors.InputError`), never a silent skip.
+
+Small files the user names (``--secrets``, ``--params``, ``--mutes``, the snapshots) are read by
+:func:`read_regular`: a regular file only (never a FIFO that would block or a device without
+end), at most :data:`MAX_SMALL_FILE_BYTES`.
 """
 
 from __future__ import annotations
@@ -31,15 +39,53 @@ from pathlib import Path
 
 from audit.errors import InputError
 
-__all__ = ["PathWarning", "expand", "name_pattern"]
+__all__ = ["MAX_SMALL_FILE_BYTES", "PathWarning", "expand", "name_pattern", "read_regular"]
 
 _MAGIC = re.compile(r"[*?[]")
 #: At most this many names are spelled out in the skipped-files warning.
 _SHOWN = 20
 
 
+#: The most bytes :func:`read_regular` reads by default: a secrets, parameters or mutes file holds
+#: a few entries (16 MiB is hundreds of thousands of them); a larger one is a wrong path.
+MAX_SMALL_FILE_BYTES = 16 * 2**20
+
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def read_regular(
+    path: str | os.PathLike,
+    *,
+    limit: int | None = MAX_SMALL_FILE_BYTES,
+    what: str = "file",
+    error: type[Exception] = InputError,
+) -> bytes:
+    """The bytes of the regular file ``path`` (symbolic links followed), at most ``limit``.
+
+    Anything else (a FIFO, which would block; a device such as ``/dev/zero``, which has no end;
+    a folder; a socket) raises ``error("PATH: not a regular file")`` before a byte is read: the
+    path is checked, then opened without blocking and checked again. A file larger than
+    ``limit`` raises ``error`` naming the limit (``what`` names the file in it). Other
+    :class:`OSError` (not found, no permission) propagate, for the caller to word.
+    """
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise error(f"{path}: not a regular file")
+    with os.fdopen(os.open(path, _READ_FLAGS), "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # replaced since the first look
+            raise error(f"{path}: not a regular file")
+        data = f.read() if limit is None else f.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise error(f"{path}: {what} larger than {_size(limit)}; is this the right file?")
+    return data
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n} bytes"
+
+
 class PathWarning(UserWarning):
-    """Files in a searched folder were not read (other names, dangling links, loops)."""
+    """Files in a searched folder or matched by a glob were not read (other names, FIFOs and
+    devices, dangling links, loops)."""
 
 
 def name_pattern(suffixes: Iterable[str]) -> re.Pattern[str]:
@@ -106,16 +152,31 @@ class _Walk:
                 self.skipped.append(f"{path} (not a regular file)")
 
 
-def _is(path: Path, kind) -> bool:
-    """Whether ``path`` exists as ``kind`` (links followed); a refused look is an error."""
+def _is(path: Path, kind, skipped: list[str] | None = None) -> bool:
+    """Whether ``path`` exists as ``kind`` (links followed); a refused look is an error.
+
+    With ``skipped``, a path that is none of a regular file, a folder and nothing (a FIFO, a
+    device, a dangling symlink, a symlink loop) is noted there, as the folder walk does."""
     try:
-        return kind(path.stat().st_mode)
+        mode = path.stat().st_mode
     except (FileNotFoundError, NotADirectoryError):
+        if skipped is not None and path.is_symlink():
+            skipped.append(f"{path} (dangling symlink)")
         return False
     except OSError as e:
         if e.errno == 40:  # ELOOP
+            if skipped is not None:
+                skipped.append(f"{path} (symlink loop)")
             return False
         raise _unreadable(path, e) from None
+    if skipped is not None and _other(mode):
+        skipped.append(f"{path} (not a regular file)")
+    return kind(mode)
+
+
+def _other(mode: int) -> bool:
+    """Neither a regular file nor a folder: a FIFO, a device, a socket."""
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
 def _unreadable(path: Path, e: OSError) -> InputError:
@@ -148,7 +209,8 @@ def _glob(raw: str, walk: _Walk) -> list[Path]:
         return sorted(found, key=str)
     current = [base]
     for i, comp in enumerate(pattern):
-        want = stat.S_ISREG if i == len(pattern) - 1 else stat.S_ISDIR
+        last = i == len(pattern) - 1
+        want = stat.S_ISREG if last else stat.S_ISDIR
         nxt: list[Path] = []
         for folder in current:
             if not _MAGIC.search(comp):
@@ -164,7 +226,7 @@ def _glob(raw: str, walk: _Walk) -> list[Path]:
                     for n in names
                     if fnmatch.fnmatchcase(n, comp) and (comp[:1] == "." or n[:1] != ".")
                 ]
-            nxt.extend(c for c in candidates if _is(c, want))
+            nxt.extend(c for c in candidates if _is(c, want, walk.skipped if last else None))
         current = nxt
     return sorted(current, key=str)
 
@@ -207,6 +269,8 @@ def expand(
                 raise InputError(f"{p}: folder holds no {what} ({listed}, rotated or .gz)")
         elif p.is_file():
             found = [p]
+        elif _is(p, _other):  # a FIFO, a device, a socket, or a symlink to one
+            raise InputError(f"{raw}: not a regular file")
         elif p.is_symlink():
             raise InputError(f"{raw}: dangling symbolic link or symlink loop")
         elif _MAGIC.search(str(raw)):
@@ -224,7 +288,8 @@ def expand(
         shown = "; ".join(walk.skipped[:_SHOWN])
         more = f"; and {len(walk.skipped) - _SHOWN} more" if len(walk.skipped) > _SHOWN else ""
         warnings.warn(
-            f"{len(walk.skipped)} path(s) in the given folders were not read: {shown}{more}",
+            f"{len(walk.skipped)} path(s) in the given folders or globs were not read: "
+            f"{shown}{more}",
             PathWarning,
             stacklevel=3,
         )

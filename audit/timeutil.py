@@ -8,17 +8,53 @@ it. Capture *records* without an offset are read as UTC and flagged (``had_offse
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from audit.errors import ParameterError
+from audit.errors import ParameterError, shown
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["as_utc", "ns_to_iso", "parse_iso_ns", "parse_time_ns"]
+__all__ = [
+    "FIRST_YEAR",
+    "LAST_YEAR",
+    "NS_MAX",
+    "NS_MIN",
+    "as_utc",
+    "check_years",
+    "ns_in_range",
+    "ns_to_iso",
+    "parse_iso_ns",
+    "parse_time_ns",
+]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+#: The times a table can hold: nanoseconds since the epoch in a signed 64-bit integer (the
+#: smallest is pandas' NaT), from 1677-09-21 to 2262-04-11.
+NS_MIN, NS_MAX = -(2**63) + 1, 2**63 - 1
+#: The whole years inside that range: what a time argument (``--as-of``, ``as_of``, a period)
+#: may name.
+FIRST_YEAR, LAST_YEAR = 1678, 2261
+
+
+def ns_in_range(ns: int) -> bool:
+    """Whether UTC nanoseconds fit a table's times (:data:`NS_MIN` to :data:`NS_MAX`).
+
+    >>> ns_in_range(0), ns_in_range(parse_iso_ns("9999-01-01T00:00:00Z")[0])
+    (True, False)
+    """
+    return NS_MIN <= ns <= NS_MAX
+
+
+def check_years(value: str, name: str = "as_of") -> None:
+    """ParameterError naming :data:`FIRST_YEAR` to :data:`LAST_YEAR` when the text ``value``
+    starts with a year outside them (checked before parsing: pandas would overflow)."""
+    m = re.match(r"\s*([0-9]{4})-", value)
+    if m is not None and not FIRST_YEAR <= int(m[1]) <= LAST_YEAR:
+        raise ParameterError(f"{name} {shown(value)}: years {FIRST_YEAR} to {LAST_YEAR} only")
 
 
 def parse_iso_ns(value: object) -> tuple[int, bool]:
@@ -64,8 +100,8 @@ def as_utc(value: object, *, name: str = "as_of") -> pd.Timestamp:
     """The one rule for a time argument: a zone-aware timestamp, converted to UTC (ns unit).
 
     Accepts a :class:`pandas.Timestamp`, :class:`datetime.datetime` or ISO 8601 string with a
-    zone. A zone-less value, NaT or anything unparsable raises :class:`ParameterError` naming
-    ``name``.
+    zone. A zone-less value, NaT, a time outside the years :data:`FIRST_YEAR` to
+    :data:`LAST_YEAR` or anything unparsable raises :class:`ParameterError` naming ``name``.
 
     >>> as_utc("2026-11-01T02:00:00+02:00")
     Timestamp('2026-11-01 00:00:00+0000', tz='UTC')
@@ -76,6 +112,8 @@ def as_utc(value: object, *, name: str = "as_of") -> pd.Timestamp:
     """
     import pandas as pd  # here, not at the top: the verify path parses times without pandas
 
+    if isinstance(value, str):
+        check_years(value, name)
     try:
         ts = pd.Timestamp(value)  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError):
@@ -86,4 +124,9 @@ def as_utc(value: object, *, name: str = "as_of") -> pd.Timestamp:
         raise ParameterError(
             f"{name} {value!r} has no UTC offset; it must be timezone-aware (add Z or +00:00)"
         )
-    return ts.tz_convert("UTC").as_unit("ns")
+    try:
+        return ts.tz_convert("UTC").as_unit("ns")
+    except (ValueError, OverflowError):  # a datetime in year 9999, or an offset past the end
+        raise ParameterError(
+            f"{name} {shown(value)}: years {FIRST_YEAR} to {LAST_YEAR} only"
+        ) from None

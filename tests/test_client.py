@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import tracemalloc
+import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email import policy
@@ -697,3 +699,174 @@ def test_clock_is_used_for_issue_times():
     assert c.create_webhook("https://hooks.example/1", ["incident.created"]).issued_at == (
         NOW + timedelta(seconds=5)
     )
+
+
+# -- review: bounded bodies, non-repeatable requests, terminal-safe warnings, keys, backoff -----
+
+
+def _gzip_layers(data_mib: int, layers: int) -> bytes:
+    """``layers`` gzip layers around ``data_mib`` MiB of zeros, compressed block by block."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = b"\0" * 2**20
+    body = b"".join([*(c.compress(block) for _ in range(data_mib)), c.flush()])
+    for _ in range(layers - 1):
+        c = zlib.compressobj(9, zlib.DEFLATED, 31)
+        body = c.compress(body) + c.flush()
+    return body
+
+
+def _streamed(body: bytes, encoding: str) -> Service:
+    """Answers with ``body`` as a stream (not pre-read by httpx) under ``Content-Encoding``."""
+    return Service(
+        default=lambda r: httpx.Response(
+            200, headers={"content-encoding": encoding}, stream=httpx.ByteStream(body)
+        )
+    )
+
+
+@pytest.mark.parametrize("encoding", ["gzip, gzip", "gzip,deflate", "deflate, gzip"])
+def test_stacked_content_codings_are_refused(encoding):
+    c, _ = client_for(_streamed(_gzip_layers(1, 2), encoding))
+    with pytest.raises(ServiceError, match="stacked content-codings") as err:
+        c.list_webhooks()
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("encoding", ["br", "compress", "zstd", "\x1b[31mx"])
+def test_unknown_content_codings_are_refused(encoding):
+    c, _ = client_for(_streamed(b"{}", encoding))
+    with pytest.raises(ServiceError, match="unsupported content-coding") as err:
+        c.list_webhooks()
+    assert "\x1b" not in str(err.value)
+
+
+def test_one_gzip_layer_is_decoded_within_the_size_limit_in_memory():
+    # 64 MiB of zeros in one gzip layer (64 KB) arrives as a single chunk: httpx's decoder
+    # would expand all of it at once; the bounded decoder stops just past the limit.
+    service = _streamed(_gzip_layers(64, 1), "gzip")
+    c, _ = client_for(service, max_response_bytes=1_000_000)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ServiceError, match="larger than 1000000 bytes"):
+            c.list_webhooks()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20
+
+
+@pytest.mark.parametrize(
+    ("encoding", "encode"),
+    [
+        ("gzip", lambda b: zlib.compress(b, wbits=31)),
+        ("x-gzip", lambda b: zlib.compress(b, wbits=31)),
+        ("deflate", lambda b: zlib.compress(b)),  # zlib-wrapped, as RFC 9110 says
+        ("deflate", lambda b: zlib.compress(b, wbits=-15)),  # raw, as some servers send
+        ("identity", lambda b: b),
+        ("GZIP", lambda b: zlib.compress(b, wbits=31)),
+    ],
+)
+def test_compressed_answers_are_decoded(encoding, encode):
+    body = json.dumps({"data": [sub(1)], "message": "Success"}).encode()
+    service = _streamed(encode(body), encoding)
+    c, _ = client_for(service)
+    assert [s["id"] for s in c.list_webhooks()] == ["wh_1"]
+    assert service.requests[0].headers["accept-encoding"] == "gzip, deflate"
+
+
+def test_a_corrupt_compressed_body_is_a_one_line_error():
+    c, _ = client_for(_streamed(b"\x1f\x8b\x08\x00garbage" * 10, "gzip"))
+    with pytest.raises(ServiceError, match="200 OK with a corrupt compressed body"):
+        c.list_webhooks()
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 504])
+def test_create_is_not_repeated_on_a_5xx_either(status):
+    service = Service(
+        ok([]), httpx.Response(status, json={"message": "gateway"}), ok(sub(1, secret=SECRET))
+    )
+    c, sleeps = client_for(service)
+    with pytest.raises(ServiceError, match="may have reached the service: list before") as err:
+        c.create_webhook("https://hooks.example/1", ["incident.created"])
+    assert err.value.status == status
+    assert [r.method for r in service.requests] == ["GET", "POST"]
+    assert sleeps == []
+
+
+def test_create_is_still_repeated_on_429():
+    service = Service(ok([]), httpx.Response(429), ok(sub(1, secret=SECRET), status=201))
+    c, _ = client_for(service)
+    assert c.create_webhook("https://hooks.example/1", ["incident.created"]).secret == SECRET
+    assert [r.method for r in service.requests] == ["GET", "POST", "POST"]
+
+
+def test_attachment_upload_is_not_repeated_on_a_5xx():
+    service = Service(httpx.Response(504), ok({}))
+    c, _ = client_for(service)
+    with pytest.raises(ServiceError, match="list before trying again"):
+        c.upload_attachments("inc_1", [("a.txt", b"x")])
+    assert len(service.requests) == 1
+
+
+def test_rotation_is_repeated_on_a_5xx():
+    service = Service(httpx.Response(503), ok({"secret": ROTATED}))
+    c, _ = client_for(service)
+    assert c.rotate_secret("wh_1").secret == ROTATED
+    assert len(service.requests) == 2
+
+
+def test_retry_warnings_escape_what_the_server_wrote(caplog):
+    hostile = "\x1b[31mRED\x1b]0;title\x07 <b>\u202e"
+    service = Service(httpx.Response(500, json={"message": hostile}), ok([]))
+    c, _ = client_for(service)
+    with caplog.at_level(logging.WARNING, logger="audit.service.client"):
+        c.list_webhooks()
+    (record,) = [r for r in caplog.records if "retrying" in r.getMessage()]
+    text = record.getMessage()
+    for raw in ("\x1b", "\x07", "\u202e"):
+        assert raw not in text
+    assert "\\x1b[31mRED" in text and "\\u202e" in text
+
+
+@pytest.mark.parametrize("key", ["ключ-1234567890", "key-\u00e9t\u00e9-123", "key\u202e12345"])
+def test_non_ascii_api_keys_are_an_input_error(key):
+    with pytest.raises(InputError, match="API key contains") as err:
+        ServiceClient(base_url=BASE, api_key=key)
+    assert key not in str(err.value)
+
+
+@pytest.mark.parametrize("key", ["KEY-top\tx", "KEY\x01x1234", "KEY top x"])
+def test_keys_with_inner_whitespace_or_controls_are_refused(key):
+    with pytest.raises(InputError, match="whitespace or control characters"):
+        ServiceClient(base_url=BASE, api_key=key)
+
+
+def test_a_non_ascii_key_is_a_one_line_cli_error(monkeypatch, capsys):
+    from audit.cli import main
+
+    monkeypatch.setenv("AUDIT_API_KEY", "ключ-1234567890")
+    monkeypatch.setenv("AUDIT_BASE_URL", BASE)
+    assert main(["webhooks", "list"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error" not in err and "non-ASCII" in err
+
+
+@pytest.mark.parametrize("retry_after", ["0", "Thu, 01 Jan 2026 00:00:00 GMT"])
+def test_retry_after_zero_or_past_keeps_the_jittered_backoff(retry_after):
+    service = Service(
+        httpx.Response(503, headers={"Retry-After": retry_after}),
+        httpx.Response(503, headers={"Retry-After": retry_after}),
+        ok([]),
+    )
+    rng = MaxRng()
+    c, sleeps = client_for(service, rng=rng)
+    c.list_webhooks()
+    assert sleeps == [0.5, 1.0]
+    assert rng.ranges == [(0.0, 0.5), (0.0, 1.0)]
+
+
+def test_a_short_retry_after_is_raised_to_the_drawn_backoff():
+    service = Service(httpx.Response(429, headers={"Retry-After": "1"}), ok([]))
+    c, sleeps = client_for(service, retry=RetryPolicy(base_delay_s=4.0))
+    c.list_webhooks()
+    assert sleeps == [4.0]  # MaxRng draws the top of [0, 4]

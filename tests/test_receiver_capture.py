@@ -419,3 +419,63 @@ def test_chunked_bodies_are_captured_whole(served):
     (record,) = [json.loads(line) for line in _lines(folder)]
     assert record["body"].encode() == b"".join(parts)
     assert ["transfer-encoding", "chunked"] in [[n.lower(), v] for n, v in record["headers"]]
+
+
+def test_the_reference_server_limits_concurrent_connections():
+    """Beyond the limit uvicorn answers 503 (the service retries) instead of taking more
+    bodies into memory; the default limit is the documented one."""
+    import inspect
+    import socket
+    import threading
+
+    from audit.receiver.reference import MAX_CONCURRENT_CONNECTIONS, bind, make_server
+
+    assert MAX_CONCURRENT_CONNECTIONS == 16
+    assert inspect.signature(make_server).parameters["limit_concurrency"].default == 16
+
+    async def app(scope, receive, send):
+        if scope["type"] == "http":
+            await send({"type": "http.response.start", "status": 204, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+    def post() -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            c.sendall(b"POST /hook HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+            return c.recv(200).split(b"\r\n")[0]
+
+    sock = bind("127.0.0.1", 0)
+    server = make_server(app, sock, log_level="error", limit_concurrency=2)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    port = sock.getsockname()[1]
+    try:
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+        time.sleep(0.3)
+        assert post() == b"HTTP/1.1 503 Service Unavailable"
+        for s in held:
+            s.close()
+        time.sleep(0.3)
+        assert post() == b"HTTP/1.1 204 No Content"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def test_a_capture_line_holds_few_copies_of_a_big_escaped_body():
+    import tracemalloc
+
+    from audit.receiver.capture_log import CaptureRecord, capture_line
+
+    body = b"\x01" * 2_000_000  # JSON-escaped six times over: 12 MB of line
+    record = CaptureRecord(0.5, [], body, 401, 0.0)
+    tracemalloc.start()
+    try:
+        line = capture_line(record)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert line.endswith(b'"response_status":401,"response_ms":0.0}\n')
+    assert peak < 2.6 * len(line)  # before: the str, its encoding and the newline copy (3x)

@@ -581,3 +581,53 @@ def test_a_receiver_clock_that_is_off_is_named_in_the_failed_window_checks(secre
     # 301 s in the future is 291 s on the receiver's clock: accepted, and the note says why.
     assert (future.passed, future.status) == (False, 204)
     assert future.detail.endswith("+10 s off the probe's clock")
+
+
+def test_a_receiver_trickling_header_lines_is_cut_at_the_delivery_timeout(secrets_file):
+    """One header line every 0.2 s never trips a read timeout; the check's whole exchange is
+    still capped by the delivery timeout and counted as a timeout failure."""
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def handle(conn: socket.socket) -> None:
+        try:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 204 No Content\r\n")
+            for _ in range(50):  # 10 s at most, so a failing test does not hang
+                if stop.wait(0.2):
+                    break
+                conn.sendall(b"X-A: b\r\n")
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    started = time.monotonic()
+    try:
+        result = run_probe(
+            f"http://127.0.0.1:{listener.getsockname()[1]}/hook",
+            secrets_file,
+            SUB,
+            only=["valid_accepted", "missing_signature_rejected", "within_timeout"],
+            timeout_s=1.0,
+        )
+    finally:
+        stop.set()
+        listener.close()
+    valid, missing, timely = result.checks
+    assert (valid.passed, valid.status, valid.detail) == (False, None, "no answer within 1 s")
+    assert 1000 <= valid.ms < 1500
+    assert (missing.passed, missing.detail) == (False, "no answer within 1 s")
+    assert timely.passed is False
+    assert time.monotonic() - started < 4

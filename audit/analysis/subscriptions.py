@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from audit.errors import LoadError
-from audit.paths import expand
+from audit.paths import expand, read_regular
 from audit.tables import SUBSCRIPTIONS
-from audit.timeutil import parse_iso_ns
+from audit.timeutil import FIRST_YEAR, LAST_YEAR, ns_in_range, parse_iso_ns
 
 if TYPE_CHECKING:  # pandas only where a frame is built: `audit snapshot` never needs it
     import pandas as pd
@@ -128,8 +128,8 @@ def snapshot_files(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def _read_snapshot(path: Path) -> tuple[int, list[dict[str, Any]]]:
-    try:
-        raw = path.read_bytes()
+    try:  # a regular file only (a name given on the command line may be a FIFO)
+        raw = read_regular(path, limit=None, error=LoadError)
     except OSError as e:
         raise LoadError(
             f"{path}: cannot read snapshot ({e.strerror or type(e).__name__})"
@@ -156,6 +156,11 @@ def _read_snapshot(path: Path) -> tuple[int, list[dict[str, Any]]]:
         fetched_ns, _ = parse_iso_ns(doc["fetched_at"])
     except ValueError:
         raise LoadError(f"{path}: not a snapshot: 'fetched_at' is not an ISO 8601 time") from None
+    if not ns_in_range(fetched_ns):  # the file's one time: without it, no snapshot
+        raise LoadError(
+            f"{path}: not a snapshot: 'fetched_at' is out of range (years {FIRST_YEAR} to "
+            f"{LAST_YEAR})"
+        )
     try:
         items = unwrap_listing(doc["response"])
     except ValueError as e:
@@ -195,6 +200,10 @@ def _row(item: dict[str, Any], odd: list[str]) -> dict[str, Any]:
         except ValueError:
             odd.append("'createdAt' is not an ISO 8601 time")
             created = None
+        else:
+            if not ns_in_range(created):
+                odd.append(f"'createdAt' is out of range (years {FIRST_YEAR} to {LAST_YEAR})")
+                created = None
     row["created_at"] = created
     row["secret_exposed"] = secret_exposed(item)
     return row
@@ -230,10 +239,11 @@ def load_snapshots(paths: Iterable[str | Path] | str | Path) -> pd.DataFrame:
     InputError
         A path does not exist or a pattern matches nothing.
     LoadError
-        One line naming the file: not JSON or not of the snapshot shape. A listed field of the
-        wrong type (``events`` not a list of strings, ``active`` not a boolean, ...) is left
-        empty (``events``: an empty tuple) with one :class:`SnapshotWarning` per file naming
-        the fields.
+        One line naming the file: not a regular file, not JSON or not of the snapshot shape
+        (``fetched_at`` missing, not ISO 8601, or outside the years 1678 to 2261). A listed
+        field of the wrong type (``events`` not a list of strings, ``active`` not a boolean,
+        ``createdAt`` not an ISO 8601 time of those years, ...) is left empty (``events``: an
+        empty tuple) with one :class:`SnapshotWarning` per file naming the fields.
 
     Examples
     --------

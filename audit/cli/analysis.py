@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from audit.cli.data import _STORE, _need_logs
+from audit.cli.store import check_out_folder
 from audit.spec import DEFAULT_HEADER_PREFIX, DELIVERY_TIMEOUT_S
 
 COMMANDS: list[click.Command] = []
@@ -74,6 +75,7 @@ def analyze(
         raise click.UsageError("Missing option '--secrets'.")
     if rows_per_pass is not None and store_dir is None:
         raise click.UsageError("--rows-per-pass needs --store.")
+    check_out_folder(out)  # before the work, not after
     if store_dir is not None:
         from audit.analysis.store_analysis import ROWS_PER_PASS, analyze_store
 
@@ -90,6 +92,9 @@ def analyze(
             rows_per_pass=rows_per_pass or ROWS_PER_PASS,
         )
         paths = result.paths
+        from audit.ingest.query import store_inputs
+
+        read = int(store_inputs(store_dir)["records"].sum())
     else:
         from audit.analysis.analyze import analyze as run
 
@@ -102,16 +107,18 @@ def analyze(
             clock_start=clock_start,
         )
         paths = result.write(out, fmt=fmt)
-    click.echo(summary_text(result))
+        read = int(result.inputs["records"].sum())
+    click.echo(summary_text(result, read=read))
     if getattr(result, "passes", 1) > 1:
         click.echo(f"read in {result.passes} passes (--rows-per-pass)")
     for path in paths:
         click.echo(f"wrote {path}")
 
 
-def summary_text(result) -> str:
+def summary_text(result, read: int | None = None) -> str:
     """A few lines an analyst reads first: :meth:`Analysis.summary`, formatted (nothing is
-    computed here)."""
+    refitted). ``read``: the records of the files read (their ``inputs``); those beyond the
+    summary's were received after ``as_of`` and left out, which the text says."""
     s = result.summary()
     lines = [
         f"as of {s['as_of'].isoformat()}",
@@ -122,6 +129,9 @@ def summary_text(result) -> str:
         f"incidents {s['incidents']}: {s['taken_down']} taken down, "
         f"{s['waiting_on_client']} waiting on the client",
     ]
+    if read is not None and read > s["records"]:
+        later = read - s["records"]
+        lines.insert(2, f"left out: {later} of {read} records, received after as_of")
     if s["takedown_median"] is not None:
         start = "creation" if result.clock_start == "created" else "burn start"
         median = s["takedown_median"].describe(unit=" h")

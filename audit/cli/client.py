@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from audit.analysis.subscriptions import secret_exposed
+from audit.atomic import real_target
 from audit.cli.connect import service_client, service_options
-from audit.errors import SecretsError
+from audit.errors import AuditError, SecretsError
 from audit.ingest.secrets import load_secrets_json
-from audit.ingest.secrets_file import add_secret
+from audit.ingest.secrets_file import _locked, _merge, add_secret
+from audit.paths import read_regular
 from audit.redaction import (
     REDACTED,
     for_terminal,
@@ -40,31 +44,51 @@ if TYPE_CHECKING:  # the service client (httpx) is imported when a command runs
 __all__ = ["COMMANDS", "snapshot", "webhooks", "write_snapshot"]
 
 
-def _check_secrets_target(path: Path) -> None:
-    """Fail before calling the service if the new secret could not be saved afterwards."""
-    if path.exists():
-        if not path.is_file():
-            raise SecretsError(f"{path}: not a file")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            raise SecretsError(f"{path}: existing secrets file is not readable") from None
-        data = load_secrets_json(text, path) if text.strip() else {}
-        if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
-            raise SecretsError(f"{path}: expected an object mapping subscription id to a list")
-        register_sensitive(  # known secrets are cut from every message of this command
-            e["secret"]
-            for entries in data.values()
-            for e in entries
-            if isinstance(e, dict) and isinstance(e.get("secret"), str)
-        )
-        if not os.access(path, os.W_OK):
-            raise SecretsError(f"{path}: secrets file is not writable")
-    folder = path.parent
-    while not folder.exists():
-        folder = folder.parent
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise SecretsError(f"{path}: cannot write in {folder}")
+def _check_secrets_target(path: Path, subscription_id: str | None = None) -> None:
+    """Fail before calling the service if the new secret could not be saved afterwards.
+
+    Every step of :func:`~audit.ingest.secrets_file.add_secret` short of writing, in its
+    order and for real: the link resolved (a loop refused), the folder created, a file created
+    and removed in it, the lock file opened, the existing file read and, for a rotation of
+    ``subscription_id``, merged in a dry run (its entries, their ``valid_from``, the rule
+    against a clock that is behind).
+    """
+    target = real_target(path)
+    if target.exists() and not target.is_file():
+        raise SecretsError(f"{path}: not a file")
+    try:  # what the save does first; then a file beside the target, as the atomic write makes
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise SecretsError(
+            f"{path}: cannot write in {target.parent} ({e.strerror or type(e).__name__})"
+        ) from None
+    with _locked(target):  # the lock file opens (it is created if missing, as the save does)
+        pass
+    if not target.exists():
+        return
+    try:  # as the save reads it: a regular file of at most 16 MiB
+        text = read_regular(target, what="secrets file", error=SecretsError).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        raise SecretsError(f"{path}: existing secrets file is not readable") from None
+    data = load_secrets_json(text, path) if text.strip() else {}
+    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+        raise SecretsError(f"{path}: expected an object mapping subscription id to a list")
+    register_sensitive(  # known secrets are cut from every message of this command
+        e["secret"]
+        for entries in data.values()
+        for e in entries
+        if isinstance(e, dict) and isinstance(e.get("secret"), str)
+    )
+    if not os.access(target, os.W_OK):
+        raise SecretsError(f"{path}: secrets file is not writable")
+    entries = data.get(subscription_id, []) if subscription_id is not None else []
+    try:  # the merge the save will do, on a copy, with a secret issued now
+        _merge(target, str(subscription_id), [*entries], "whsec_dry_run", datetime.now(UTC))
+    except (ValueError, TypeError):
+        raise SecretsError(f"{path}: {subscription_id!r} has a bad 'valid_from'") from None
 
 
 def _save_secret(path: Path, issued: IssuedSecret, *, rotated: bool) -> str:
@@ -72,13 +96,36 @@ def _save_secret(path: Path, issued: IssuedSecret, *, rotated: bool) -> str:
         add_secret(path, issued.subscription_id, issued.secret, issued.issued_at)
     except Exception as e:  # the secret is already issued: never lose it to a traceback
         what = "the new secret" if rotated else "the secret"
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
         raise SecretsError(
-            f"{path}: {what} of {issued.subscription_id} could not be saved ({reason}) and is "
-            f"lost; fix the file, then run: audit webhooks rotate-secret "
+            f"{path}: {what} of {issued.subscription_id} could not be saved ({_reason(e, path)}) "
+            f"and is lost; fix the file, then run: audit webhooks rotate-secret "
             f"{issued.subscription_id} --secrets {path}"
         ) from None
     return iso(issued.issued_at, "microseconds")
+
+
+def _reason(e: BaseException, path: Path) -> str:
+    """Why a save failed, in a few words: the system's reason (``No space left on device``),
+    else the toolkit's message without its file name, else the error's class."""
+    cause: BaseException | None = e
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(e, AuditError) and str(e):
+        text = str(e).splitlines()[0]
+        for name in (str(path), str(real_target_or(path))):
+            text = text.removeprefix(f"{name}: ")
+        return text[:200]
+    return type(e).__name__
+
+
+def real_target_or(path: Path) -> Path:
+    """``path`` with its links resolved, or ``path`` itself when they cannot be."""
+    try:
+        return real_target(path)
+    except OSError:
+        return path
 
 
 def _warn(message: str) -> None:
@@ -282,7 +329,7 @@ def rotate_cmd(
     The previous secret stops working at the service immediately; the new one is appended to
     --secrets with valid_from = the time of the response.
     """
-    _check_secrets_target(secrets_file)
+    _check_secrets_target(secrets_file, subscription_id)
     with service_client(base_url, api_key_env, timeout, max_attempts) as client:
         issued = client.rotate_secret(subscription_id)
     valid_from = _save_secret(secrets_file, issued, rotated=True)

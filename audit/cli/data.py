@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from audit.cli.store import check_out_folder
 from audit.findings.catalogue import SEVERITIES
 from audit.ingest.verification import VERDICT_COLUMNS, verdict_count_rows
 from audit.spec import DEFAULT_HEADER_PREFIX
@@ -127,6 +128,7 @@ def simulate(out: Path, seed: int, start, days: int, incidents: int) -> None:
     """
     from audit.demo import simulate as run
 
+    check_out_folder(out)
     result = run(out, seed=seed, start=start, days=days, incidents=incidents)
     _print_simulation(result)
 
@@ -157,6 +159,7 @@ def demo(ctx: click.Context, out: Path, seed: int, quiet: bool) -> int:
     from audit.demo import simulate as run
     from audit.report import parse_period, run_report
 
+    check_out_folder(out)
     data = out / "data"
     if (data / "truth.json").is_file():  # an earlier demo's data: regenerate, same bytes
         shutil.rmtree(data)
@@ -196,17 +199,19 @@ def _print_report(report) -> None:
     click.echo(f"index:     {report.index}")
 
 
-def _refuse_secrets_in(path: Path | None, secrets_path: str) -> None:
-    """Refuse (before any kernel starts) a params or mutes file holding a known secret value."""
-    if path is None or not path.is_file():
+def _refuse_secrets_in(path: Path | None, secrets_path: str, what: str) -> None:
+    """Refuse (before any kernel starts) a params or mutes file holding a known secret value,
+    or one that is not a regular file of at most 16 MiB (:func:`audit.paths.read_regular`)."""
+    if path is None:
         return
     from audit.ingest.secrets import secret_values
+    from audit.paths import read_regular
     from audit.redaction import refuse_known_secrets
 
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_regular(path, what=what).decode("utf-8", errors="replace")
     except OSError:
-        return  # the pipeline reports an unreadable mutes file itself
+        return  # the pipeline reports a missing or unreadable file itself
     values = secret_values(secrets_path)
     refuse_known_secrets(path, text, values)
     # Also the decoded strings: JSON "\u0077hsec..." or YAML "\x77hsec..." escapes hide a value.
@@ -294,9 +299,10 @@ def report(
     from audit.report import parse_period, read_params, run_report
 
     _need_logs(logs, store_dir)
+    check_out_folder(out)
     when = parse_period(period, today=datetime.now(UTC).date())  # the only wall-clock read
-    _refuse_secrets_in(params_path, secrets_path)
-    _refuse_secrets_in(mutes_path, secrets_path)
+    _refuse_secrets_in(params_path, secrets_path, "parameters file")
+    _refuse_secrets_in(mutes_path, secrets_path, "mutes file")
     result = run_report(
         list(logs),
         secrets_path=secrets_path,

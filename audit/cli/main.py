@@ -35,6 +35,26 @@ def _register() -> None:
 _register()
 
 
+def _register_named_secrets(argv: list[str]) -> None:
+    """Read (best effort) the secrets of every ``--secrets FILE`` in ``argv``, first of all.
+
+    Every secret read is cut from messages (:func:`audit.redaction.scrub`); a command reads its
+    secrets file only when it gets there, so an option value checked before (``--period``,
+    ``--as-of``, click's own checks of ``--timeout`` or ``--fail-on``) would otherwise be
+    echoed as typed, a pasted secret included. Read before anything else, they are also cut
+    before a long value is shortened for a message (:func:`audit.errors.shown`).
+    """
+    from audit.ingest.secrets import secret_values
+
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg.startswith("--secrets="):
+            secret_values(arg.removeprefix("--secrets="))
+        elif arg == "--secrets" and i + 1 < len(argv):
+            secret_values(argv[i + 1])
+
+
 def _say(text: object) -> str:
     """A message fit for the terminal: known secrets and the API key cut, controls escaped."""
     return for_terminal(scrub(str(text)))
@@ -52,11 +72,13 @@ def main(argv: list[str] | None = None, *, obj: dict | None = None) -> int:
     """
     warnings.showwarning = _show_warning
     try:
+        _register_named_secrets(list(sys.argv[1:] if argv is None else argv))
         rv = cli.main(args=argv, prog_name="audit", standalone_mode=False, obj=obj)
     except click.exceptions.Abort:
         click.echo("audit: aborted", err=True)
         return EXIT_BAD_INPUT
     except click.ClickException as e:
+        e.message = scrub(e.message)  # "Invalid value for '--timeout': 'whsec_…'": cut
         e.show()
         return EXIT_BAD_INPUT
     except AuditError as e:

@@ -76,8 +76,11 @@ def probe(
     URL must be https://, or http:// to 127.0.0.1 / localhost. One request per check, no
     retries. Exit 0 all passed, 1 a check failed, 3 unreachable or bad input.
     """
+    from audit.cli.store import check_out_folder
     from audit.receiver.probe import check_target, plan, run_probe, shown_url
 
+    if out is not None:
+        check_out_folder(out)  # before the requests, not after
     if dry_run:
         target = check_target(url)
         steps = plan(secrets_path, subscription_id, only=only or None, header_prefix=header_prefix)
@@ -152,8 +155,10 @@ def receive(
 
     Needs the receiver extra (pip install 'audit[receiver]'). Stop it with Ctrl-C.
     """
+    from audit.cli.store import check_out_folder
     from audit.receiver.reference import bind, make_server, receiver_app
 
+    check_out_folder(out)
     app = receiver_app(
         secrets_path, out, subscription_id=subscription_id, header_prefix=header_prefix
     )

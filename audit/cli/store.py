@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from audit.errors import ParameterError
+from audit.errors import InputError, ParameterError
 from audit.spec import DEFAULT_HEADER_PREFIX
 
 if TYPE_CHECKING:
@@ -20,11 +21,29 @@ COMMANDS: list[click.Command] = []
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 
 
+def check_out_folder(path: Path, option: str = "--out") -> None:
+    """Refuse, before any work, an output folder that cannot be one: ``path`` or one of its
+    parents exists and is not a folder (a file, ``/dev/null``). A folder that does not exist
+    yet is fine (the writer creates it); a look that is refused is left to the writer."""
+    for at in (path, *path.parents):
+        try:
+            mode = at.stat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # missing (a parent that is a file is found further up)
+        except OSError:
+            return
+        if not stat.S_ISDIR(mode):
+            raise InputError(f"{at}: not a folder ({option})")
+        return
+
+
 def check_table_path(path: Path) -> str:
-    """The lower-cased suffix of an output table path; ParameterError unless it is known."""
+    """The lower-cased suffix of an output table path; ParameterError unless it is known;
+    InputError when its folder cannot be one (:func:`check_out_folder`)."""
     suffix = path.suffix.lower()
     if suffix not in TABLE_SUFFIXES:
         raise ParameterError(f"{path}: write .csv or .parquet (got {suffix or 'no extension'!r})")
+    check_out_folder(path.parent)
     return suffix
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from audit.errors import SecretsError
+from audit.paths import read_regular
 from audit.redaction import register_sensitive
 from audit.timeutil import parse_iso_ns
 
@@ -35,8 +36,10 @@ __all__ = [
     "SecretStore",
     "SecretsWarning",
     "SigningSecret",
+    "load_json_noting_repeats",
     "load_secrets_json",
     "read_secrets",
+    "repeated_keys",
     "secret_values",
 ]
 
@@ -63,10 +66,21 @@ def _object(pairs: list) -> _Object:
     return obj
 
 
+def load_json_noting_repeats(text: str) -> object:
+    """``json.loads``, with every object remembering the keys it names more than once (JSON
+    keeps the last silently): see :func:`repeated_keys`. Shared by the mutes file reader."""
+    return json.loads(text, object_pairs_hook=_object)
+
+
+def repeated_keys(value: object) -> list:
+    """The keys a decoded object (:func:`load_json_noting_repeats`) named twice; [] otherwise."""
+    return value.repeated if isinstance(value, _Object) else []
+
+
 def load_secrets_json(text: str, p: Path) -> object:
     """Decode the file's JSON; a key named twice in one object is an error naming it."""
     try:
-        raw = json.loads(text, object_pairs_hook=_object)
+        raw = load_json_noting_repeats(text)
     except json.JSONDecodeError as e:
         # The position only: the message of json would quote the text, which holds secrets.
         raise SecretsError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno})") from None
@@ -180,7 +194,8 @@ def read_secrets(path: str | os.PathLike, environ: Mapping[str, str] | None = No
     Raises
     ------
     SecretsError
-        One line naming the file and the offending entry (never a value).
+        One line naming the file and the offending entry (never a value); also for a path that
+        is not a regular file (a FIFO, ``/dev/zero``) or a file over 16 MiB.
 
     Examples
     --------
@@ -189,8 +204,8 @@ def read_secrets(path: str | os.PathLike, environ: Mapping[str, str] | None = No
     SecretStore(3 subscriptions, 4 secrets)
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
+    try:  # a regular file of at most 16 MiB (audit.paths.MAX_SMALL_FILE_BYTES): never a FIFO
+        text = read_regular(p, what="secrets file", error=SecretsError).decode("utf-8")
     except FileNotFoundError:
         raise SecretsError(f"{p}: secrets file not found") from None
     except (OSError, UnicodeDecodeError) as e:

@@ -22,6 +22,7 @@ except ImportError:  # pragma: no cover - Windows
 from audit.atomic import real_target, write_json_atomic
 from audit.errors import SecretsError
 from audit.ingest.secrets import load_secrets_json
+from audit.paths import read_regular
 from audit.timeutil import parse_iso_ns
 
 __all__ = ["CLOCK_BEHIND_S", "add_secret"]
@@ -73,8 +74,9 @@ def add_secret(
     with _locked(target):
         data: dict = {}
         if target.exists():
-            try:
-                text = target.read_text(encoding="utf-8")
+            try:  # a regular file of at most 16 MiB, as the reader takes
+                text = read_regular(target, what="secrets file", error=SecretsError)
+                text = text.decode("utf-8")
             except (OSError, UnicodeDecodeError):
                 raise SecretsError(f"{target}: existing secrets file cannot be read") from None
             data = load_secrets_json(text, target) if text.strip() else {}

@@ -111,6 +111,7 @@ class CaptureMiddleware:
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
+        chunks.clear()  # one copy of the body is kept for the request's lifetime, not two
         scope = dict(scope)
         scope[RECEIVED_AT_KEY] = received_at
         headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope["headers"]]

@@ -84,9 +84,11 @@ def capture_line(record: CaptureRecord) -> bytes:
     # ensure_ascii=False keeps the line readable; a lone surrogate (only possible in a header
     # value from a broken server) would not encode, so fall back to escaped ASCII then.
     try:
-        return text.encode("utf-8") + b"\n"
+        line = text.encode("utf-8")
     except UnicodeEncodeError:
         return json.dumps(out, separators=(",", ":")).encode("ascii") + b"\n"
+    del text, out  # a 10 MB body escaped is up to 60 MB: hold two such copies at most, not three
+    return line + b"\n"
 
 
 class CaptureWriter:

@@ -30,6 +30,7 @@ from audit.receiver.probe_plan import (
     prepare,
     select_checks,
 )
+from audit.service.exchange import deadline_scope, install_deadline
 from audit.service.request_checks import require_https_unless_loopback
 from audit.spec import DEFAULT_HEADER_PREFIX, DELIVERY_TIMEOUT_S
 from audit.version import package_version
@@ -180,9 +181,11 @@ def _send(client: httpx.Client, url: str, p: Prepared, timeout_s: float) -> tupl
     started = time.perf_counter()
     try:
         # Status and headers are judged; the body is never read (a huge or endless body
-        # must not fill memory or hold the probe).
-        response = client.send(request, stream=True)
-        response.close()
+        # must not fill memory or hold the probe). The whole exchange, headers trickled one
+        # line at a time included, ends at the delivery timeout.
+        with deadline_scope(time.monotonic() + timeout_s):
+            response = client.send(request, stream=True)
+            response.close()
     except httpx.TimeoutException as e:
         ms = (time.perf_counter() - started) * 1000
         connected = not isinstance(e, httpx.ConnectTimeout)
@@ -305,6 +308,7 @@ def run_probe(
         transport=transport,
         trust_env=False,
     ) as client:
+        install_deadline(client)
         for check in checks:
             p = prepare(check, ctx, int(clock()))
             if p.skip is not None:

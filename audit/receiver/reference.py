@@ -188,8 +188,21 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def make_server(app: Callable, sock: socket.socket, *, log_level: str = "warning"):
-    """A uvicorn server for ``app`` on an already bound socket (``server.run(sockets=[sock])``).
+#: Connections (and requests in progress) ``audit receive`` serves at once; beyond this uvicorn
+#: answers 503 (the service retries). Each request may hold a 10 MB body several times over
+#: while it is captured, so this bounds the receiver's memory.
+MAX_CONCURRENT_CONNECTIONS = 16
+
+
+def make_server(
+    app: Callable,
+    sock: socket.socket,
+    *,
+    log_level: str = "warning",
+    limit_concurrency: int = MAX_CONCURRENT_CONNECTIONS,
+):
+    """A uvicorn server for ``app`` on an already bound socket (``server.run(sockets=[sock])``),
+    serving at most ``limit_concurrency`` connections at once (503 beyond).
 
     Raises InputError when uvicorn (the ``audit[receiver]`` extra) is not installed.
     """
@@ -206,6 +219,7 @@ def make_server(app: Callable, sock: socket.socket, *, log_level: str = "warning
         access_log=False,
         server_header=False,
         timeout_graceful_shutdown=5,
+        limit_concurrency=limit_concurrency,
     )
     return uvicorn.Server(config)
 

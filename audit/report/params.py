@@ -17,8 +17,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from audit.errors import ParameterError
+from audit.errors import ParameterError, shown
 from audit.spec import DEFAULT_HEADER_PREFIX
+from audit.timeutil import FIRST_YEAR as _FIRST_YEAR
+from audit.timeutil import LAST_YEAR as _LAST_YEAR
+from audit.timeutil import check_years
 
 __all__ = [
     "PARAMETER_NAMES",
@@ -31,7 +34,6 @@ __all__ = [
 
 #: The keys a ``--params`` file may hold.
 PARAMETER_NAMES = ("as_of", "client_id", "clock_start", "header_prefix", "thresholds")
-_FIRST_YEAR, _LAST_YEAR = 1678, 2261  # pandas' nanosecond timestamps end in April 2262
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,7 @@ def parse_period(text: str, *, today: date | None = None) -> Period:
             raise ParameterError(f"period {text!r}: the end is before the start")
         return Period(text, _day(a), _day(after))
     raise ParameterError(
-        f"period {text[:40]!r}: use YYYY-MM, YYYY-Www, YYYY-MM-DD..YYYY-MM-DD, "
+        f"period {shown(text)}: use YYYY-MM, YYYY-Www, YYYY-MM-DD..YYYY-MM-DD, "
         "previous-month or previous-week (ASCII digits)"
     )
 
@@ -147,19 +149,17 @@ def _as_of(value: object, period: Period) -> pd.Timestamp:
         value = value.isoformat()
     if not isinstance(value, str):
         raise ParameterError(f"as_of must be an ISO 8601 time, not {_kind(value)}")
-    m = re.match(r"\s*([0-9]{4})-", value)
-    if m is None:
-        raise ParameterError(f"as_of {value[:40]!r} is not an ISO 8601 time (YYYY-MM-DDThh:mmZ)")
-    if not _FIRST_YEAR <= int(m[1]) <= _LAST_YEAR:
-        raise ParameterError(f"as_of {value[:40]!r}: years {_FIRST_YEAR} to {_LAST_YEAR} only")
+    if re.match(r"\s*([0-9]{4})-", value) is None:
+        raise ParameterError(f"as_of {shown(value)} is not an ISO 8601 time (YYYY-MM-DDThh:mmZ)")
+    check_years(value, "as_of")  # the rule of every time argument (audit.timeutil.as_utc)
     try:
         ts = pd.Timestamp(value)
     except (ValueError, TypeError, OverflowError):
-        raise ParameterError(f"as_of {value[:40]!r} is not an ISO 8601 time") from None
+        raise ParameterError(f"as_of {shown(value)} is not an ISO 8601 time") from None
     if pd.isna(ts):
         raise ParameterError("as_of is missing")
     if ts.tzinfo is None:
-        raise ParameterError(f"as_of {value[:40]!r} has no UTC offset (add Z or +00:00)")
+        raise ParameterError(f"as_of {shown(value)} has no UTC offset (add Z or +00:00)")
     ts = ts.tz_convert("UTC")
     if ts < period.start:
         raise ParameterError("as_of must not be before the start of the period")
@@ -178,7 +178,7 @@ def _thresholds(value: object) -> dict[str, float]:
         if not isinstance(name, str):
             raise ParameterError(f"thresholds: a name is {_kind(name)}, not text")
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise ParameterError(f"thresholds: {name[:60]!r} must be a number, not {_kind(v)}")
+            raise ParameterError(f"thresholds: {shown(name, 60)} must be a number, not {_kind(v)}")
         out[name] = v
     resolve_params(load_catalogue(), out)  # unknown names and out-of-range values
     return out
@@ -194,7 +194,7 @@ def check_params(params: Mapping[str, object] | None, period: Period) -> ReportP
     audit.errors.ParameterError: thresholds: 'ttt_median_h' must be a number, not binary data
     """
     params = dict(params or {})
-    unknown = sorted(str(k)[:40] for k in params if k not in PARAMETER_NAMES)
+    unknown = sorted(shown(k)[1:-1] for k in params if k not in PARAMETER_NAMES)
     if unknown:
         raise ParameterError(f"unknown report parameter(s): {', '.join(unknown)}")
     client_id = params.get("client_id")
@@ -218,19 +218,44 @@ def check_params(params: Mapping[str, object] | None, period: Period) -> ReportP
 def read_params(path: str | os.PathLike | None) -> dict[str, object]:
     """Read a YAML/JSON ``--params`` file (safe loader); dates become ISO text.
 
-    The values are checked by :func:`check_params`; this only reads the mapping.
+    The values are checked by :func:`check_params`; this only reads the mapping. The file must
+    be a regular file of at most 16 MiB (:func:`audit.paths.read_regular`); a key named twice in
+    one mapping (YAML and JSON would keep the last) and nesting too deep are errors.
     """
     if path is None:
         return {}
     import yaml
 
+    from audit.paths import read_regular
+
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        text = read_regular(p, what="parameters file", error=ParameterError).decode("utf-8")
+        data = yaml.load(text, Loader=_loader(p))  # a SafeLoader subclass
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ParameterError(f"{p}: cannot read parameters ({type(e).__name__})") from None
+    except RecursionError:
+        raise ParameterError(f"{p}: parameters nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ParameterError(f"{p}: parameters must be a mapping")
     return {k: v.isoformat() if isinstance(v, dt.date) else v for k, v in data.items()}
+
+
+def _loader(p: Path) -> type:
+    """A safe YAML loader that refuses a key named twice in one mapping (naming it)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen: set = set()
+            for key, _ in node.value:
+                if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                    continue
+                if (key.tag, key.value) in seen:
+                    raise ParameterError(f"{p}: parameter file names {shown(key.value)} twice")
+                seen.add((key.tag, key.value))
+            return super().construct_mapping(node, deep=deep)
+
+    return Loader

@@ -12,6 +12,7 @@ import json
 import logging
 import random
 import time
+import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -25,7 +26,21 @@ from audit.errors import (
     ServiceError,
     TerminalError,
 )
-from audit.redaction import HTTP_LOGGERS, install_log_filter, register_sensitive, scrub
+from audit.redaction import (
+    HTTP_LOGGERS,
+    for_terminal,
+    install_log_filter,
+    register_sensitive,
+    scrub,
+)
+from audit.service.exchange import (
+    ACCEPT_ENCODING,
+    BodyTooLarge,
+    UnsupportedEncoding,
+    deadline_scope,
+    install_deadline,
+    read_body,
+)
 from audit.service.request_checks import check_base_url
 from audit.service.retry import (
     MAYBE_SENT_ERRORS,
@@ -70,7 +85,9 @@ class Transport:
         self.base_url = check_base_url(base_url)
         if not isinstance(api_key, str) or not api_key.strip():
             raise InputError("the API key is empty")
-        if any(c in api_key for c in "\r\n\0") or api_key != api_key.strip():
+        if not api_key.isascii():  # header values are ASCII; the key is never quoted
+            raise InputError("the API key contains non-ASCII characters")
+        if any(not c.isprintable() or c.isspace() for c in api_key):
             raise InputError("the API key contains whitespace or control characters")
         self._api_key = api_key
         register_sensitive(api_key)
@@ -91,8 +108,13 @@ class Transport:
             transport=transport,
             timeout=timeout,
             follow_redirects=False,
-            headers={"accept": "application/json", "user-agent": user_agent()},
+            headers={
+                "accept": "application/json",
+                "accept-encoding": ACCEPT_ENCODING,
+                "user-agent": user_agent(),
+            },
         )
+        install_deadline(self._http)  # the deadline also cuts a trickle of header lines
 
     def __enter__(self):
         return self
@@ -130,14 +152,11 @@ class Transport:
                 headers={"x-api-key": self._api_key},
             )
             try:
-                response = self._send(request, where, deadline)
+                response = self._send(request, where, deadline, repeatable)
             except httpx.TransportError as e:
                 failure = f"{type(e).__name__}: {self._scrub(str(e)) or 'connection failed'}"
                 if isinstance(e, MAYBE_SENT_ERRORS) and not repeatable:
-                    raise ServiceError(
-                        f"{where}: {failure}; not repeated because the request may have reached "
-                        "the service (list before trying again)"
-                    ) from None
+                    raise ServiceError(f"{where}: {failure}{_NOT_REPEATED}") from None
                 if not isinstance(e, NOT_SENT_ERRORS + MAYBE_SENT_ERRORS):
                     raise ServiceError(f"{where}: {failure}") from None
                 status, server_message, wait = None, None, None
@@ -157,6 +176,12 @@ class Transport:
                 if status in TERMINAL_STATUSES:
                     raise self._terminal(where, response, server_message)
                 failure = _describe(response, server_message)
+                if status != 429 and not repeatable:  # a 5xx may come after the work was done
+                    raise ServiceError(
+                        f"{where}: {failure}{_NOT_REPEATED}",
+                        status=status,
+                        server_message=server_message,
+                    )
                 wait = parse_retry_after(response.headers.get("retry-after"), received_at)
                 if wait is not None and wait > policy.max_retry_after_s:
                     asked = f"{wait:.0f} s" if wait < 1e12 else "an absurdly long time"
@@ -173,8 +198,9 @@ class Transport:
                     status=status,
                     server_message=server_message,
                 )
-            if wait is None:
-                wait = policy.backoff_s(attempt, self._rng)
+            if wait is None or wait < policy.backoff_cap_s(attempt):
+                # the jittered backoff is a lower bound: "Retry-After: 0" is no license to hammer
+                wait = max(wait or 0.0, policy.backoff_s(attempt, self._rng))
             if time.monotonic() + wait > deadline:
                 raise RetryableError(
                     f"{where}: {failure}; no time left for another attempt within the "
@@ -182,10 +208,10 @@ class Transport:
                     status=status,
                     server_message=server_message,
                 )
-            log.warning(
+            log.warning(  # server text: no escape sequence reaches the terminal
                 "%s: %s; retrying in %.2f s (attempt %d of %d)",
                 where,
-                failure,
+                for_terminal(failure),
                 wait,
                 attempt + 1,
                 policy.max_attempts,
@@ -193,8 +219,14 @@ class Transport:
             self._sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _send(self, request: httpx.Request, where: str, deadline: float) -> httpx.Response:
-        """Send one request and read its body within the size limit and the deadline."""
+    def _send(
+        self, request: httpx.Request, where: str, deadline: float, repeatable: bool = True
+    ) -> httpx.Response:
+        """Send one request and read its body within the size limit and the deadline.
+
+        The deadline covers the whole exchange: connecting, sending, the status line and
+        headers, and the body (:func:`audit.service.exchange.install_deadline`).
+        """
         left = deadline - time.monotonic()
         if left <= 0:
             raise ServiceError(f"{where}: the {self.deadline_s:.0f} s deadline passed")
@@ -205,27 +237,35 @@ class Transport:
             write=_min(timeout.write, left),
             pool=_min(timeout.pool, left),
         ).as_dict()
-        response = self._http.send(request, stream=True)
+        status = None
         try:
-            chunks, size = [], 0
-            for chunk in response.iter_bytes():  # decoded: the limit counts decompressed bytes
-                size += len(chunk)
-                if size > self.max_response_bytes:
-                    raise ServiceError(
-                        f"{where}: response body larger than {self.max_response_bytes} bytes "
-                        "(after decompression); abandoned",
-                        status=response.status_code,
-                    )
-                if time.monotonic() > deadline:
-                    raise ServiceError(
-                        f"{where}: the answer did not arrive within the {self.deadline_s:.0f} s "
-                        "deadline",
-                        status=response.status_code,
-                    )
-                chunks.append(chunk)
-            response._content = b"".join(chunks)  # what httpx's own read() sets
-        finally:
-            response.close()
+            with deadline_scope(deadline):
+                response = self._http.send(request, stream=True)
+                status = response.status_code
+                try:
+                    read_body(response, self.max_response_bytes, deadline)
+                finally:
+                    response.close()
+        except httpx.TimeoutException:
+            if time.monotonic() < deadline - 0.01:
+                raise  # the per-read timeout, before the deadline: the retry rules decide
+            maybe = "" if repeatable else _NOT_REPEATED
+            raise ServiceError(
+                f"{where}: the answer did not arrive within the {self.deadline_s:.0f} s "
+                f"deadline{maybe}",
+                status=status,
+            ) from None
+        except BodyTooLarge:
+            raise ServiceError(
+                f"{where}: response body larger than {self.max_response_bytes} bytes "
+                "(after decompression); abandoned",
+                status=status,
+            ) from None
+        except (UnsupportedEncoding, zlib.error) as e:
+            what = str(e) if isinstance(e, UnsupportedEncoding) else "a corrupt compressed body"
+            raise ServiceError(
+                f"{where}: {_status_text(response)} with {what}", status=status
+            ) from None
         return response
 
     def _scrub(self, text: str) -> str:
@@ -280,6 +320,12 @@ def unwrap(body: Any) -> Any:
     if isinstance(body, dict) and "data" in body:
         return body["data"]
     return body
+
+
+#: The end of the error for a request that is not repeated (it could create something twice).
+_NOT_REPEATED = (
+    "; not repeated because the request may have reached the service: list before trying again"
+)
 
 
 def _min(value: float | None, left: float) -> float:
