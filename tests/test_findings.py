@@ -558,6 +558,35 @@ def test_dlv_06_is_always_info():
     assert twice["evidence"]["examples"] == ["evt_1"]
 
 
+def test_dlv_07_fails_on_validly_signed_bodies_without_an_envelope(tmp_path):
+    """Bodies signed with the subscription's secret that are not JSON, not an object, or
+    lack a string id and event: valid, yet in no events table; DLV-07 lists them by file:line."""
+    from audit.analysis.analyze import analyze
+    from audit.ingest.signatures import sign
+    from tests.builders import capture, write_jsonl, write_secrets
+
+    secrets = write_secrets(tmp_path / "s.json", {"wh_1": [{"secret": "k1"}]})
+    bodies = ['{"id":"evt_ok","event":"incident.created","data":{}}', "not json", "[1,2]"]
+    bodies.append('{"id":null,"event":5}')
+    records = []
+    for i, body in enumerate(bodies):
+        ts = str(int(T0.timestamp()) + 60 * i)
+        signature = sign("k1", ts, body.encode())
+        records.append(capture(body, signature=signature, timestamp=ts, received_at=int(ts) + 1))
+    log = write_jsonl(tmp_path / "r.jsonl", records)
+    a = analyze([log], secrets, as_of=AS_OF)
+    assert (a.deliveries["verdict"] == "valid").all()
+    f = one(run(a, only="DLV-07"), "DLV-07")
+    assert f["status"] == "fail"
+    assert f["evidence"]["without_envelope"] == 3 and f["evidence"]["deliveries"] == 4
+    assert f["evidence"]["example_records"] == ["r.jsonl:2", "r.jsonl:3", "r.jsonl:4"]
+    assert (
+        one(run(analysis([row(0), row(60, event_id="evt_2")]), only="DLV-07"), "DLV-07")["status"]
+        == "pass"
+    )
+    assert status(analysis([]), "DLV-07") == "skip"
+
+
 # --------------------------------------------------------------------------------------------
 # SUB
 # --------------------------------------------------------------------------------------------

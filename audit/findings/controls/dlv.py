@@ -185,3 +185,22 @@ def dlv_06(s: Scope) -> Outcome:
         "process events idempotently, keyed on the event id."
     )
     return Outcome("info", reason, res, ev)
+
+
+def dlv_07(s: Scope) -> Outcome:
+    """No validly signed delivery lacks the event envelope: a body without a string ``id`` and
+    ``event`` (not JSON, not an object, or those fields missing) is in no events table, so no
+    other control would show it."""
+    res, v = "all deliveries", s.valid
+    if v.empty:
+        return skip("No valid delivery was received in the period.", res)
+    bare = v[v["event_id"].isna() | v["event"].isna()].sort_values("received_at")
+    ev: dict[str, Any] = {"deliveries": len(v), "without_envelope": len(bare)}
+    ev |= delivery_examples(bare)
+    if bare.empty:
+        return verdict(True, f"All {len(v)} valid deliveries carry an event envelope.", res, ev)
+    reason = (
+        f"{len(bare)} of {len(v)} validly signed deliveries carry no event envelope (a string "
+        "id and event); they are in no events table."
+    )
+    return verdict(False, reason, res, ev)
