@@ -85,3 +85,11 @@ def test_esc_shows_every_format_character_and_nothing_else():
     every = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"]
     assert all(esc(c) == f"\\u{ord(c):04x}" or esc(c) == f"\\U{ord(c):08x}" for c in every)
     assert esc("é\u3000x") == "é\u3000x"
+
+
+def test_text_leaves_capture_file_names_readable():
+    """File endings that are no top-level domain: the name of a capture log stays as it is,
+    while a host before a real domain ending is still defanged."""
+    assert text("receiver-2026-10-02.jsonl:63") == "receiver-2026-10-02.jsonl:63"
+    assert text("recv.jsonl.1.gz, tables.csv") == "recv.jsonl.1.gz, tables.csv"
+    assert text("evil.jsonl.example") == "evil[.]jsonl[.]example"

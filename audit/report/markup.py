@@ -131,12 +131,17 @@ def _host(m: re.Match[str]) -> str:
         return m.group()
     parts = _SPLIT.split(m.group())  # label, dot, label, dot, ..., label
     labels = [p.translate(_DROP) for p in parts[::2]]
+    if labels[-1].lower() in _FILE_TYPES:  # a capture file's name, not a host
+        return m.group()
     live = [len(lb) >= 2 and lb[0].isalpha() for lb in labels]
     last = max((i for i, ok in enumerate(live) if ok), default=0)
     return "".join("[.]" if i % 2 and i // 2 < last else p for i, p in enumerate(parts))
 
 
 _DROP = dict.fromkeys(map(ord, _CF))
+#: Name endings of the files a report names (capture logs, tables), none of them a top-level
+#: domain: ``receiver-2026-10-02.jsonl.gz`` stays readable.
+_FILE_TYPES = frozenset(("jsonl", "json", "gz", "har", "csv", "parquet", "log", "txt", "ndjson"))
 
 
 def text(value: object) -> str:
