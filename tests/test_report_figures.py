@@ -118,3 +118,19 @@ def test_an_embedded_figure_keeps_its_size_and_grows_only_to_show_all():
     many = plot_daily_failure_rate(attempts(22))
     w, h = many.get_size_inches()
     assert _png_size(embed(many, "x"))[1] > h * 96 + 10
+
+
+def test_a_table_that_cannot_be_written_names_its_file(tmp_path, monkeypatch):
+    """Arrow's write error names no file ("Error writing bytes to file. Detail: [errno 28]"):
+    a full disk during a report must say which file of the run folder failed."""
+    import pandas as pd
+
+    from audit.errors import OutputError
+    from audit.report.rundir import write_tables
+
+    def full(self, path, **kw):
+        raise OSError("Error writing bytes to file. Detail: [errno 28] No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", full)
+    with pytest.raises(OutputError, match=r"events\.parquet: cannot write \(Error writing"):
+        write_tables({"events": pd.DataFrame({"a": [1]})}, tmp_path / "tables")

@@ -251,3 +251,23 @@ def _alive(pid: str) -> bool:
             return "State:\tZ" not in f.read()
     except OSError:
         return False
+
+
+def test_a_part_replaced_during_a_read_says_to_run_again(tmp_path, secrets, capsys, monkeypatch):
+    """An ingest that re-verifies replaces parts: a reader that listed them before gets
+    DuckDB's "No files found"; the one line says what happened and what to do."""
+    import duckdb
+
+    from audit.ingest import scan
+
+    store = tmp_path / "store"
+    ingest([write_jsonl(tmp_path / "a.jsonl", [_rec(1)])], secrets, store)
+
+    def gone(*a, **k):
+        raise duckdb.IOException('IO Error: No files found that match the pattern "x.parquet"')
+
+    monkeypatch.setattr(scan, "scan", gone)
+    monkeypatch.setattr("audit.ingest.query.scan", gone, raising=False)
+    code = main(["verify", "--store", str(store), "--out", str(tmp_path / "v.csv")])
+    err = capsys.readouterr().err
+    assert code == 3 and "changed while it was read" in err and "run again" in err

@@ -95,7 +95,10 @@ def main(argv: list[str] | None = None, *, obj: dict | None = None) -> int:
         if os.environ.get("AUDIT_DEBUG"):
             raise
         if _damaged_file(e):
-            click.echo(f"audit: error: a file cannot be read: {_say(e).splitlines()[0]}", err=True)
+            first = _say(e).splitlines()[0]
+            if "No files found that match" in first:  # a part replaced while it was read
+                first = "the store changed while it was read (an ingest replaced parts); run again"
+            click.echo(f"audit: error: a file cannot be read: {first}", err=True)
             return EXIT_BAD_INPUT
         click.echo(
             f"audit: internal error: {type(e).__name__}: {_say(e)} (set AUDIT_DEBUG=1 for a "

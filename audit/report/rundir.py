@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from audit.errors import ParameterError, ReportError
+from audit.errors import OutputError, ParameterError, ReportError
 from audit.safe import write_csv
 from audit.tables import CSV_TABLES, longest_first
 
@@ -65,7 +65,11 @@ def write_tables(tables: Mapping[str, pd.DataFrame], folder: Path, *, csv: bool 
 
     def one(name: str, frame: pd.DataFrame) -> list[Path]:
         path = folder / f"{name}.parquet"
-        frame.to_parquet(path, index=False)
+        try:
+            frame.to_parquet(path, index=False)
+        except OSError as e:  # Arrow's error names no file (a full disk: "[errno 28]")
+            why = e.strerror or str(e).splitlines()[0]
+            raise OutputError(f"{path}: cannot write ({why})") from None
         if name not in CSV_TABLES or not csv:
             return [path]
         write_csv(frame, folder / f"{name}.csv")
