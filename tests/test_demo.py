@@ -411,3 +411,16 @@ def test_plan_fits_any_period(start: date, days: int) -> None:
         assert not any(a - 3600 <= t < b + 2 * 3600 for a, b in windows)
     for kind, t in p.planted:
         assert p.start < t < p.end, kind
+
+
+def test_simulate_refuses_what_it_cannot_write_up_front(tmp_path: Path, capsys) -> None:
+    """The help promised 1 incident and up while the simulator needs 20; a start near 2262
+    wrote receipt times the readers refuse."""
+    from audit.cli import main
+
+    out = str(tmp_path / "o")
+    assert main(["simulate", "--out", out, "--incidents", "5"]) == 3
+    assert "20<=x<=100000" in capsys.readouterr().err
+    assert main(["simulate", "--out", out, "--start", "2261-12-01", "--days", "366"]) == 3
+    assert "years 1678 to 2261 only" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

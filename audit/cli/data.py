@@ -119,7 +119,7 @@ def _parse_date(_ctx, _param, value: str | None):
 @click.option("--seed", default=7, show_default=True, type=int)
 @click.option("--start", default="2026-10-01", show_default=True, callback=_parse_date)
 @click.option("--days", default=31, show_default=True, type=click.IntRange(7, 366))
-@click.option("--incidents", default=300, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--incidents", default=300, show_default=True, type=click.IntRange(20, 100_000))
 def simulate(out: Path, seed: int, start, days: int, incidents: int) -> None:
     """Write deterministic demo data: capture logs, a secrets file, listing snapshots.
 

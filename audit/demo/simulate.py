@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 
 from audit.demo.delivery import DeliveryRun
@@ -84,6 +84,9 @@ def simulate(
     out = Path(out_dir)
     if incidents < 20:
         raise ParameterError(f"incidents must be at least 20 (got {incidents})")
+    last = start + timedelta(days=days + 2)  # retries run past the end
+    if start.year < 1678 or last.year > 2261:
+        raise ParameterError(f"start {start} and {days} days: years 1678 to 2261 only")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError(f"{out}: the output folder must be empty or missing")
     plan = plan_faults(start, days)
