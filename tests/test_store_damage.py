@@ -271,3 +271,37 @@ def test_a_part_replaced_during_a_read_says_to_run_again(tmp_path, secrets, caps
     code = main(["verify", "--store", str(store), "--out", str(tmp_path / "v.csv")])
     err = capsys.readouterr().err
     assert code == 3 and "changed while it was read" in err and "run again" in err
+
+
+def test_a_deleted_lock_file_lets_no_second_writer_in_and_a_waiter_says_so(tmp_path, secrets):
+    import threading
+    import time
+    import warnings
+
+    from audit.ingest.store import Store
+
+    store = tmp_path / "store"
+    log = write_jsonl(tmp_path / "a.jsonl", [_rec(i) for i in range(3)])
+    ingest([log], secrets, store)
+    done, said = threading.Event(), []
+
+    def second() -> None:
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            ingest([log], secrets, store)
+        said.extend(str(x.message) for x in w)
+        done.set()
+
+    with Store(store).lock():
+        t = threading.Thread(target=second)
+        t.start()
+        time.sleep(0.3)
+        assert not done.is_set()
+        (store / ".lock").unlink()  # an operator "unsticking" the store
+        t2 = threading.Thread(target=ingest, args=([log], secrets, store))
+        t2.start()
+        time.sleep(0.3)
+        assert not done.is_set() and t2.is_alive()  # the folder's own lock holds both
+    t.join(10)
+    t2.join(10)
+    assert done.is_set() and any("another ingest is writing; waiting" in m for m in said)

@@ -34,6 +34,7 @@ import hmac
 import json
 import os
 import shutil
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +49,7 @@ from audit.ingest import parallel, records
 from audit.ingest.fast import verify_jsonl
 from audit.ingest.formats import format_of
 from audit.ingest.identity import file_identity, moved_away
-from audit.ingest.load import expand_paths
+from audit.ingest.load import LoadWarning, expand_paths
 from audit.ingest.parts import PartWriter
 from audit.ingest.secrets import SecretStore, read_secrets
 from audit.ingest.store_folder import (
@@ -60,7 +61,7 @@ from audit.ingest.store_folder import (
     remove_strays,
     staging_folder,
 )
-from audit.locks import lock_file, unlock_file
+from audit.locks import folder_held, lock_file, try_lock_file, unlock_file
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 
 __all__ = ["IngestResult", "Store", "ingest", "secrets_fingerprints"]
@@ -142,8 +143,16 @@ class Store:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the store's writer lock (blocks while another writer holds it)."""
+        """Hold the store's writer lock (blocks while another writer holds it, and says so).
+
+        Two locks: on the store folder itself (nothing to delete) and on ``.lock`` (where a
+        folder cannot be locked: NFS). Deleting ``.lock`` no longer lets two writers in."""
         self.root.mkdir(parents=True, exist_ok=True)
+        with self._file_lock(), folder_held(self.root):
+            yield
+
+    @contextlib.contextmanager
+    def _file_lock(self) -> Iterator[None]:
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         try:
             fd = os.open(self.root / ".lock", flags, 0o600)
@@ -151,7 +160,10 @@ class Store:
             lock = self.root / ".lock"
             raise InputError(f"{lock}: cannot open the store's lock ({e.strerror})") from None
         with open(fd, "a+b") as f:
-            lock_file(f)
+            if not try_lock_file(f):
+                waiting = f"{self.root}: another ingest is writing; waiting for it"
+                warnings.warn(waiting, LoadWarning, stacklevel=3)
+                lock_file(f)
             try:
                 yield
             finally:
