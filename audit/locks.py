@@ -13,10 +13,11 @@ __all__ = ["folder_held", "in_forked_worker", "lock_file", "try_lock_file", "unl
 _HELD: set[int] = set()
 
 
-def in_forked_worker() -> None:
+def in_forked_worker(parent: int | None = None) -> None:
     """Initializer of a forked worker: close its copies of the parent's lock descriptors, and
-    (Linux) die with the parent. A worker that kept them held the parent's locks after a
-    ``kill -9`` of the parent, for ever, and every later ingest waited on them."""
+    (Linux) die with the parent, whose pid the parent passes (``initargs=(os.getpid(),)``). A
+    worker that kept them held the parent's locks after a ``kill -9`` of the parent, for ever,
+    and every later ingest waited on them."""
     for fd in tuple(_HELD):
         with contextlib.suppress(OSError):
             os.close(fd)  # closing a copy does not release the parent's lock
@@ -25,12 +26,11 @@ def in_forked_worker() -> None:
         import ctypes
         import signal
 
-        parent = os.getppid()
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before the call
-            os._exit(1)
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
+    except (ImportError, OSError, AttributeError):  # pragma: no cover - not Linux, no ctypes
         pass
+    if parent is not None and os.getppid() != parent:  # the parent died before the call
+        os._exit(1)
 
 
 def lock_file(f) -> None:

@@ -93,3 +93,14 @@ def test_text_leaves_capture_file_names_readable():
     assert text("receiver-2026-10-02.jsonl:63") == "receiver-2026-10-02.jsonl:63"
     assert text("recv.jsonl.1.gz, tables.csv") == "recv.jsonl.1.gz, tables.csv"
     assert text("evil.jsonl.example") == "evil[.]jsonl[.]example"
+
+
+def test_host_and_url_patterns_start_only_where_a_word_starts():
+    """A match tried from every character of a long word made defanging quadratic (a
+    40,000-character cell took 30 s): the patterns may start only at a word's start."""
+    from audit.report.markup import _HOST, _URL
+
+    assert [m.group() for m in _HOST.finditer("xx.example", 1)] == []
+    assert _URL.match("ahttp://x", 1) is None and _URL.match("xxhttp://x", 2) is None
+    assert _HOST.search("xx.example").group() == "xx.example"
+    assert _URL.search("ahttp://x").group() == "ahttp://x"

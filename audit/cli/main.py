@@ -116,7 +116,9 @@ def _damaged_file(e: Exception) -> bool:
     truncated or deleted by hand), not a bug: such a file is the user's to restore."""
     kind, module = type(e).__name__, type(e).__module__ or ""
     if module.startswith("_duckdb") or module.startswith("duckdb"):
-        return kind in ("IOException", "InvalidInputException")
+        return kind == "IOException" or (
+            kind == "InvalidInputException" and "parquet" in str(e).lower()
+        )
     return module.startswith("pyarrow") and kind == "ArrowInvalid" and "Parquet" in str(e)
 
 

@@ -171,7 +171,9 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     from audit.locks import in_forked_worker
 
     ctx = multiprocessing.get_context("fork")
-    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=in_forked_worker)
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=in_forked_worker, initargs=(os.getpid(),)
+    )
 
 
 def default_workers() -> int:

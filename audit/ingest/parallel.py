@@ -137,7 +137,10 @@ def map_pieces(
                 return
             ctx = multiprocessing.get_context("fork")
             with ProcessPoolExecutor(
-                max_workers=workers, mp_context=ctx, initializer=in_forked_worker
+                max_workers=workers,
+                mp_context=ctx,
+                initializer=in_forked_worker,
+                initargs=(os.getpid(),),
             ) as pool:
                 pending = []
                 for piece in pieces:

@@ -188,10 +188,10 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-#: Connections (and requests in progress) ``audit receive`` serves at once; beyond this uvicorn
-#: answers 503 (the service retries). Each request may hold a 10 MB body several times over
-#: while it is captured, so this bounds the receiver's memory.
-MAX_CONCURRENT_CONNECTIONS = 16
+#: No limit on connections by default: uvicorn counts idle connections too and never closes
+#: one that has sent nothing, so 16 idle sockets from anyone made every delivery a 503. A
+#: TLS-terminating proxy in front (which the service's HTTPS needs anyway) limits connections.
+MAX_CONCURRENT_CONNECTIONS = None
 
 
 def make_server(
@@ -199,10 +199,11 @@ def make_server(
     sock: socket.socket,
     *,
     log_level: str = "warning",
-    limit_concurrency: int = MAX_CONCURRENT_CONNECTIONS,
+    limit_concurrency: int | None = MAX_CONCURRENT_CONNECTIONS,
 ):
     """A uvicorn server for ``app`` on an already bound socket (``server.run(sockets=[sock])``),
-    serving at most ``limit_concurrency`` connections at once (503 beyond).
+    serving at most ``limit_concurrency`` connections at once when given (503 beyond; idle
+    connections count, see :data:`MAX_CONCURRENT_CONNECTIONS`).
 
     Raises InputError when uvicorn (the ``audit[receiver]`` extra) is not installed.
     """
