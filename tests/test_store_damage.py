@@ -305,3 +305,30 @@ def test_a_deleted_lock_file_lets_no_second_writer_in_and_a_waiter_says_so(tmp_p
     t.join(10)
     t2.join(10)
     assert done.is_set() and any("another ingest is writing; waiting" in m for m in said)
+
+
+def test_rotation_keeps_every_record_whatever_the_order_of_the_files(tmp_path, secrets):
+    """The live name sorts before the rotated one: it must not be taken for a changed file
+    (its stored records deleted, then read again from the rotated file), and a cron that
+    ingests only the live log and the last rotated one must lose nothing."""
+    import shutil
+
+    logs, store = tmp_path / "logs", tmp_path / "store"
+    logs.mkdir()
+    live, n = logs / "recv.jsonl", 0
+    for generation in range(4):
+        if generation:
+            if (logs / "recv.jsonl.1").exists():
+                (logs / "recv.jsonl.1").rename(logs / "recv.jsonl.2")
+            live.rename(logs / "recv.jsonl.1")
+        write_jsonl(live, [_rec(i) for i in range(n, n + 2)])
+        n += 2
+        r = ingest([p for p in (live, logs / "recv.jsonl.1") if p.exists()], secrets, store)
+        assert (r.records, r.files_changed) == (2, 0)  # only the new log is read
+    assert _ids(store) == sorted(f"evt_{i}" for i in range(8))
+    # copytruncate: the live content copied to the rotated name, the live file emptied
+    shutil.copy(live, logs / "recv.jsonl.1")
+    write_jsonl(live, [_rec(i) for i in range(8, 10)])
+    r = ingest([logs], secrets, store)
+    assert (r.records, r.files_changed) == (2, 0)
+    assert _ids(store) == sorted(f"evt_{i}" for i in range(10))

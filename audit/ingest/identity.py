@@ -10,13 +10,16 @@ from __future__ import annotations
 import gzip
 import hashlib
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from audit.errors import InputError, LoadError
 from audit.ingest.compressed import ExpansionLimits
 from audit.ingest.compressed import _check as check_expansion
+from audit.ingest.formats import format_of
+from audit.ingest.records import is_gzip
 
-__all__ = ["content_sha256", "file_identity", "moved_away"]
+__all__ = ["Seen", "content_sha256", "file_identity", "follow", "identify", "moved_away"]
 
 _BLOCK = 4 * 2**20
 
@@ -84,3 +87,36 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A given file: its resolved path, format, whether gzip, and identity (``file_identity``,
+    the prefix being that of the entry stored under its path, if any)."""
+
+    resolved: str
+    fmt: object
+    gz: bool
+    sha: str
+    size: int
+    prefix_sha: str | None
+    at_newline: bool
+
+
+def identify(path: Path, manifest: dict) -> Seen:
+    """A given file as the store sees it (``manifest``: the prefix of a grown log)."""
+    resolved = str(path.resolve())
+    old = next((e for e in manifest["files"] if e["path"] == resolved), None)
+    fmt = format_of(path.name)  # the registry decides, rotated names included
+    gz = is_gzip(path)
+    prefix_len = old["size"] if old and not gz and fmt.SPLITS_AT_LINES else None
+    return Seen(resolved, fmt, gz, *file_identity(path, prefix_len, gz=gz))
+
+
+def follow(manifest: dict, entry: dict, path: str) -> None:
+    """``entry`` (its content) is now known by ``path``; an entry that held that name before
+    has moved on too (it is found again by its sha256 when its file is given)."""
+    for e in manifest["files"]:
+        if e is not entry and e["path"] == path:
+            e["path"] = f"{path} (moved away; sha256 {e['sha256'][:16]})"
+    entry["path"] = path

@@ -39,18 +39,16 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from audit.atomic import write_json_atomic
 from audit.errors import InputError
 from audit.ingest import parallel, records
 from audit.ingest.fast import verify_jsonl
-from audit.ingest.formats import format_of
-from audit.ingest.identity import file_identity, moved_away
+from audit.ingest.identity import follow, identify, moved_away
 from audit.ingest.load import LoadWarning, expand_paths
 from audit.ingest.parts import PartWriter
+from audit.ingest.reverify import reverify_parts
 from audit.ingest.secrets import SecretStore, read_secrets
 from audit.ingest.store_folder import (
     DATASET,
@@ -210,17 +208,23 @@ def ingest(
                 if fps.get(s) != manifest["secrets"].get(s)
             }
             if manifest["files"] and changed_subs:
-                result.reverified = _reverify(
-                    store, manifest, changed_subs, secrets, tolerance_s, staging, obsolete
+                result.reverified = reverify_parts(
+                    store.root, manifest, changed_subs, secrets, tolerance_s, staging, obsolete
                 )
                 result.messages.append(
                     f"secrets changed for {len(changed_subs)} subscription(s): "
                     f"{result.reverified} record(s) verified again"
                 )
             manifest["secrets"] = fps
+            # Every file's content first: which stored content still lies in a given file
+            # (under its name or another: rotated, copied) does not depend on their order.
+            seen = {path: identify(path, manifest) for path in files}
+            given = {v.resolved: v.sha for v in seen.values()}
             for path in files:
                 _ingest_file(
                     path,
+                    seen[path],
+                    given,
                     store,
                     manifest,
                     result,
@@ -252,42 +256,52 @@ def _check_settings(store: Store, manifest: dict, header_prefix: str, tolerance_
             )
 
 
-def _ingest_file(path, store, manifest, result, staging, obsolete, **kw) -> None:
-    by_path = {e["path"]: e for e in manifest["files"]}
-    known = {e["sha256"] for e in manifest["files"]}
-    resolved = str(path.resolve())
-    old = by_path.get(resolved)
-    fmt = format_of(path.name)  # the registry decides, rotated names included
+def _ingest_file(path, seen, given, store, manifest, result, staging, obsolete, **kw) -> None:
+    """Ingest one file; ``given`` maps every given file's resolved path to its content's
+    sha256, so that an entry whose content moved to another given file follows it."""
+    resolved, fmt, sha = seen.resolved, seen.fmt, seen.sha
     whole = not fmt.SPLITS_AT_LINES
-    gz = records.is_gzip(path)
-    prefix_len = old["size"] if old and not gz and not whole else None
-    sha, size, prefix_sha, at_newline = file_identity(path, prefix_len, gz=gz)
-    missing = old is not None and old["sha256"] == sha and not parts_present(store.root, old)
-    if sha in known and not missing:
+    where = {v: k for k, v in reversed(given.items())}  # a content's first given path
+    old = next((e for e in manifest["files"] if e["path"] == resolved), None)
+    same = next((e for e in manifest["files"] if e["sha256"] == sha), None)
+    refill = same is not None and not parts_present(store.root, same)
+    if refill:  # parts deleted or truncated: the file is ingested again in full
+        result.messages.append(
+            f"{path}: some of its stored parts are missing; its {same['records']} record(s) "
+            "replaced"
+        )
+        obsolete.extend(same["parts"])
+        manifest["files"].remove(same)
+        old, same = (None if old is same else old), None
+    if same is not None:
         result.files_unchanged += 1
-        same = next(e for e in manifest["files"] if e["sha256"] == sha)
-        if same["path"] != resolved and moved_away(same["path"], sha):
-            # renamed or compressed since (log rotation): the entry follows its content, so
-            # that a new file under the old name is not taken for a change of this one; an
-            # entry of this path holds content that moved on too (found again by its sha256)
+        if same["path"] != resolved and (
+            given[same["path"]] != sha if same["path"] in given else moved_away(same["path"], sha)
+        ):  # renamed or compressed since (log rotation): the entry follows its content
             result.messages.append(f"{path}: already stored as {same['path']}; renamed since")
-            if old is not None and old is not same:
-                old["path"] = f"{resolved} (moved away; sha256 {old['sha256'][:16]})"
-            same["path"] = resolved
+            follow(manifest, same, resolved)
         result.paths.append(same["path"])
         return
     result.paths.append(resolved)
     skip, first_line, entry = 0, 1, None
-    if old is not None and prefix_sha == old["sha256"] and at_newline and not missing:
+    moved_to = where.get(old["sha256"], resolved) if old is not None else resolved
+    if old is not None and seen.prefix_sha == old["sha256"] and seen.at_newline:
         skip, first_line, entry = old["size"], old["lines"] + 1, old
         result.files_grown += 1
         result.messages.append(f"{path}: grew; ingesting from line {first_line}")
+    elif moved_to != resolved:  # this name's stored content lies in another given file
+        result.messages.append(f"{path}: its stored content is now {moved_to}")
+        follow(manifest, old, moved_to)
+        result.files_added += 1
     elif old is not None:
         result.files_changed += 1
-        why = "some of its stored parts are missing" if missing else "changed since it was ingested"
-        result.messages.append(f"{path}: {why}; its {old['records']} record(s) replaced")
+        result.messages.append(
+            f"{path}: changed since it was ingested; its {old['records']} record(s) replaced"
+        )
         obsolete.extend(old["parts"])
         manifest["files"].remove(old)
+    elif refill:
+        result.files_changed += 1
     else:
         result.files_added += 1
     counts = [0, 0, 0]  # records, unreadable, newlines
@@ -336,7 +350,7 @@ def _ingest_file(path, store, manifest, result, staging, obsolete, **kw) -> None
     if entry is None:
         entry = {"path": resolved, "records": 0, "unreadable": 0, "lines": 0, "parts": []}
         manifest["files"].append(entry)
-    entry.update(sha256=sha, size=size, gzip=gz)
+    entry.update(sha256=sha, size=seen.size, gzip=seen.gz)
     entry["records"] += counts[0]
     entry["unreadable"] += counts[1]
     entry["lines"] += counts[2]
@@ -361,31 +375,3 @@ def _ingest_piece(piece: parallel.Piece) -> tuple[list, int, int, int, int]:
     writer = PartWriter(c["staging"], c["file_sha256"][:16])
     writer.write(table)
     return writer.finish(), table.num_rows, unreadable, naive, data.count(b"\n")
-
-
-def _reverify(store, manifest, subs, secrets, tolerance_s, staging, obsolete) -> int:
-    """Rewrite every part holding records the changed subscriptions could match."""
-    done = 0
-    sub_list = pa.array(sorted(subs), pa.string())
-    for entry in manifest["files"]:
-        kept = []
-        for part in entry["parts"]:
-            path = store.root / DATASET / part
-            meta = pq.read_table(path, columns=["subscription_id", "subscription_logged"])
-            hit = pc.or_(
-                pc.is_in(meta.column("subscription_id"), sub_list),
-                pc.equal(pc.fill_null(meta.column("subscription_logged"), True), False),
-            )
-            if not pc.any(hit).as_py():
-                kept.append(part)
-                continue
-            table = records.reverify(
-                pq.read_table(path, schema=records.SCHEMA), secrets, tolerance_s
-            )
-            done += pc.sum(hit).as_py()  # the others are verified again too, unchanged
-            writer = PartWriter(staging, entry["sha256"][:16])
-            writer.write(table)
-            kept.extend(publish(store.root, writer.finish()))
-            obsolete.append(part)
-        entry["parts"] = kept
-    return done
