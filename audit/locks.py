@@ -13,7 +13,7 @@ __all__ = ["folder_held", "in_forked_worker", "lock_file", "try_lock_file", "unl
 _HELD: set[int] = set()
 
 
-def in_forked_worker(parent: int | None = None) -> None:
+def in_forked_worker(parent: int) -> None:
     """Initializer of a forked worker: close its copies of the parent's lock descriptors, and
     (Linux) die with the parent, whose pid the parent passes (``initargs=(os.getpid(),)``). A
     worker that kept them held the parent's locks after a ``kill -9`` of the parent, for ever,
@@ -29,7 +29,7 @@ def in_forked_worker(parent: int | None = None) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except (ImportError, OSError, AttributeError):  # pragma: no cover - not Linux, no ctypes
         pass
-    if parent is not None and os.getppid() != parent:  # the parent died before the call
+    if os.getppid() != parent:  # the parent died before the call
         os._exit(1)
 
 

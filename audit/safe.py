@@ -54,7 +54,8 @@ _LIVE = re.compile(rf"[\t\r]|\s*[{_OPERATORS}]")
 # Python's whitespace (every character whose str.isspace() is true) is spelled out.
 _SPACE = "".join(f"\\x{{{c:x}}}" for c in range(0x3001) if chr(c).isspace())
 _LIVE_RE2 = rf"^(?:[\t\r]|[{_SPACE}]*[{_OPERATORS}])"
-_NUMBER = re.compile(r"\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\s*")
+# A plain number (kept as it is), unless it starts with TAB or CR, which are always live.
+_NUMBER = re.compile(r"(?![\t\r])\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\s*")
 
 #: Every character a browser reads as a dot in a host name: ``.`` and U+3002, U+FF0E, U+FF61.
 DOTS = ".\u3002\uff0e\uff61"
@@ -76,9 +77,7 @@ def neutralise_cell(value: object) -> object:
     >>> neutralise_cell("  @SUM(1+1)"), neutralise_cell("-1.5"), neutralise_cell("inc_1")
     ("'  @SUM(1+1)", '-1.5', 'inc_1')
     """
-    if isinstance(value, str) and (
-        value.startswith(("\t", "\r")) or (_LIVE.match(value) and not _NUMBER.fullmatch(value))
-    ):
+    if isinstance(value, str) and _LIVE.match(value) and not _NUMBER.fullmatch(value):
         return "'" + value
     return value
 
@@ -102,8 +101,7 @@ def _live(s: pd.Series) -> np.ndarray:
     found = pc.match_substring_regex(pa.array(s, type=pa.large_string()), pattern=_LIVE_RE2)
     live = np.array(pc.fill_null(found, False), dtype=bool)
     for i in np.flatnonzero(live):  # few: a plain number (-1.5) stays, unless after TAB/CR
-        cell = s.iat[i]
-        live[i] = cell.startswith(("\t", "\r")) or _NUMBER.fullmatch(cell) is None
+        live[i] = _NUMBER.fullmatch(s.iat[i]) is None
     return live
 
 

@@ -219,10 +219,10 @@ def test_workers_of_a_killed_ingest_neither_hold_its_lock_nor_outlive_it(tmp_pat
     script = (
         "import multiprocessing, os, signal, sys, time\n"
         "from pathlib import Path\n"
-        "from audit.ingest.load import _pool\n"
+        "from audit.ingest.load import fork_pool\n"
         "from audit.ingest.store import Store\n"
         "with Store(Path(sys.argv[1])).lock():\n"
-        "    pool = _pool(2)\n"
+        "    pool = fork_pool(2)\n"
         "    pool.submit(time.sleep, 60)\n"
         "    time.sleep(1.0)\n"
         "    print(*pool._processes, flush=True)\n"

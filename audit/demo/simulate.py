@@ -31,6 +31,7 @@ from audit.demo.write import (
 )
 from audit.errors import InputError, ParameterError
 from audit.service.wire import iso
+from audit.timeutil import FIRST_YEAR, LAST_YEAR
 
 __all__ = ["FaultPlan", "SimulationResult", "plan_faults", "simulate"]
 
@@ -85,8 +86,10 @@ def simulate(
     if incidents < 20:
         raise ParameterError(f"incidents must be at least 20 (got {incidents})")
     last = start + timedelta(days=days + 2)  # retries run past the end
-    if start.year < 1678 or last.year > 2261:
-        raise ParameterError(f"start {start} and {days} days: years 1678 to 2261 only")
+    if start.year < FIRST_YEAR or last.year > LAST_YEAR:
+        raise ParameterError(
+            f"start {start} and {days} days: years {FIRST_YEAR} to {LAST_YEAR} only"
+        )
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError(f"{out}: the output folder must be empty or missing")
     plan = plan_faults(start, days)

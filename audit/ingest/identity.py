@@ -75,9 +75,7 @@ def moved_away(path: str, sha: str) -> bool:
     try:
         if not p.is_file():
             return True
-        with open(p, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-        return content_sha256(p, gz=gz) != sha
+        return content_sha256(p, gz=is_gzip(p)) != sha
     except (OSError, InputError, LoadError):
         return True  # unreadable now: it no longer holds the stored content for us
 

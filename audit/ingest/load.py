@@ -164,7 +164,8 @@ def _batch(columns: dict[str, list]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict(arrays)
 
 
-def _pool(workers: int) -> ProcessPoolExecutor:
+def fork_pool(workers: int) -> ProcessPoolExecutor:
+    """Worker processes forked from this one: they release its locks and die with it."""
     # fork: workers inherit the loaded modules and never re-import the caller's __main__
     # (spawn and forkserver would re-run an unguarded script). Only pure-Python parsing and
     # Arrow array building run in the children.
@@ -252,7 +253,7 @@ def load_captures(
         with _FORK_LOCK:
             _FORK_INPUTS[:] = [data for _, _, data in contents]
             try:
-                with _pool(min(workers, len(tasks))) as pool:
+                with fork_pool(min(workers, len(tasks))) as pool:
                     futures: list[Future] = [pool.submit(_work, task) for _, task in tasks]
                     hashes = [hashlib.sha256(blob).hexdigest() for _, blob, _ in contents]
                     results = [f.result() for f in futures]

@@ -10,11 +10,9 @@ JSON document) are verified in-process by the exact path.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +20,8 @@ import pyarrow as pa
 
 from audit.ingest import records
 from audit.ingest.fast import _keyed, verify_jsonl
-from audit.ingest.load import default_workers
+from audit.ingest.load import default_workers, fork_pool
 from audit.ingest.secrets import SecretStore
-from audit.locks import in_forked_worker
 
 __all__ = ["Piece", "map_pieces", "plan_pieces"]
 
@@ -135,13 +132,7 @@ def map_pieces(
             if workers == 1:
                 yield from map(fn, pieces)
                 return
-            ctx = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(
-                max_workers=workers,
-                mp_context=ctx,
-                initializer=in_forked_worker,
-                initargs=(os.getpid(),),
-            ) as pool:
+            with fork_pool(workers) as pool:
                 pending = []
                 for piece in pieces:
                     pending.append(pool.submit(fn, piece))

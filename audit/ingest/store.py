@@ -219,12 +219,13 @@ def ingest(
             # Every file's content first: which stored content still lies in a given file
             # (under its name or another: rotated, copied) does not depend on their order.
             seen = {path: identify(path, manifest) for path in files}
-            given = {v.resolved: v.sha for v in seen.values()}
+            holds = {v.resolved: v.sha for v in seen.values()}
+            given = {v: k for k, v in reversed(holds.items())}  # a content's first given path
             for path in files:
                 _ingest_file(
                     path,
                     seen[path],
-                    given,
+                    (holds, given),
                     store,
                     manifest,
                     result,
@@ -256,12 +257,12 @@ def _check_settings(store: Store, manifest: dict, header_prefix: str, tolerance_
             )
 
 
-def _ingest_file(path, seen, given, store, manifest, result, staging, obsolete, **kw) -> None:
-    """Ingest one file; ``given`` maps every given file's resolved path to its content's
-    sha256, so that an entry whose content moved to another given file follows it."""
+def _ingest_file(path, seen, contents, store, manifest, result, staging, obsolete, **kw) -> None:
+    """Ingest one file. ``contents``: every given file's content by path, and its (first)
+    path by content, so that an entry whose content moved to another given file follows it."""
+    holds, given = contents
     resolved, fmt, sha = seen.resolved, seen.fmt, seen.sha
     whole = not fmt.SPLITS_AT_LINES
-    where = {v: k for k, v in reversed(given.items())}  # a content's first given path
     old = next((e for e in manifest["files"] if e["path"] == resolved), None)
     same = next((e for e in manifest["files"] if e["sha256"] == sha), None)
     refill = same is not None and not parts_present(store.root, same)
@@ -275,16 +276,15 @@ def _ingest_file(path, seen, given, store, manifest, result, staging, obsolete, 
         old, same = (None if old is same else old), None
     if same is not None:
         result.files_unchanged += 1
-        if same["path"] != resolved and (
-            given[same["path"]] != sha if same["path"] in given else moved_away(same["path"], sha)
-        ):  # renamed or compressed since (log rotation): the entry follows its content
+        if same["path"] != resolved and _gone_from(same["path"], sha, holds):
+            # renamed or compressed since (log rotation): the entry follows its content
             result.messages.append(f"{path}: already stored as {same['path']}; renamed since")
             follow(manifest, same, resolved)
         result.paths.append(same["path"])
         return
     result.paths.append(resolved)
     skip, first_line, entry = 0, 1, None
-    moved_to = where.get(old["sha256"], resolved) if old is not None else resolved
+    moved_to = given.get(old["sha256"], resolved) if old is not None else resolved
     if old is not None and seen.prefix_sha == old["sha256"] and seen.at_newline:
         skip, first_line, entry = old["size"], old["lines"] + 1, old
         result.files_grown += 1
@@ -355,6 +355,12 @@ def _ingest_file(path, seen, given, store, manifest, result, staging, obsolete, 
     entry["unreadable"] += counts[1]
     entry["lines"] += counts[2]
     entry["parts"] = [*entry["parts"], *names]
+
+
+def _gone_from(path: str, sha: str, holds: dict[str, str]) -> bool:
+    """Whether the file at ``path`` no longer holds the content ``sha`` (a given file is known
+    by what :func:`~audit.ingest.identity.identify` read; another is read again)."""
+    return holds[path] != sha if path in holds else moved_away(path, sha)
 
 
 def _ingest_piece(piece: parallel.Piece) -> tuple[list, int, int, int, int]:

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 import orjson
 
-from audit.timeutil import parse_iso_ns
+from audit.timeutil import FIRST_YEAR, LAST_YEAR, ns_in_range, parse_iso_ns
 
 __all__ = ["COLUMNS", "NAT", "Buffer"]
 
@@ -87,11 +87,7 @@ def _unreadable_row(source: str, line: int, reason: str) -> tuple:
 
 
 #: Times must fit a nanosecond int64 (pandas' range, 1677-09-22 to 2262-04-11).
-_MIN_NS, _MAX_NS = NAT + 1, 2**63 - 1
-
-
-def _in_range(ns: int) -> bool:
-    return _MIN_NS <= ns <= _MAX_NS
+_in_range = ns_in_range
 
 
 def _time_ns(value: object) -> tuple[int, bool]:
@@ -195,7 +191,10 @@ def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) ->
     try:
         received_ns, had_offset = _time_ns(received)
     except OverflowError:
-        return "received_at is out of range (years 1678-2261; Unix seconds, not milliseconds)"
+        return (
+            f"received_at is out of range (years {FIRST_YEAR}-{LAST_YEAR}; Unix seconds, not "
+            "milliseconds)"
+        )
     except (ValueError, TypeError):
         return "received_at is not an ISO 8601 time or Unix seconds"
     raw_headers = rec.get("headers")
