@@ -47,6 +47,13 @@ BODY = '{"id":"evt_1","event":"incident.created","data":{"incidentId":"inc_1"}}'
         (json.dumps({"received_at": "2026-10-01T00:00:00Z", "headers": {}}), "neither body"),
         (
             json.dumps(
+                {"received_at": "2026-10-01T00:00:00Z", "headers": {}}
+                | {"body_omitted_bytes": 10485761, "response_status": 413}
+            ),
+            "body of 10,485,761 bytes not captured (over the receiver's limit)",
+        ),
+        (
+            json.dumps(
                 {"received_at": "2026-10-01T00:00:00Z", "headers": {}, "body": "", "body_b64": ""}
             ),
             "both body and body_b64",

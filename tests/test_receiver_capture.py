@@ -478,3 +478,60 @@ def test_a_capture_line_holds_few_copies_of_a_big_escaped_body():
         tracemalloc.stop()
     assert line.endswith(b'"response_status":401,"response_ms":0.0}\n')
     assert peak < 2.6 * len(line)  # before: the str, its encoding and the newline copy (3x)
+
+
+@pytest.mark.parametrize("kind", ["asgi", "wsgi"])
+def test_a_body_over_the_limit_is_answered_413_and_captured_without_it(kind, tmp_path):
+    """Every request is captured: one over the size limit (never the service's: it sends
+    at most 10 MB) keeps its headers, the bytes read and the 413, and reads back as an
+    unreadable record that names its size."""
+    import io
+
+    folder, calls, answered = tmp_path / "c", [], []
+    if kind == "asgi":
+
+        async def app(scope, receive, send):
+            calls.append(scope)
+
+        chunks = [b"x" * 60, b"y" * 60]
+        messages = [{"type": "http.request", "body": c, "more_body": True} for c in chunks]
+
+        async def receive():
+            return messages.pop(0)
+
+        async def send(message):
+            if message["type"] == "http.response.start":
+                answered.append(message["status"])
+
+        scope = {"type": "http", "method": "POST", "path": "/h", "headers": [(b"x-a", b"1")]}
+        middleware = CaptureMiddleware(app, folder, max_body_bytes=100)
+        asyncio.run(middleware(scope, receive, send))
+        size = 120
+    else:
+
+        def app(environ, start_response):
+            calls.append(environ)
+
+        environ = {
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": "/h",
+            "CONTENT_LENGTH": "150",
+            "wsgi.input": io.BytesIO(b"z" * 150),
+            "wsgi.url_scheme": "http",
+            "HTTP_X_A": "1",
+            "SERVER_NAME": "h",
+            "SERVER_PORT": "80",
+        }
+        WSGICaptureMiddleware(app, folder, max_body_bytes=100)(
+            environ, lambda status, headers, exc_info=None: answered.append(int(status[:3]))
+        )
+        size = 150
+    assert calls == [] and answered == [413]
+    (line,) = _lines(folder)
+    rec = json.loads(line)
+    assert rec["body_omitted_bytes"] == size and rec["response_status"] == 413
+    assert "body" not in rec and "body_b64" not in rec
+    assert ["x-a", "1"] in [[n.lower(), v] for n, v in rec["headers"]]
+    d = load_captures([folder]).deliveries
+    assert list(d["verdict"]) == ["unreadable"]
+    assert list(d["detail"]) == [f"body of {size:,} bytes not captured (over the receiver's limit)"]

@@ -60,8 +60,9 @@ class CaptureMiddleware:
     subscription_id
         Written as ``subscription_id`` in each line (the subscription this endpoint serves).
     max_body_bytes
-        Larger bodies are answered 413 without calling the application and are not captured
-        (the service never sends more than 10485760 bytes, spec section 8).
+        Larger bodies are answered 413 without calling the application; the request is
+        captured without its body (``body_omitted_bytes``: the bytes read before stopping).
+        The service never sends more than 10485760 bytes (spec section 8).
     """
 
     def __init__(
@@ -104,8 +105,9 @@ class CaptureMiddleware:
                 return  # the sender left before the body arrived: there is nothing to answer
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body_bytes:
-                log.warning("request body over %d bytes answered 413, not captured", size)
+            if size > self.max_body_bytes:  # kept as evidence: headers and size, no body
+                log.warning("request body over %d bytes answered 413", self.max_body_bytes)
+                await self._capture_oversized(scope, received_at, started, size)
                 await _answer(send, 413)
                 return
             chunks.append(chunk)
@@ -160,6 +162,24 @@ class CaptureMiddleware:
             raise
         # An application that returns without answering gets a 500 from the server.
         await self._capture_500(state, capture)
+
+    async def _capture_oversized(
+        self, scope: Scope, received_at: float, started: float, size: int
+    ) -> None:
+        record = CaptureRecord(
+            received_at=received_at,
+            headers=[(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope["headers"]],
+            body=b"",
+            response_status=413,
+            response_ms=(time.perf_counter() - started) * 1000,
+            subscription_id=self.subscription_id,
+            url=_url(scope),
+            omitted_bytes=size,
+        )
+        try:
+            await anyio.to_thread.run_sync(self.writer.append, record)
+        except OSError as e:
+            log.error("capture failed (%s)", e.strerror or e)
 
     @staticmethod
     async def _capture_500(state: dict, capture: Callable[[int], Awaitable[None]]) -> None:

@@ -46,6 +46,9 @@ class CaptureRecord:
         From arrival to the moment the answer was decided, in milliseconds.
     subscription_id, url : str or None
         Which subscription the endpoint serves, and where the request was received.
+    omitted_bytes : int or None
+        Set when the body was too large to keep (answered 413): the bytes received before the
+        receiver stopped reading. The line then holds ``body_omitted_bytes`` instead of a body.
     """
 
     received_at: float
@@ -55,6 +58,7 @@ class CaptureRecord:
     response_ms: float
     subscription_id: str | None = None
     url: str | None = None
+    omitted_bytes: int | None = None
 
 
 def _iso(t: float) -> str:
@@ -74,10 +78,13 @@ def capture_line(record: CaptureRecord) -> bytes:
     if record.url:
         out["url"] = record.url
     out["headers"] = [[str(n), str(v)] for n, v in record.headers]
-    try:
-        out["body"] = record.body.decode("utf-8")
-    except UnicodeDecodeError:
-        out["body_b64"] = base64.b64encode(record.body).decode("ascii")
+    if record.omitted_bytes is not None:
+        out["body_omitted_bytes"] = int(record.omitted_bytes)
+    else:
+        try:
+            out["body"] = record.body.decode("utf-8")
+        except UnicodeDecodeError:
+            out["body_b64"] = base64.b64encode(record.body).decode("ascii")
     out["response_status"] = int(record.response_status)
     out["response_ms"] = round(float(record.response_ms), 3)
     text = json.dumps(out, ensure_ascii=False, separators=(",", ":"), allow_nan=False)

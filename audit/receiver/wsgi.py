@@ -70,14 +70,27 @@ class WSGICaptureMiddleware:
         if not self._wanted(environ):
             return self.app(environ, start_response)
         received_at, started = time.time(), time.perf_counter()
-        body = _read_body(environ, self.max_body_bytes)
-        if body is None:
-            log.warning(
-                "request body over %d bytes answered 413, not captured", self.max_body_bytes
-            )
+        body, size = _read_body(environ, self.max_body_bytes)
+        headers = _headers(environ)
+        if body is None:  # kept as evidence: headers and size, no body
+            log.warning("request body over %d bytes answered 413", self.max_body_bytes)
+            try:
+                self.writer.append(
+                    CaptureRecord(
+                        received_at=received_at,
+                        headers=headers,
+                        body=b"",
+                        response_status=413,
+                        response_ms=(time.perf_counter() - started) * 1000,
+                        subscription_id=self.subscription_id,
+                        url=request_uri(environ),
+                        omitted_bytes=size,
+                    )
+                )
+            except OSError as e:
+                log.error("capture failed (%s)", e.strerror or e)
             start_response(_STATUS_TEXT[413], [("Content-Length", "0")])
             return [b""]
-        headers = _headers(environ)
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
         environ[RECEIVED_AT_KEY] = received_at
@@ -127,19 +140,20 @@ class WSGICaptureMiddleware:
         return result
 
 
-def _read_body(environ: dict, limit: int) -> bytes | None:
-    """The whole request body, or None when it is longer than ``limit``."""
+def _read_body(environ: dict, limit: int) -> tuple[bytes | None, int]:
+    """(the whole request body, or None when it is longer than ``limit``; its size as far as
+    known: the declared length, or the bytes read before stopping)."""
     stream = environ.get("wsgi.input")
     if stream is None:
-        return b""
+        return b"", 0
     try:
         length = int(environ.get("CONTENT_LENGTH") or -1)
     except ValueError:
         length = -1
     if length < 0 and not environ.get("wsgi.input_terminated"):
-        return b""  # no length and no end-of-input guarantee: reading could block
+        return b"", 0  # no length and no end-of-input guarantee: reading could block
     if length > limit:
-        return None
+        return None, length
     parts, size = [], 0
     while length < 0 or size < length:
         chunk = stream.read(65536 if length < 0 else min(65536, length - size))
@@ -148,8 +162,8 @@ def _read_body(environ: dict, limit: int) -> bytes | None:
         parts.append(chunk)
         size += len(chunk)
         if size > limit:
-            return None
-    return b"".join(parts)
+            return None, size
+    return b"".join(parts), size
 
 
 def _headers(environ: dict) -> list[tuple[str, str]]:

@@ -205,6 +205,9 @@ def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) ->
     if type(hdr) is str:
         return hdr
     text, b64 = rec.get("body"), rec.get("body_b64")
+    omitted = rec.get("body_omitted_bytes")
+    if text is None and b64 is None and type(omitted) is int:  # a receiver's 413, kept
+        return f"body of {omitted:,} bytes not captured (over the receiver's limit)"
     if (text is None) == (b64 is None):
         return "both body and body_b64" if text is not None else "neither body nor body_b64"
     if text is not None:
