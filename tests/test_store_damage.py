@@ -97,7 +97,7 @@ def test_a_damaged_part_is_one_line_not_an_internal_error(tmp_path, secrets, cap
     code = main(["verify", "--store", str(store), "--out", str(tmp_path / "v.csv")])
     err = capsys.readouterr().err
     assert code == 3 and "internal error" not in err
-    assert err.startswith("audit: error: a file cannot be read") and err.count("\n") == 1
+    assert err.startswith("audit: error: a store part cannot be read") and err.count("\n") == 1
 
 
 def test_parts_without_a_manifest_are_never_deleted(tmp_path, secrets):
@@ -332,3 +332,26 @@ def test_rotation_keeps_every_record_whatever_the_order_of_the_files(tmp_path, s
     r = ingest([logs], secrets, store)
     assert (r.records, r.files_changed) == (2, 0)
     assert _ids(store) == sorted(f"evt_{i}" for i in range(10))
+
+
+def test_the_python_api_gets_one_line_for_a_damaged_or_replaced_part(tmp_path, secrets):
+    """A notebook calling the store's readers gets an InputError, not DuckDB's exception:
+    a truncated part names the damage; a part gone while read says to run again."""
+    from audit.ingest.receipts import load_first_receipts
+    from audit.ingest.scan import scan
+
+    store = tmp_path / "store"
+    ingest([write_jsonl(tmp_path / "a.jsonl", [_rec(i) for i in range(3)])], secrets, store)
+    part = next((store / "deliveries").rglob("*.parquet"))
+    good = part.read_bytes()
+    part.write_bytes(good[:100])
+    for read in (
+        lambda: load_deliveries(store, columns=["event_id"]),
+        lambda: load_first_receipts(store),
+    ):
+        with pytest.raises(InputError, match="a store part cannot be read"):
+            read()
+    part.write_bytes(good)
+    gone = part.with_name("part-gone.parquet")
+    with pytest.raises(InputError, match=r"changed while it was read \(1 part\(s\)"):
+        scan([part, gone], ["event_id"], "", [])

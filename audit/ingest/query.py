@@ -20,6 +20,7 @@ from audit.ingest.scan import (
     frame_from_arrow,
     months_between,
     open_store,
+    parts_read,
     scan,
     sql_list,
     window,
@@ -192,14 +193,9 @@ def latest_receipt(store: Store | str | os.PathLike) -> pd.Timestamp | None:
     parts = [p for p in s.parts() if p.parent.name != "month=none"]
     if not parts:
         return None
-    import duckdb  # imported on use: `audit verify` without a store never needs it
-
-    con = duckdb.connect()
-    try:
+    with parts_read(parts) as con:
         sql = f"SELECT max(received_at) FROM read_parquet({sql_list(parts)})"
         value = arrow_of(con.sql(sql)).column(0)[0].as_py()
-    finally:
-        con.close()
     return None if value is None else pd.Timestamp(value).tz_convert("UTC")
 
 

@@ -21,6 +21,7 @@ from audit.ingest.scan import (
     months_between,
     open_store,
     owned,
+    parts_read,
     sql_list,
     window,
 )
@@ -129,8 +130,7 @@ def load_first_receipts(
         f"ORDER BY received_at NULLS LAST, source, line, {file}, file_row_number) = 1"
     )
     cols = ", ".join(f'"{c}"' for c in RECEIPT_COLUMNS)
-    con = duckdb.connect()
-    try:
+    with parts_read(parts) as con:
         con.execute("SET preserve_insertion_order = false")
         # One pass, grouped by event id (the rows without one form a group of their own): an
         # event id whose valid copies differ in their bytes (a missing hash differs too)
@@ -145,8 +145,6 @@ def load_first_receipts(
         ).fetchall()[0]
         sql = f"SELECT {cols} {valid} AND ({file}, file_row_number) IN ({firsts})"
         table = owned(con.sql(sql, params=params + params), encode=_REPEATED)
-    finally:
-        con.close()
     counts.update(valid=row[0], no_event_id=row[1], duplicates=row[2], conflicting_bodies=row[3])
     schema, columns = table.schema, table.columns
     del table  # one chunk per column (pandas would concatenate the chunks on every take)

@@ -7,8 +7,9 @@ goes; rows come back in input order (``source``, ``line``) without an ``ORDER BY
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,7 @@ __all__ = [
     "months_between",
     "open_store",
     "owned",
+    "parts_read",
     "pinned_store",
     "scan",
     "sql_list",
@@ -105,10 +107,7 @@ def scan(files, columns, where: str, params: list) -> pa.Table:
     order when the parts are (``audit.ingest.query`` orders them by file); otherwise Arrow
     sorts them.
     """
-    import duckdb  # imported on use: `audit verify` without a store never needs it
-
-    con = duckdb.connect()
-    try:
+    with parts_read(files) as con:
         con.execute("SET preserve_insertion_order = true")
         cols = ", ".join(f'"{c}"' for c in columns)
         sql = (
@@ -116,6 +115,28 @@ def scan(files, columns, where: str, params: list) -> pa.Table:
         )
         box = [owned(con.sql(sql, params=params))]
         return in_input_order(box)
+
+
+@contextlib.contextmanager
+def parts_read(parts: Collection[Path]) -> Iterator:
+    """A DuckDB connection that reads store ``parts``: a part replaced by an ingest while it is
+    read, or damaged (truncated, not Parquet), ends in one :class:`InputError`, not DuckDB's."""
+    import duckdb  # imported on use: `audit verify` without a store never needs it
+
+    con = duckdb.connect()
+    try:
+        yield con
+    except (duckdb.IOException, duckdb.InvalidInputException) as e:
+        first = str(e).splitlines()[0]
+        if isinstance(e, duckdb.InvalidInputException) and "parquet" not in first.lower():
+            raise  # not about a file: a bug, shown as one
+        gone = [p for p in parts if not Path(p).is_file()]
+        if gone:
+            raise InputError(
+                f"{Path(gone[0]).parents[2]}: changed while it was read ({len(gone)} part(s) "
+                "replaced by an ingest since); run again"
+            ) from None
+        raise InputError(f"a store part cannot be read: {first}") from None
     finally:
         con.close()
 
