@@ -23,7 +23,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from audit.receiver.capture_log import CaptureRecord, CaptureWriter
+from audit.receiver.capture_log import CaptureRecord, CaptureWriter, oversized
 from audit.spec import MAX_REQUEST_BYTES
 
 __all__ = ["RECEIVED_AT_KEY", "CaptureMiddleware"]
@@ -166,16 +166,8 @@ class CaptureMiddleware:
     async def _capture_oversized(
         self, scope: Scope, received_at: float, started: float, size: int
     ) -> None:
-        record = CaptureRecord(
-            received_at=received_at,
-            headers=[(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope["headers"]],
-            body=b"",
-            response_status=413,
-            response_ms=(time.perf_counter() - started) * 1000,
-            subscription_id=self.subscription_id,
-            url=_url(scope),
-            omitted_bytes=size,
-        )
+        headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope["headers"]]
+        record = oversized(received_at, headers, started, size, self.subscription_id, _url(scope))
         try:
             await anyio.to_thread.run_sync(self.writer.append, record)
         except OSError as e:

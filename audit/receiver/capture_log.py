@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -63,6 +64,29 @@ class CaptureRecord:
 
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="microseconds")
+
+
+def oversized(
+    received_at: float,
+    headers: list[tuple[str, str]],
+    started: float,
+    size: int,
+    subscription_id: str | None,
+    url: str | None,
+) -> CaptureRecord:
+    """The record of a request whose body was over the limit (answered 413): its headers and
+    ``size`` (the bytes read, or the declared length), no body; ``started`` is its
+    ``time.perf_counter()`` on arrival."""
+    return CaptureRecord(
+        received_at=received_at,
+        headers=headers,
+        body=b"",
+        response_status=413,
+        response_ms=(time.perf_counter() - started) * 1000,
+        subscription_id=subscription_id,
+        url=url,
+        omitted_bytes=size,
+    )
 
 
 def capture_line(record: CaptureRecord) -> bytes:

@@ -23,7 +23,7 @@ from typing import Any
 from wsgiref.util import request_uri
 
 from audit.receiver.asgi import RECEIVED_AT_KEY
-from audit.receiver.capture_log import CaptureRecord, CaptureWriter
+from audit.receiver.capture_log import CaptureRecord, CaptureWriter, oversized
 from audit.spec import MAX_REQUEST_BYTES
 
 __all__ = ["WSGICaptureMiddleware"]
@@ -75,17 +75,9 @@ class WSGICaptureMiddleware:
         if body is None:  # kept as evidence: headers and size, no body
             log.warning("request body over %d bytes answered 413", self.max_body_bytes)
             try:
+                url = request_uri(environ)
                 self.writer.append(
-                    CaptureRecord(
-                        received_at=received_at,
-                        headers=headers,
-                        body=b"",
-                        response_status=413,
-                        response_ms=(time.perf_counter() - started) * 1000,
-                        subscription_id=self.subscription_id,
-                        url=request_uri(environ),
-                        omitted_bytes=size,
-                    )
+                    oversized(received_at, headers, started, size, self.subscription_id, url)
                 )
             except OSError as e:
                 log.error("capture failed (%s)", e.strerror or e)
