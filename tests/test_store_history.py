@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+from functools import partial
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
@@ -230,6 +231,39 @@ def test_a_month_from_a_store_with_history_equals_the_raw_captures(tmp_path):
     f_raw = run_controls(a_raw, period_start=start, period_end=end)
     assert (f_raw["status"] == "fail").any()
     pd.testing.assert_frame_equal(f_store, f_raw)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_the_takedown_folded_beside_the_deliveries_read_is_the_same_analysis(tmp_path):
+    """``load_analysis_inputs(..., fold=...)`` folds the first receipts in another process
+    (what ``audit report --store`` and ``analyze(store=...)`` do): every table and finding is
+    that of the fold in the caller."""
+    from audit.analysis.analyze import takedown_analysis
+    from audit.findings import run_controls
+
+    records = generated(7) + _retry_chain()
+    log = write_jsonl(tmp_path / "log.jsonl", records)
+    october = write_jsonl(tmp_path / "october.jsonl", _october_file_with_an_unreadable_line())
+    secrets = write_secrets(tmp_path / "s.json", {s: [{"secret": v}] for s, v in SECRETS.items()})
+    store = tmp_path / "store"
+    ingest([log, october], secrets, store)
+    start, end = NOVEMBER
+    fold = partial(takedown_analysis, as_of=end, clock_start="burn")
+    aside = load_analysis_inputs(store, start=start, end=end, fold=fold)
+    assert aside.first_receipts is None and aside.folded is not None
+    a_aside = run_analyses(aside.deliveries, as_of=end, clock_start="burn", takedown=aside.folded)
+    here = load_analysis_inputs(store, start=start, end=end)
+    a_here = run_analyses(
+        here.deliveries, as_of=end, clock_start="burn", first_receipts=here.first_receipts
+    )
+    tables = a_here.tables()
+    assert len(tables["incidents"]) and len(tables["status_intervals"])
+    for name, table in a_aside.tables().items():
+        pd.testing.assert_frame_equal(table, tables[name], obj=name)
+    pd.testing.assert_frame_equal(
+        run_controls(a_aside, period_start=start, period_end=end),
+        run_controls(a_here, period_start=start, period_end=end),
+    )
 
 
 def _findings(tmp_path, records: list[object], start, end, as_of=None):

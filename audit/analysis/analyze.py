@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +25,7 @@ from audit.atomic import Stage, staged_files, write_parquet_atomic
 from audit.errors import ParameterError
 from audit.ingest.extract import EXTRACTED
 from audit.ingest.receipts import FirstReceipts
+from audit.ingest.side import Pending
 from audit.ingest.verification import VERDICT_COLUMNS
 from audit.memory import release_free_memory
 from audit.safe import write_csv
@@ -277,12 +279,14 @@ def run_analyses(
     inputs: pd.DataFrame | None = None,
     clock_start: str = "created",
     first_receipts: FirstReceipts | None = None,
+    takedown: Pending[Takedown] | None = None,
 ) -> Analysis:
     """Run every analysis on verified deliveries, as of ``as_of`` (pure).
 
     ``first_receipts`` (from an evidence store): the incident fold reads them instead of
     ``deliveries``, which then need not carry the incident fields; they are taken over
-    (emptied), and must hold no row received after ``as_of``.
+    (emptied), and must hold no row received after ``as_of``. ``takedown``: the takedown analysis
+    as of ``as_of``, under way elsewhere (``load_analysis_inputs(..., fold=...).folded``).
 
     Records received after ``as_of`` are not yet known at ``as_of`` and are left out (unreadable
     records, which have no time, are kept). The fields extracted from the bodies at ingest
@@ -295,14 +299,17 @@ def run_analyses(
     known = received.isna() | (received <= as_of)
     if not known.all():  # a copy of every column only when some record is left out
         deliveries = deliveries[known]
-    # The incident fold first: its temporaries (every valid event with its incident fields)
-    # then never coexist with the attempts and events frames (about 0.4 GB less at 1M).
-    folded = deliveries if first_receipts is None else first_receipts
-    t = takedown_analysis(folded, as_of=as_of, clock_start=clock_start)
-    del folded
+    if takedown is None:
+        # The incident fold first: its temporaries (every valid event with its incident fields)
+        # then never coexist with the attempts and events frames (about 0.4 GB less at 1M).
+        folded = deliveries if first_receipts is None else first_receipts
+        t = takedown_analysis(folded, as_of=as_of, clock_start=clock_start)
+        del folded
     held = [deliveries]
-    del deliveries, received, known
+    del deliveries, received, known, first_receipts
     attempts, events = attempts_and_events(held, as_of=as_of)
+    if takedown is not None:  # done beside the attempts, in another process
+        t = takedown.result()
     return Analysis(
         as_of=as_of,
         clock_start=clock_start,
@@ -355,8 +362,9 @@ def analyze(
         when = store_as_of(
             logs, secrets_path, store, when, header_prefix=header_prefix, tolerance_s=tolerance_s
         )
-        got = load_analysis_inputs(store, start=None, end=when)
-        deliveries, inputs, first = got.deliveries, got.inputs, got.first_receipts
+        fold = partial(takedown_analysis, as_of=when, clock_start=clock_start)  # on another core
+        got = load_analysis_inputs(store, start=None, end=when, fold=fold)
+        deliveries, inputs, ahead = got.deliveries, got.inputs, got.folded
     else:  # verified on every core; bodies are read for what analyses need, never kept
         from audit.ingest.query import ANALYSIS_COLUMNS
         from audit.ingest.verdicts import read_logs
@@ -369,7 +377,7 @@ def analyze(
             tolerance_s=tolerance_s,
             upto=when,
         )
-        deliveries, inputs, first = got.rows, got.inputs, None
+        deliveries, inputs, ahead = got.rows, got.inputs, None
     del got  # no second reference: the frame below replaces it, not doubles it
     if when is None:
         latest = deliveries["received_at"].max()
@@ -384,10 +392,6 @@ def analyze(
     held = [deliveries]  # handed over: run_analyses, its only holder, frees what it is done with
     del deliveries, received
     return run_analyses(
-        held.pop(),
-        as_of=when,
-        subscriptions=subs,
-        inputs=inputs,
-        clock_start=clock_start,
-        first_receipts=first,
-    )
+        held.pop(), as_of=when, subscriptions=subs, inputs=inputs, clock_start=clock_start,
+        takedown=ahead,
+    )  # fmt: skip

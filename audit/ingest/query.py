@@ -8,7 +8,9 @@ reads them out of core on every core and hands Arrow to pandas. Rows come back i
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -25,6 +27,7 @@ from audit.ingest.scan import (
     sql_list,
     window,
 )
+from audit.ingest.side import Pending, aside
 from audit.ingest.store import DATASET, Store
 from audit.tables import EVIDENCE_COLUMNS, STORED_DELIVERIES
 from audit.timeutil import as_utc
@@ -77,6 +80,9 @@ class StoreInputs:
     deliveries: pd.DataFrame
     inputs: pd.DataFrame
     first_receipts: FirstReceipts | None = None
+    folded: Pending | None = None
+    """With ``fold``: what it makes of the first receipts, computed beside the deliveries' read
+    (:func:`load_analysis_inputs`); ``first_receipts`` is then None."""
 
 
 def _source_order(store: Store, parts: list[Path]) -> list[Path]:
@@ -221,6 +227,7 @@ def load_analysis_inputs(
     as_of: pd.Timestamp | None = None,
     lookback: pd.Timedelta | None = DEFAULT_LOOKBACK,
     attempt_lookback: pd.Timedelta | None = ATTEMPT_LOOKBACK,
+    fold: Callable[[FirstReceipts], object] | None = None,
 ) -> StoreInputs:
     """The frames :func:`audit.analysis.run_analyses` needs for a period, from the store.
 
@@ -229,6 +236,10 @@ def load_analysis_inputs(
     for the incident fold the first receipt of each event received from ``start - lookback``
     (:func:`load_first_receipts`). Either reads everything before when ``start`` or its
     lookback is None.
+
+    ``fold`` (a function of the first receipts, such as the takedown analysis): the first
+    receipts are read and folded in a forked process (:func:`audit.ingest.side.aside`) while
+    this one reads the deliveries, on the other core; ``folded`` holds the pending result.
 
     Examples
     --------
@@ -243,13 +254,20 @@ def load_analysis_inputs(
     lo = None if start is None or lookback is None else start - lookback
     since = None if start is None or attempt_lookback is None else start - attempt_lookback
     check_memory(store, deliveries_from=since, receipts_from=lo, end=upto)
-    first = load_first_receipts(store, start=lo, end=upto)
+    if fold is None:
+        first, folded = load_first_receipts(store, start=lo, end=upto), None
+    else:
+        first, folded = None, aside(partial(_read_and_fold, fold, store, lo, upto))
     back = None if start is None or lookback is None else start - lookback
     lo = None if start is None or attempt_lookback is None else start - attempt_lookback
     deliveries = load_deliveries(
         store, start=lo, end=upto, columns=DELIVERY_COLUMNS, history_from=back
     )
-    return StoreInputs(deliveries, store_inputs(store), first)
+    return StoreInputs(deliveries, store_inputs(store), first, folded)
+
+
+def _read_and_fold(fold: Callable[[FirstReceipts], object], store, start, end) -> object:
+    return fold(load_first_receipts(store, start=start, end=end))
 
 
 #: Bytes an analysis holds at its peak per delivery it reads, and per row of the months its

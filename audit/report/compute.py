@@ -51,6 +51,7 @@ def compute(inputs: Inputs, params: ReportParams, period: Period) -> Computed:
             inputs=inputs.files,
             clock_start=params.clock_start,
             first_receipts=inputs.first_receipts,
+            takedown=inputs.takedown,
         )
         release_free_memory()
         findings = run_controls(

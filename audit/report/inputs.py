@@ -13,6 +13,7 @@ import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,9 @@ import pandas as pd
 from audit.errors import InputError
 
 if TYPE_CHECKING:
+    from audit.analysis.analyze import Takedown
     from audit.ingest.receipts import FirstReceipts
+    from audit.ingest.side import Pending
 
 __all__ = ["Inputs", "load_inputs"]
 
@@ -48,8 +51,13 @@ class Inputs:
         ``source, line, signature, timestamp_header, event_header, body`` of the records that
         are not valid (the deliveries frame has no body), or None.
     first_receipts
-        From a store: the incident fold's input (the deliveries then lack the incident fields),
-        taken over by :func:`audit.analysis.analyze.run_analyses`; None from raw captures.
+        The incident fold's input from a store when no ``clock_start`` was given (the
+        deliveries then lack the incident fields), taken over by
+        :func:`audit.analysis.analyze.run_analyses`; None from raw captures.
+    takedown
+        From a store, given ``clock_start``: the takedown analysis as of ``as_of`` (default
+        ``end``), computed in a forked process while the deliveries were read
+        (:func:`audit.ingest.query.load_analysis_inputs`' ``fold``); None otherwise.
     """
 
     deliveries: pd.DataFrame
@@ -59,6 +67,7 @@ class Inputs:
     mutes: pd.DataFrame | None = None
     evidence: pd.DataFrame | None = None
     first_receipts: FirstReceipts | None = None
+    takedown: Pending[Takedown] | None = None
 
     def hand_over_deliveries(self) -> pd.DataFrame:
         """The deliveries, which this object then no longer holds (``deliveries`` is None).
@@ -90,6 +99,7 @@ def load_inputs(
     start: pd.Timestamp | None = None,
     end: pd.Timestamp | None = None,
     as_of: pd.Timestamp | None = None,
+    clock_start: str | None = None,
 ) -> Inputs:
     """Load and verify every input of a report (reads files; everything after is pure).
 
@@ -128,11 +138,14 @@ def load_inputs(
             upto=as_of if as_of is not None else end,
             evidence=True,
         )
-        deliveries, listed, evidence, first = got.rows, got.inputs, got.evidence, None
+        deliveries, listed, evidence, first, ahead = (
+            *(got.rows, got.inputs, got.evidence),
+            *(None, None),
+        )
         del got
     else:
-        deliveries, listed, evidence, first = _from_store(
-            store, logs, secrets_file, header_prefix, start, end, as_of
+        deliveries, listed, evidence, first, ahead = _from_store(
+            store, logs, secrets_file, header_prefix, start, end, as_of, clock_start
         )
     subs = load_snapshots(list(snapshots))
     if client_id:
@@ -158,7 +171,9 @@ def load_inputs(
             )
         )
     files = pd.concat(rows, ignore_index=True)
-    return Inputs(deliveries, subs, files, secrets.latest_valid_from(), mutes, evidence, first)
+    return Inputs(
+        deliveries, subs, files, secrets.latest_valid_from(), mutes, evidence, first, ahead
+    )
 
 
 def _from_store(
@@ -169,9 +184,11 @@ def _from_store(
     start: pd.Timestamp | None,
     end: pd.Timestamp | None,
     as_of: pd.Timestamp | None,
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, FirstReceipts | None]:
+    clock_start: str | None,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, FirstReceipts | None, Pending | None]:
     """Ingest ``logs`` into ``store``, then read the period's deliveries, the file list, the
-    evidence of the records that are not valid and the incident fold's first receipts."""
+    evidence of the records that are not valid and the incident fold's first receipts (with
+    ``clock_start``: the takedown analysis made of them beside the rest, pending)."""
     from audit.errors import ParameterError
     from audit.ingest.query import ATTEMPT_LOOKBACK, load_analysis_inputs, not_valid_evidence
     from audit.ingest.store import ingest
@@ -181,10 +198,15 @@ def _from_store(
         raise ParameterError("reading a store needs the period's end or as_of")
     if logs:
         ingest(list(logs), secrets_file, store, header_prefix=header_prefix)
-    got = load_analysis_inputs(store, start=start, end=upto)
+    fold = None
+    if clock_start is not None:  # on the other core while the deliveries are read
+        from audit.analysis.analyze import takedown_analysis
+
+        fold = partial(takedown_analysis, as_of=upto, clock_start=clock_start)
+    got = load_analysis_inputs(store, start=start, end=upto, fold=fold)
     # A rejected request's signature, headers and body are the report's evidence (as from raw
     # captures); the store reads them for those few records only, kept apart from the
     # deliveries (with a body column, the analyses would look for every body).
     lo = None if start is None else start - ATTEMPT_LOOKBACK
     evidence = not_valid_evidence(store, start=lo, end=upto)
-    return got.deliveries, got.inputs, evidence, got.first_receipts
+    return got.deliveries, got.inputs, evidence, got.first_receipts, got.folded

@@ -204,16 +204,13 @@ def _history(inputs: Inputs, period: Period) -> str:
     """What was read from before the period (memory grows with it), for the progress line.
 
     From raw captures, every record before the period is read for the incidents' history; from
-    a store, the deliveries of the day before (retries) and the incidents' earlier events."""
-    d, first = inputs.deliveries, inputs.first_receipts
+    a store, the deliveries of the day before (the retries: the incidents' history is read as
+    first receipts, folded in another process)."""
+    d = inputs.deliveries
     before = int((d["received_at"] < period.start).sum()) if len(d) else 0
-    if first is None or first.rows is None:
-        return (
-            f"; {before} received before the period, for the incidents' history" if before else ""
-        )
-    events = int((first.rows["received_at"] < period.start).sum())
-    out = f"; {before} received before the period, for the retries" if before else ""
-    return out + (f"; {events} earlier events, for the incidents' history" if events else "")
+    raw = inputs.takedown is None and inputs.first_receipts is None
+    why = "the incidents' history" if raw else "the retries"
+    return f"; {before} received before the period, for {why}" if before else ""
 
 
 def run_report(
@@ -273,6 +270,7 @@ def run_report(
         start=period.start,
         end=period.end,
         as_of=checked.as_of,
+        clock_start=checked.clock_start,
     )
     d = inputs.deliveries
     say(

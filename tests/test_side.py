@@ -1,0 +1,101 @@
+"""Work beside the caller (audit.ingest.side): same result, warnings and errors as in-process."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import time
+import warnings
+
+import pytest
+
+from audit.errors import InputError
+from audit.ingest.load import default_workers
+from audit.ingest.side import aside
+
+needs_fork = pytest.mark.skipif(default_workers() < 2, reason="runs in the caller here")
+
+
+@needs_fork
+def test_the_function_runs_in_another_process_and_its_result_comes_back():
+    caller = os.getpid()
+    got = aside(lambda: (os.getpid(), [1, 2, 3] * 2)).result()
+    assert got[0] != caller
+    assert got[1] == [1, 2, 3, 1, 2, 3]
+
+
+@needs_fork
+def test_the_childs_warnings_are_issued_in_the_caller():
+    def warns():
+        warnings.warn("three rows were odd", UserWarning, stacklevel=1)
+        return os.getpid()
+
+    pending = aside(warns)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        child = pending.result()
+    assert child != os.getpid()
+    assert [(w.category, str(w.message)) for w in caught] == [(UserWarning, "three rows were odd")]
+
+
+@needs_fork
+def test_an_error_in_the_child_is_met_again_in_the_caller(tmp_path):
+    ran = tmp_path / "ran"
+
+    def fails():
+        with open(ran, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        raise InputError("a store part cannot be read: truncated")
+
+    pending = aside(fails)
+    with pytest.raises(InputError, match="^a store part cannot be read: truncated$"):
+        pending.result()
+    pids = [int(p) for p in ran.read_text().split()]
+    assert len(pids) == 2 and pids[1] == os.getpid() != pids[0]  # the child, then the caller
+
+
+@needs_fork
+def test_a_killed_child_leaves_the_work_to_the_caller():
+    caller = os.getpid()
+
+    def dies_in_the_child():
+        if os.getpid() != caller:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return "done here"
+
+    assert aside(dies_in_the_child).result() == "done here"
+
+
+@needs_fork
+def test_a_result_that_cannot_be_sent_is_computed_in_the_caller():
+    caller = os.getpid()
+    got = aside(lambda: (os.getpid(), lambda: None)).result()  # a lambda cannot be pickled
+    assert got[0] == caller
+
+
+def test_a_result_is_taken_once():
+    pending = aside(lambda: 1)
+    assert pending.result() == 1
+    with pytest.raises(RuntimeError, match="already taken"):
+        pending.result()
+
+
+@needs_fork
+def test_a_result_never_taken_stops_its_child(tmp_path):
+    pid_file = tmp_path / "pid"
+
+    def slow():
+        pid_file.write_text(str(os.getpid()))
+        time.sleep(60)
+
+    pending = aside(slow)
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.01)
+    child = int(pid_file.read_text())
+    del pending
+    gc.collect()
+    with pytest.raises(ProcessLookupError):  # stopped and reaped
+        os.kill(child, 0)
