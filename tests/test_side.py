@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import gc
+import multiprocessing
 import os
 import signal
+import threading
 import time
 import warnings
 
@@ -12,7 +15,7 @@ import pytest
 
 from audit.errors import InputError
 from audit.ingest.load import default_workers
-from audit.ingest.side import aside
+from audit.ingest.side import aside, cancelled_on_error
 
 needs_fork = pytest.mark.skipif(default_workers() < 2, reason="runs in the caller here")
 
@@ -49,7 +52,7 @@ def test_an_error_in_the_child_is_met_again_in_the_caller(tmp_path):
         raise InputError("a store part cannot be read: truncated")
 
     pending = aside(fails)
-    with pytest.raises(InputError, match="^a store part cannot be read: truncated$"):
+    with pytest.raises(InputError, match=r"^a store part cannot be read: truncated$"):
         pending.result()
     pids = [int(p) for p in ran.read_text().split()]
     assert len(pids) == 2 and pids[1] == os.getpid() != pids[0]  # the child, then the caller
@@ -74,6 +77,7 @@ def test_a_result_that_cannot_be_sent_is_computed_in_the_caller():
     assert got[0] == caller
 
 
+@needs_fork
 def test_a_result_is_taken_once():
     pending = aside(lambda: 1)
     assert pending.result() == 1
@@ -99,3 +103,92 @@ def test_a_result_never_taken_stops_its_child(tmp_path):
     gc.collect()
     with pytest.raises(ProcessLookupError):  # stopped and reaped
         os.kill(child, 0)
+
+
+def _wait_for_pid(pid_file) -> int:
+    for _ in range(500):
+        if pid_file.exists() and pid_file.read_text():
+            return int(pid_file.read_text())
+        time.sleep(0.01)
+    raise AssertionError("the child did not start")
+
+
+@needs_fork
+def test_a_block_that_fails_cancels_the_child(tmp_path):
+    pid_file = tmp_path / "pid"
+
+    def slow():
+        pid_file.write_text(str(os.getpid()))
+        time.sleep(60)
+
+    pending = aside(slow)
+    with pytest.raises(KeyboardInterrupt), cancelled_on_error(pending):
+        child = _wait_for_pid(pid_file)
+        raise KeyboardInterrupt
+    with pytest.raises(ProcessLookupError):  # stopped and reaped while the object lives on
+        os.kill(child, 0)
+    with pytest.raises(RuntimeError, match="cancelled"):
+        pending.result()
+
+
+@needs_fork
+def test_no_fork_while_another_thread_runs():
+    """A lock another thread holds at the fork (an import, a library's start-up) would be held
+    for ever in the child: found in review, three threads calling analyze(store=...) hung."""
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert aside(os.getpid) is None
+    finally:
+        stop.set()
+        other.join()
+    pending = aside(os.getpid)
+    assert pending is not None and pending.result() != os.getpid()
+
+
+def _in_a_pool_worker(_: int) -> bool:
+    return aside(os.getpid) is None
+
+
+@needs_fork
+def test_no_fork_in_a_daemonic_worker():
+    """Found in review: analyze(store=...) in a multiprocessing.Pool worker failed with
+    "daemonic processes are not allowed to have children"."""
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.map(_in_a_pool_worker, [0]) == [True]
+
+
+@needs_fork
+def test_a_fork_that_fails_leaves_the_work_to_the_caller(monkeypatch):
+    """Found in review: a fork refused (ENOMEM under strict overcommit, a pids limit) ended
+    the report with "Cannot allocate memory"."""
+
+    def refused():
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(os, "fork", refused)
+    assert aside(os.getpid) is None
+
+
+def _warn_three_times() -> int:
+    for _ in range(3):
+        warnings.warn("a small sample", UserWarning, stacklevel=1)
+    return os.getpid()
+
+
+@needs_fork
+def test_the_childs_warnings_meet_the_callers_filters_as_if_issued_here():
+    """Found in review: a filter by module did not apply to the child's warnings, and a
+    warning shown once per place ("default") was shown once per issue."""
+    pending = aside(_warn_three_times)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        assert pending.result() != os.getpid()
+    assert [str(w.message) for w in caught] == ["a small sample"]
+    pending = aside(_warn_three_times)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", category=UserWarning, module=__name__)
+        pending.result()
+    assert caught == []

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import random
-from functools import partial
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import pandas as pd
 import pytest
@@ -234,12 +234,18 @@ def test_a_month_from_a_store_with_history_equals_the_raw_captures(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_the_takedown_folded_beside_the_deliveries_read_is_the_same_analysis(tmp_path):
+@pytest.mark.parametrize("share", [None, 0.9])
+def test_the_takedown_folded_beside_the_deliveries_read_is_the_same_analysis(
+    tmp_path, monkeypatch, share
+):
     """``load_analysis_inputs(..., fold=...)`` folds the first receipts in another process
     (what ``audit report --store`` and ``analyze(store=...)`` do): every table and finding is
-    that of the fold in the caller."""
+    that of the fold in the caller. When the read needs over 2/3 of the memory available,
+    the first receipts are read in the caller, as without ``fold``."""
+    import audit.ingest.query as query
     from audit.analysis.analyze import takedown_analysis
     from audit.findings import run_controls
+    from audit.ingest.load import default_workers
 
     records = generated(7) + _retry_chain()
     log = write_jsonl(tmp_path / "log.jsonl", records)
@@ -249,9 +255,20 @@ def test_the_takedown_folded_beside_the_deliveries_read_is_the_same_analysis(tmp
     ingest([log, october], secrets, store)
     start, end = NOVEMBER
     fold = partial(takedown_analysis, as_of=end, clock_start="burn")
+    if share is not None:
+        monkeypatch.setattr(query, "check_memory", lambda *a, **k: share)
     aside = load_analysis_inputs(store, start=start, end=end, fold=fold)
-    assert aside.first_receipts is None and aside.folded is not None
-    a_aside = run_analyses(aside.deliveries, as_of=end, clock_start="burn", takedown=aside.folded)
+    if share is None and default_workers() > 1:
+        assert aside.first_receipts is None and aside.folded is not None
+    if share is not None:
+        assert aside.first_receipts is not None and aside.folded is None
+    a_aside = run_analyses(
+        aside.deliveries,
+        as_of=end,
+        clock_start="burn",
+        first_receipts=aside.first_receipts,
+        takedown=aside.folded,
+    )
     here = load_analysis_inputs(store, start=start, end=end)
     a_here = run_analyses(
         here.deliveries, as_of=end, clock_start="burn", first_receipts=here.first_receipts

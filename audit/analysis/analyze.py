@@ -25,7 +25,7 @@ from audit.atomic import Stage, staged_files, write_parquet_atomic
 from audit.errors import ParameterError
 from audit.ingest.extract import EXTRACTED
 from audit.ingest.receipts import FirstReceipts
-from audit.ingest.side import Pending
+from audit.ingest.side import Pending, cancelled_on_error
 from audit.ingest.verification import VERDICT_COLUMNS
 from audit.memory import release_free_memory
 from audit.safe import write_csv
@@ -307,7 +307,8 @@ def run_analyses(
         del folded
     held = [deliveries]
     del deliveries, received, known, first_receipts
-    attempts, events = attempts_and_events(held, as_of=as_of)
+    with cancelled_on_error(takedown):
+        attempts, events = attempts_and_events(held, as_of=as_of)
     if takedown is not None:  # done beside the attempts, in another process
         t = takedown.result()
     return Analysis(
@@ -355,6 +356,7 @@ def analyze(
     >>> result.events["outcome"].value_counts()  # doctest: +SKIP
     """
     when = parse_as_of(as_of)
+    subs = load_snapshots(snapshots) if snapshots else None  # a bad one is told before the read
     if store is not None:
         from audit.analysis.store_analysis import store_as_of
         from audit.ingest.query import load_analysis_inputs
@@ -364,7 +366,8 @@ def analyze(
         )
         fold = partial(takedown_analysis, as_of=when, clock_start=clock_start)  # on another core
         got = load_analysis_inputs(store, start=None, end=when, fold=fold)
-        deliveries, inputs, ahead = got.deliveries, got.inputs, got.folded
+        deliveries, inputs, first, ahead = (got.deliveries, got.inputs, got.first_receipts,
+                                            got.folded)  # fmt: skip
     else:  # verified on every core; bodies are read for what analyses need, never kept
         from audit.ingest.query import ANALYSIS_COLUMNS
         from audit.ingest.verdicts import read_logs
@@ -377,7 +380,7 @@ def analyze(
             tolerance_s=tolerance_s,
             upto=when,
         )
-        deliveries, inputs, ahead = got.rows, got.inputs, None
+        deliveries, inputs, first, ahead = got.rows, got.inputs, None, None
     del got  # no second reference: the frame below replaces it, not doubles it
     if when is None:
         latest = deliveries["received_at"].max()
@@ -388,10 +391,9 @@ def analyze(
     later = (received > when).fillna(False).to_numpy(dtype=bool)
     if later.any():  # left out here (as run_analyses would), so the full frame can be freed
         deliveries = deliveries[~later]
-    subs = load_snapshots(snapshots) if snapshots else None
     held = [deliveries]  # handed over: run_analyses, its only holder, frees what it is done with
     del deliveries, received
     return run_analyses(
         held.pop(), as_of=when, subscriptions=subs, inputs=inputs, clock_start=clock_start,
-        takedown=ahead,
+        first_receipts=first, takedown=ahead,
     )  # fmt: skip

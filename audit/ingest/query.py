@@ -27,7 +27,7 @@ from audit.ingest.scan import (
     sql_list,
     window,
 )
-from audit.ingest.side import Pending, aside
+from audit.ingest.side import Pending, aside, cancelled_on_error
 from audit.ingest.store import DATASET, Store
 from audit.tables import EVIDENCE_COLUMNS, STORED_DELIVERIES
 from audit.timeutil import as_utc
@@ -239,7 +239,10 @@ def load_analysis_inputs(
 
     ``fold`` (a function of the first receipts, such as the takedown analysis): the first
     receipts are read and folded in a forked process (:func:`audit.ingest.side.aside`) while
-    this one reads the deliveries, on the other core; ``folded`` holds the pending result.
+    this one reads the deliveries, on the other core; ``folded`` holds the pending result. The
+    two then hold memory at once: that is done only when the read needs at most
+    :data:`SIDE_SHARE` of the memory available, and when the process can fork safely;
+    otherwise ``first_receipts`` are read here, as without ``fold``.
 
     Examples
     --------
@@ -253,17 +256,24 @@ def load_analysis_inputs(
     # The first receipts first: DuckDB's pick of them needs memory while it runs.
     lo = None if start is None or lookback is None else start - lookback
     since = None if start is None or attempt_lookback is None else start - attempt_lookback
-    check_memory(store, deliveries_from=since, receipts_from=lo, end=upto)
-    if fold is None:
-        first, folded = load_first_receipts(store, start=lo, end=upto), None
-    else:
-        first, folded = None, aside(partial(_read_and_fold, fold, store, lo, upto))
+    share = check_memory(store, deliveries_from=since, receipts_from=lo, end=upto)
+    folded = None
+    if fold is not None and (share is None or share <= SIDE_SHARE):
+        folded = aside(partial(_read_and_fold, fold, store, lo, upto))
+    first = load_first_receipts(store, start=lo, end=upto) if folded is None else None
     back = None if start is None or lookback is None else start - lookback
     lo = None if start is None or attempt_lookback is None else start - attempt_lookback
-    deliveries = load_deliveries(
-        store, start=lo, end=upto, columns=DELIVERY_COLUMNS, history_from=back
-    )
-    return StoreInputs(deliveries, store_inputs(store), first, folded)
+    with cancelled_on_error(folded):
+        deliveries = load_deliveries(
+            store, start=lo, end=upto, columns=DELIVERY_COLUMNS, history_from=back
+        )
+        return StoreInputs(deliveries, store_inputs(store), first, folded)
+
+
+#: The largest share of the available memory a read may need for the incident fold to run in
+#: a process of its own beside it (:func:`load_analysis_inputs`): at 1.64M deliveries the two
+#: processes together peak about 11 % above the read done in one.
+SIDE_SHARE = 2 / 3
 
 
 def _read_and_fold(fold: Callable[[FirstReceipts], object], store, start, end) -> object:
@@ -294,11 +304,12 @@ def check_memory(
     deliveries_from: pd.Timestamp | None,
     receipts_from: pd.Timestamp | None,
     end: pd.Timestamp,
-) -> None:
+) -> float | None:
     """ParameterError, before anything is read, when reading ``[deliveries_from, end]`` (and
     the incidents' history from ``receipts_from``) at once would need more memory than this
     machine has available (:func:`audit.memory.available_memory`); ``AUDIT_MEMORY_CHECK=off``
-    skips the check.
+    skips the check. Returns the share of the available memory the read needs (None when
+    skipped or unknown).
 
     The rows are counted from the store's manifest: the records of each month's parts, times
     the share of the month read (a month's records taken as spread evenly over it), weighed
@@ -306,12 +317,12 @@ def check_memory(
     may still be analysed in passes: ``audit analyze --store DIR --rows-per-pass``.
     """
     if os.environ.get("AUDIT_MEMORY_CHECK", "").strip().lower() in ("off", "0", "no"):
-        return
+        return None
     from audit.memory import available_memory
 
     free = available_memory()
     if free is None:
-        return
+        return None
     s = open_store(store)
 
     by_month: dict[str, float] = {}
@@ -340,3 +351,4 @@ def check_memory(
             "of memory is available: give a shorter period, or use `audit analyze --store "
             "DIR --rows-per-pass N` (set AUDIT_MEMORY_CHECK=off to try anyway)"
         )
+    return need / max(free, 1)

@@ -191,6 +191,7 @@ def _from_store(
     ``clock_start``: the takedown analysis made of them beside the rest, pending)."""
     from audit.errors import ParameterError
     from audit.ingest.query import ATTEMPT_LOOKBACK, load_analysis_inputs, not_valid_evidence
+    from audit.ingest.side import cancelled_on_error
     from audit.ingest.store import ingest
 
     upto = as_of if as_of is not None else end
@@ -208,5 +209,6 @@ def _from_store(
     # captures); the store reads them for those few records only, kept apart from the
     # deliveries (with a body column, the analyses would look for every body).
     lo = None if start is None else start - ATTEMPT_LOOKBACK
-    evidence = not_valid_evidence(store, start=lo, end=upto)
+    with cancelled_on_error(got.folded):
+        evidence = not_valid_evidence(store, start=lo, end=upto)
     return got.deliveries, got.inputs, evidence, got.first_receipts, got.folded
