@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import signal
@@ -610,9 +611,13 @@ def test_a_receiver_trickling_header_lines_is_cut_at_the_delivery_timeout(secret
                 conn, _ = listener.accept()
             except OSError:
                 return
-            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+            handler = threading.Thread(target=handle, args=(conn,), daemon=True)
+            handlers.append((handler, conn))
+            handler.start()
 
-    threading.Thread(target=accept, daemon=True).start()
+    handlers: list[tuple[threading.Thread, socket.socket]] = []
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
     started = time.monotonic()
     try:
         result = run_probe(
@@ -624,7 +629,13 @@ def test_a_receiver_trickling_header_lines_is_cut_at_the_delivery_timeout(secret
         )
     finally:
         stop.set()
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept (close alone does not)
         listener.close()
+        acceptor.join(5)  # no thread left behind for later tests (a fork checks for threads)
+        for handler, conn in handlers:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)  # wakes a blocked recv
+            handler.join(5)
     valid, missing, timely = result.checks
     assert (valid.passed, valid.status, valid.detail) == (False, None, "no answer within 1 s")
     assert 1000 <= valid.ms < 1500

@@ -20,6 +20,14 @@ from audit.ingest.side import aside, cancelled_on_error
 needs_fork = pytest.mark.skipif(default_workers() < 2, reason="runs in the caller here")
 
 
+@pytest.fixture(autouse=True)
+def _no_thread_left_by_earlier_tests():
+    """aside() refuses to fork beside another thread: a test that leaves one running (a server
+    never stopped) would turn these tests into tests of the fallback."""
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    assert not others, f"threads left running by earlier tests: {others}"
+
+
 @needs_fork
 def test_the_function_runs_in_another_process_and_its_result_comes_back():
     caller = os.getpid()
