@@ -95,7 +95,20 @@ def test_the_check_can_be_turned_off_and_is_skipped_where_memory_is_unknown(stor
     check_memory(root, deliveries_from=OCT, receipts_from=OCT, end=NOV)
     monkeypatch.delenv("AUDIT_MEMORY_CHECK")
     monkeypatch.setattr(audit.memory, "available_memory", lambda: None)
-    check_memory(root, deliveries_from=OCT, receipts_from=OCT, end=NOV)
+    assert check_memory(root, deliveries_from=OCT, receipts_from=OCT, end=NOV) is None
+
+
+def test_the_share_of_memory_a_read_needs_decides_whether_the_fold_runs_aside(store, monkeypatch):
+    """The fold runs in a process of its own only when the read needs at most 2/3 of the
+    memory available, also with the check turned off (found in review: ``off`` let it fork)."""
+    root, _ = store
+    monkeypatch.setattr(audit.memory, "available_memory", lambda: 3 * NEED)
+    assert check_memory(root, deliveries_from=OCT, receipts_from=OCT, end=NOV) == 1 / 3
+    monkeypatch.setattr(audit.memory, "available_memory", lambda: NEED)
+    monkeypatch.setenv("AUDIT_MEMORY_CHECK", "off")
+    assert check_memory(root, deliveries_from=OCT, receipts_from=OCT, end=NOV) == 1.0
+    got = load_analysis_inputs(root, start=OCT, end=NOV, fold=len)
+    assert got.folded is None and got.first_receipts is not None  # read here, as without fold
 
 
 def test_a_report_too_large_for_memory_exits_3_before_writing(store, tmp_path, monkeypatch, capsys):

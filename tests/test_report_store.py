@@ -37,6 +37,7 @@ def _computed(demo, **store):
         start=period.start,
         end=period.end,
         as_of=params.as_of,
+        clock_start=params.clock_start,  # from a store: the fold runs aside, as in a report
         **store,
     )
     loaded = inputs.deliveries
@@ -182,3 +183,29 @@ def test_an_analyst_notebook_reads_a_store(demo, tmp_path):
     nb = json.loads((tmp_path / "out.ipynb").read_text())
     outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
     assert outputs and not [o for o in outputs if o["output_type"] == "error"]
+
+
+def test_a_bad_snapshot_is_told_before_the_store_is_read(demo, tmp_path, monkeypatch):
+    """The small inputs are read first: a bad snapshot file stops the report before the store's
+    long read, and before a process is forked for the incident fold (found in review)."""
+    import audit.ingest.query as query
+
+    bad = tmp_path / "snapshot.json"
+    bad.write_text("{not json", encoding="utf-8")
+
+    def read(*_a, **_k):
+        raise AssertionError("the store was read before the snapshot was checked")
+
+    monkeypatch.setattr(query, "load_analysis_inputs", read)
+    period = parse_period("2026-10")
+    with pytest.raises(InputError, match=r"snapshot\.json"):
+        load_inputs(
+            [],
+            secrets_path=demo["secrets_path"],
+            snapshots=[bad],
+            header_prefix="X-PhishFort-",
+            store=tmp_path / "store",
+            start=period.start,
+            end=period.end,
+            clock_start="created",
+        )

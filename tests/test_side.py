@@ -176,7 +176,10 @@ def test_a_fork_that_fails_leaves_the_work_to_the_caller(monkeypatch):
         raise OSError(errno.ENOMEM, "Cannot allocate memory")
 
     monkeypatch.setattr(os, "fork", refused)
-    assert aside(os.getpid) is None
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        assert aside(os.getpid) is None
+    assert len(os.listdir("/proc/self/fd")) == before  # no descriptor left open (review)
 
 
 def _warn_three_times() -> int:
@@ -200,3 +203,17 @@ def test_the_childs_warnings_meet_the_callers_filters_as_if_issued_here():
         warnings.filterwarnings("ignore", category=UserWarning, module=__name__)
         pending.result()
     assert caught == []
+
+
+@needs_fork
+def test_the_child_is_the_out_of_memory_killers_first_pick():
+    """Found in review: the parent, larger, would be killed first, and the run with it; the
+    child killed instead only means the caller does the work."""
+
+    def score() -> tuple[int, str]:
+        with open("/proc/self/oom_score_adj") as f:
+            return os.getpid(), f.read().strip()
+
+    child, adj = aside(score).result()
+    assert child != os.getpid() and adj == "1000"
+    assert score()[1] != "1000"

@@ -258,7 +258,7 @@ def load_analysis_inputs(
     since = None if start is None or attempt_lookback is None else start - attempt_lookback
     share = check_memory(store, deliveries_from=since, receipts_from=lo, end=upto)
     folded = None
-    if fold is not None and (share is None or share <= SIDE_SHARE):
+    if fold is not None and share is not None and share <= SIDE_SHARE:
         folded = aside(partial(_read_and_fold, fold, store, lo, upto))
     first = load_first_receipts(store, start=lo, end=upto) if folded is None else None
     back = None if start is None or lookback is None else start - lookback
@@ -308,16 +308,14 @@ def check_memory(
     """ParameterError, before anything is read, when reading ``[deliveries_from, end]`` (and
     the incidents' history from ``receipts_from``) at once would need more memory than this
     machine has available (:func:`audit.memory.available_memory`); ``AUDIT_MEMORY_CHECK=off``
-    skips the check. Returns the share of the available memory the read needs (None when
-    skipped or unknown).
+    skips the check (never the estimate). Returns the share of the available memory the read
+    needs (None when the available memory is unknown).
 
     The rows are counted from the store's manifest: the records of each month's parts, times
     the share of the month read (a month's records taken as spread evenly over it), weighed
     with :data:`BYTES_PER_DELIVERY` and :data:`BYTES_PER_HISTORY_ROW`. A period that is refused
     may still be analysed in passes: ``audit analyze --store DIR --rows-per-pass``.
     """
-    if os.environ.get("AUDIT_MEMORY_CHECK", "").strip().lower() in ("off", "0", "no"):
-        return None
     from audit.memory import available_memory
 
     free = available_memory()
@@ -343,7 +341,8 @@ def check_memory(
     deliveries = rows(deliveries_from, ("none",))
     history = rows(receipts_from, ())
     need = deliveries * BYTES_PER_DELIVERY + history * BYTES_PER_HISTORY_ROW
-    if need > free:
+    off = os.environ.get("AUDIT_MEMORY_CHECK", "").strip().lower() in ("off", "0", "no")
+    if need > free and not off:
         gb = 1024**3
         raise ParameterError(
             f"{s.root}: reading {deliveries:,} deliveries at once (and {history:,} rows of "

@@ -22,11 +22,13 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
 from typing import Generic, TypeVar
 
 from audit.ingest.load import default_workers
@@ -40,11 +42,11 @@ T = TypeVar("T")
 class Pending(Generic[T]):
     """The result of a function run by :func:`aside`, taken once with :meth:`result`."""
 
-    def __init__(self, fn: Callable[[], T], process, conn) -> None:
+    def __init__(self, fn: Callable[[], T], pid: int, conn: Connection) -> None:
         self._fn: Callable[[], T] | None = fn
         self._conn = conn
         # A result never taken (the caller failed first): the child is stopped with its holder.
-        self._stop = weakref.finalize(self, _stop, process, conn)
+        self._stop = weakref.finalize(self, _stop, pid, conn)
 
     def result(self) -> T:
         """The function's result (its warnings issued here); raises what the function raises.
@@ -82,17 +84,23 @@ def aside(fn: Callable[[], T]) -> Pending[T] | None:
         or multiprocessing.current_process().daemon
     ):
         return None
-    ctx = multiprocessing.get_context("fork")
-    receive, send = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=_child, args=(fn, send, os.getpid()), daemon=True)
+    parent = os.getpid()
+    receive, send = os.pipe()
     try:
-        process.start()
+        pid = os.fork()
     except OSError:  # no memory for the fork, a limit on processes: the caller does the work
-        receive.close()
-        send.close()
+        os.close(receive)
+        os.close(send)
         return None
-    send.close()  # the child's end: only the child holds it now (EOF when it ends)
-    return Pending(fn, process, receive)
+    if pid == 0:  # the child: never returns into the caller's code
+        code = 1
+        try:
+            os.close(receive)
+            code = _child(fn, Connection(send, readable=False), parent)
+        finally:
+            os._exit(code)
+    os.close(send)  # the child's end: only the child holds it now (EOF when it ends)
+    return Pending(fn, pid, Connection(receive, writable=False))
 
 
 @contextlib.contextmanager
@@ -107,17 +115,21 @@ def cancelled_on_error(pending: Pending | None) -> Iterator[None]:
         raise
 
 
-def _child(fn: Callable[[], object], send, parent: int) -> None:
+def _child(fn: Callable[[], object], send: Connection, parent: int) -> int:
     """The forked process: run ``fn``, send (result, warnings), or nothing when it fails (the
-    caller then runs ``fn`` itself)."""
+    caller then runs ``fn`` itself); the exit code."""
     in_forked_worker(parent)
+    # The out-of-memory killer's first pick: the caller then does the work, rather than die.
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             value = fn()
         send.send((value, [_Caught(w) for w in caught]))
+        return 0
     except BaseException:  # the caller runs fn again and meets the error itself
-        pass
+        return 1
     finally:
         send.close()
 
@@ -153,8 +165,11 @@ class _Caught:
         )
 
 
-def _stop(process, conn) -> None:
+def _stop(pid: int, conn: Connection) -> None:
+    """Close the caller's end, stop the child if it still runs, and reap it."""
     conn.close()
-    if process.is_alive():
-        process.kill()
-    process.join()
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG) == (0, 0):  # still running
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)

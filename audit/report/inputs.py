@@ -129,6 +129,11 @@ def load_inputs(
     if not secrets_file.is_file():
         raise InputError(f"{secrets_file}: the secrets file does not exist")
     secrets = read_secrets(secrets_file)
+    # The small inputs first: a bad one is told before the long read (and its side process).
+    subs = load_snapshots(list(snapshots))
+    if client_id:
+        subs = subs[subs["client_id"] == client_id].reset_index(drop=True)
+    mutes = read_mutes(mutes_path) if mutes_path else None
     if store is None:
         got = read_logs(
             list(logs),
@@ -147,10 +152,6 @@ def load_inputs(
         deliveries, listed, evidence, first, ahead = _from_store(
             store, logs, secrets_file, header_prefix, start, end, as_of, clock_start
         )
-    subs = load_snapshots(list(snapshots))
-    if client_id:
-        subs = subs[subs["client_id"] == client_id].reset_index(drop=True)
-    mutes = read_mutes(mutes_path) if mutes_path else None
     rows = [listed.assign(kind="capture log")]
     extra = [("secrets", secrets_file.resolve(), False)]
     extra += [("snapshot", p, True) for p in (snapshot_files(snapshots) if snapshots else [])]
