@@ -93,8 +93,8 @@ def test_a_result_is_taken_once():
         pending.result()
 
 
-@needs_fork
-def test_a_result_never_taken_stops_its_child(tmp_path):
+def _slow_child(tmp_path):
+    """A pending result whose child sleeps for a minute, and the child's pid once it runs."""
     pid_file = tmp_path / "pid"
 
     def slow():
@@ -102,36 +102,26 @@ def test_a_result_never_taken_stops_its_child(tmp_path):
         time.sleep(60)
 
     pending = aside(slow)
-    for _ in range(200):
+    for _ in range(500):
         if pid_file.exists() and pid_file.read_text():
-            break
+            return pending, int(pid_file.read_text())
         time.sleep(0.01)
-    child = int(pid_file.read_text())
+    raise AssertionError("the child did not start")
+
+
+@needs_fork
+def test_a_result_never_taken_stops_its_child(tmp_path):
+    pending, child = _slow_child(tmp_path)
     del pending
     gc.collect()
     with pytest.raises(ProcessLookupError):  # stopped and reaped
         os.kill(child, 0)
 
 
-def _wait_for_pid(pid_file) -> int:
-    for _ in range(500):
-        if pid_file.exists() and pid_file.read_text():
-            return int(pid_file.read_text())
-        time.sleep(0.01)
-    raise AssertionError("the child did not start")
-
-
 @needs_fork
 def test_a_block_that_fails_cancels_the_child(tmp_path):
-    pid_file = tmp_path / "pid"
-
-    def slow():
-        pid_file.write_text(str(os.getpid()))
-        time.sleep(60)
-
-    pending = aside(slow)
+    pending, child = _slow_child(tmp_path)
     with pytest.raises(KeyboardInterrupt), cancelled_on_error(pending):
-        child = _wait_for_pid(pid_file)
         raise KeyboardInterrupt
     with pytest.raises(ProcessLookupError):  # stopped and reaped while the object lives on
         os.kill(child, 0)

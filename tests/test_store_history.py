@@ -12,6 +12,7 @@ import json
 import random
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -202,6 +203,17 @@ def _october_file_with_an_unreadable_line() -> list[object]:
     return [record(text, t), "this line is not JSON"]
 
 
+def _store_with_history(tmp_path) -> tuple[Path, Path, Path, Path]:
+    """(November's log, October's with an unreadable line, secrets, the store of both)."""
+    records = generated(7) + _retry_chain()
+    log = write_jsonl(tmp_path / "log.jsonl", records)
+    october = write_jsonl(tmp_path / "october.jsonl", _october_file_with_an_unreadable_line())
+    secrets = write_secrets(tmp_path / "s.json", {s: [{"secret": v}] for s, v in SECRETS.items()})
+    store = tmp_path / "store"
+    ingest([log, october], secrets, store)
+    return log, october, secrets, store
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_month_from_a_store_with_history_equals_the_raw_captures(tmp_path):
     """November from a store that also holds September and October: the same findings as from
@@ -209,12 +221,7 @@ def test_a_month_from_a_store_with_history_equals_the_raw_captures(tmp_path):
     unreadable line of an October file stays in October."""
     from audit.findings import run_controls
 
-    records = generated(7) + _retry_chain()
-    log = write_jsonl(tmp_path / "log.jsonl", records)
-    october = write_jsonl(tmp_path / "october.jsonl", _october_file_with_an_unreadable_line())
-    secrets = write_secrets(tmp_path / "s.json", {s: [{"secret": v}] for s, v in SECRETS.items()})
-    store = tmp_path / "store"
-    ingest([log, october], secrets, store)
+    log, october, secrets, store = _store_with_history(tmp_path)
     start, end = pd.Timestamp("2026-11-01", tz="UTC"), pd.Timestamp("2026-12-01", tz="UTC")
 
     got = load_analysis_inputs(store, start=start, end=end)
@@ -247,12 +254,7 @@ def test_the_takedown_folded_beside_the_deliveries_read_is_the_same_analysis(
     from audit.findings import run_controls
     from audit.ingest.load import default_workers
 
-    records = generated(7) + _retry_chain()
-    log = write_jsonl(tmp_path / "log.jsonl", records)
-    october = write_jsonl(tmp_path / "october.jsonl", _october_file_with_an_unreadable_line())
-    secrets = write_secrets(tmp_path / "s.json", {s: [{"secret": v}] for s, v in SECRETS.items()})
-    store = tmp_path / "store"
-    ingest([log, october], secrets, store)
+    *_, store = _store_with_history(tmp_path)
     start, end = NOVEMBER
     fold = partial(takedown_analysis, as_of=end, clock_start="burn")
     if share is not None:
