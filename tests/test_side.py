@@ -207,3 +207,22 @@ def test_the_child_is_the_out_of_memory_killers_first_pick():
     child, adj = aside(score).result()
     assert child != os.getpid() and adj == "1000"
     assert score()[1] != "1000"
+
+
+@needs_fork
+def test_an_interrupt_while_waiting_for_the_result_stops_the_child(tmp_path):
+    pending, child = _slow_child(tmp_path)
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.2)  # a ^C while result() waits for the child
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pending.result()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+    with pytest.raises(ProcessLookupError):  # stopped and reaped while the object lives on
+        os.kill(child, 0)

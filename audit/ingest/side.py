@@ -61,7 +61,8 @@ class Pending(Generic[T]):
             got = self._conn.recv()
         except Exception:  # died (killed, out of memory), failed, or unreadable
             got = None
-        self._stop()
+        finally:  # also on a ^C while waiting: the child is stopped and reaped
+            self._stop()
         if got is None:
             return fn()  # the same work here: the same result, or the same error
         value, caught = got
