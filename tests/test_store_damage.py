@@ -100,6 +100,26 @@ def test_a_damaged_part_is_one_line_not_an_internal_error(tmp_path, secrets, cap
     assert err.startswith("audit: error: a store part cannot be read") and err.count("\n") == 1
 
 
+def test_a_query_interrupted_by_ctrl_c_is_one_line(tmp_path, secrets, capsys, monkeypatch):
+    """A ^C while DuckDB runs a query reaches Python as ``RuntimeError('Query interrupted')``
+    (DuckDB's binding; seen by hand with SIGINT during ``SELECT count(*) FROM range(1e10)``):
+    the command line said "internal error" (found in review)."""
+    import audit.ingest.query as query
+
+    store = tmp_path / "store"
+    ingest([write_jsonl(tmp_path / "a.jsonl", [_rec(1)])], secrets, store)
+
+    def interrupted(*_a, **_k):
+        raise RuntimeError("Query interrupted")
+
+    monkeypatch.setattr(query, "scan", interrupted)
+    code = main(["verify", "--store", str(store), "--out", str(tmp_path / "v.csv")])
+    assert code == 3 and capsys.readouterr().err == "audit: interrupted\n"
+    monkeypatch.setattr(query, "scan", lambda *_a, **_k: 1 / 0)  # any other error: a bug's line
+    assert main(["verify", "--store", str(store), "--out", str(tmp_path / "v.csv")]) == 3
+    assert "internal error: ZeroDivisionError" in capsys.readouterr().err
+
+
 def test_parts_without_a_manifest_are_never_deleted(tmp_path, secrets):
     store = tmp_path / "store"
     log = write_jsonl(tmp_path / "a.jsonl", [_rec(i) for i in range(3)])

@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None, *, obj: dict | None = None) -> int:
     except Exception as e:  # a bug: still one line and exit 3, never "1 = failing findings"
         if os.environ.get("AUDIT_DEBUG"):
             raise
+        if type(e) is RuntimeError and str(e) == "Query interrupted":  # DuckDB's word for a ^C
+            click.echo("audit: interrupted", err=True)
+            return EXIT_BAD_INPUT
         if _damaged_file(e):
             first = _say(e).splitlines()[0]
             if "No files found that match" in first:  # a part replaced while it was read
