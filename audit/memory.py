@@ -18,7 +18,7 @@ import functools
 import sys
 from pathlib import Path
 
-__all__ = ["available_memory", "release_free_memory"]
+__all__ = ["available_memory", "cpu_limit", "release_free_memory"]
 
 
 @functools.cache
@@ -61,10 +61,8 @@ def available_memory(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cg
                 break
     except (OSError, ValueError, IndexError):
         pass
-    try:  # the cgroup this process is in ("0::/path" in cgroup v2)
-        own = (proc / "self" / "cgroup").read_text("ascii").splitlines()
-        rel = next(line[3:] for line in own if line.startswith("0::"))
-        folder = cgroup / rel.lstrip("/")
+    try:
+        folder = _own_cgroup(proc, cgroup)
         limit = (folder / "memory.max").read_text("ascii").strip()
         if limit != "max":
             used = int((folder / "memory.current").read_text("ascii").strip())
@@ -72,3 +70,21 @@ def available_memory(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cg
     except (OSError, ValueError, StopIteration):
         pass
     return min(found) if found else None
+
+
+def cpu_limit(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The CPUs a cgroup v2 quota (a systemd unit's ``CPUQuota``, ``docker run --cpus``) lets
+    this process use, as ``quota / period`` from ``cpu.max``; None without a quota, or where it
+    cannot be read. CPU affinity (``os.sched_getaffinity``) does not show a quota."""
+    try:
+        quota, period = (_own_cgroup(proc, cgroup) / "cpu.max").read_text("ascii").split()[:2]
+        return None if quota == "max" else max(int(quota), 1) / max(int(period), 1)
+    except (OSError, ValueError, StopIteration):
+        return None
+
+
+def _own_cgroup(proc: Path, cgroup: Path) -> Path:
+    """The folder of the cgroup this process is in (``0::/path`` in cgroup v2)."""
+    own = (proc / "self" / "cgroup").read_text("ascii").splitlines()
+    rel = next(line[3:] for line in own if line.startswith("0::"))
+    return cgroup / rel.lstrip("/")

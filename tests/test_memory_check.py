@@ -9,6 +9,7 @@ import pytest
 import audit.memory
 from audit.cli import main
 from audit.errors import ParameterError
+from audit.ingest.load import default_workers
 from audit.ingest.query import (
     BYTES_PER_DELIVERY,
     BYTES_PER_HISTORY_ROW,
@@ -16,7 +17,7 @@ from audit.ingest.query import (
     load_analysis_inputs,
 )
 from audit.ingest.store import ingest
-from audit.memory import available_memory
+from audit.memory import available_memory, cpu_limit
 from tests.builders import write_jsonl, write_secrets
 from tests.test_store import T0, _rec
 
@@ -49,6 +50,28 @@ def test_available_memory_is_the_smaller_of_the_system_and_its_cgroup(tmp_path):
     assert available_memory(proc, fs) == 8388608 * 1024  # MemAvailable: 8 GiB
     proc, fs = _tree(tmp_path / "c", None, None)
     assert available_memory(proc, fs) is None  # neither can be read (macOS, Windows)
+
+
+def test_a_cpu_quota_is_read_from_the_cgroup(tmp_path):
+    """``docker run --cpus 1.5`` writes ``150000 100000`` to ``cpu.max``; no quota: ``max``."""
+    proc, fs = _tree(tmp_path, None, {"cpu.max": "150000 100000\n"})
+    assert cpu_limit(proc, fs) == 1.5
+    proc, fs = _tree(tmp_path / "b", None, {"cpu.max": "max 100000\n"})
+    assert cpu_limit(proc, fs) is None
+    proc, fs = _tree(tmp_path / "c", None, None)
+    assert cpu_limit(proc, fs) is None  # cgroup v1, macOS, Windows
+
+
+@pytest.mark.skipif(default_workers() < 2, reason="needs 2 CPUs and fork")
+def test_workers_follow_a_cpu_quota(monkeypatch):
+    """A container limited to one CPU got a worker per visible CPU (and a forked fold beside
+    the store's read): more memory for no speed (found in review)."""
+    import audit.ingest.load as load
+
+    monkeypatch.setattr(load, "cpu_limit", lambda: 1.0)
+    assert default_workers() == 1
+    monkeypatch.setattr(load, "cpu_limit", lambda: 1.5)
+    assert default_workers() == 2
 
 
 @pytest.fixture

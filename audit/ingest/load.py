@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import multiprocessing
 import os
 import sys
@@ -39,6 +40,7 @@ from audit.ingest.formats import FORMATS, format_of
 from audit.ingest.formats.base import NAT
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import verify_parsed
+from audit.memory import cpu_limit
 from audit.paths import expand
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 
@@ -178,13 +180,18 @@ def fork_pool(workers: int) -> ProcessPoolExecutor:
 
 
 def default_workers() -> int:
-    """Worker processes to use: the CPUs this process may run on (at most 8).
+    """Worker processes to use: the CPUs this process may run on (at most 8), fewer under a
+    cgroup CPU quota (a container's ``--cpus 1.5``: 2; :func:`audit.memory.cpu_limit`).
 
     1 where the ``fork`` start method is not available (Windows, and macOS by policy).
     """
     if "fork" not in multiprocessing.get_all_start_methods() or sys.platform == "darwin":
         return 1
-    return max(1, min(len(os.sched_getaffinity(0)), 8))
+    cpus = len(os.sched_getaffinity(0))
+    quota = cpu_limit()
+    if quota is not None:
+        cpus = min(cpus, math.ceil(quota))
+    return max(1, min(cpus, 8))
 
 
 def load_captures(
