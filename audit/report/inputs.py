@@ -143,10 +143,8 @@ def load_inputs(
             upto=as_of if as_of is not None else end,
             evidence=True,
         )
-        deliveries, listed, evidence, first, ahead = (
-            *(got.rows, got.inputs, got.evidence),
-            *(None, None),
-        )
+        deliveries, listed, evidence = got.rows, got.inputs, got.evidence
+        first = ahead = None
         del got
     else:
         deliveries, listed, evidence, first, ahead = _from_store(

@@ -204,8 +204,8 @@ def _history(inputs: Inputs, period: Period) -> str:
     """What was read from before the period (memory grows with it), for the progress line.
 
     From raw captures, every record before the period is read for the incidents' history; from
-    a store, the deliveries of the day before (the retries: the incidents' history is read as
-    first receipts, folded in another process)."""
+    a store, the deliveries of the day before (the retries: the incidents' history is read
+    apart, one first receipt per event, often in another process)."""
     d = inputs.deliveries
     before = int((d["received_at"] < period.start).sum()) if len(d) else 0
     raw = inputs.takedown is None and inputs.first_receipts is None
