@@ -15,10 +15,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 import sys
 from pathlib import Path
 
-__all__ = ["available_memory", "cpu_limit", "release_free_memory"]
+__all__ = ["available_memory", "cpu_limit", "release_free_memory", "resident_memory"]
 
 
 @functools.cache
@@ -70,6 +71,19 @@ def available_memory(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cg
     except (OSError, ValueError, StopIteration):
         pass
     return min(found) if found else None
+
+
+def resident_memory(proc: Path = Path("/proc")) -> int | None:
+    """Bytes of this process's memory in RAM now (its resident set); None where it cannot be
+    read (macOS, Windows)."""
+    try:
+        pages = int((proc / "self" / "statm").read_text("ascii").split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * _PAGE
+
+
+_PAGE = 4096 if not hasattr(os, "sysconf") else os.sysconf("SC_PAGE_SIZE")
 
 
 def cpu_limit(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cgroup")) -> float | None:

@@ -12,14 +12,16 @@ import time
 
 import matplotlib
 import nbformat
+import pandas as pd
 import pytest
 
 import audit.report.drawing as drawing
 from audit.errors import ReportError
 from audit.locks import lock_file
-from audit.report import figures
+from audit.report import figures, parse_period
 from audit.report.drawing import FOLDER, DrawingAhead, drawn_once
 from audit.report.format import HTML
+from audit.report.params import Period
 from audit.report.render import render
 from audit.report.rundir import open_run
 from tests.test_report_figures import demo_run  # noqa: F401  (fixture)
@@ -133,6 +135,47 @@ def test_figures_drawn_ahead_from_the_frames_in_memory_are_those_of_the_folder(
         got = {name: str(getattr(figures, name)(run)) for name in figures.FIGURES}
         assert run.tables == {}  # every figure taken as drawn from memory
     assert got == expected
+
+
+def test_figures_drawn_aside_from_the_run_tables_are_those_of_the_folder(demo_run, tmp_path):  # noqa: F811
+    """The figures drawn by a forked process from the run's tables in memory, before any is
+    written, are those the notebook draws from the run folder; the kernel then reads none."""
+    memory, folder = demo_run
+    expected = {name: str(getattr(figures, name)(open_run(folder))) for name in figures.FIGURES}
+    run_dir = tmp_path / "run"
+    shutil.copytree(folder, run_dir)
+    p = memory.manifest["period"]
+    period = Period(p["label"], pd.Timestamp(p["start"]), pd.Timestamp(p["end"]))
+    assert period.as_dict() == p  # as the manifest the kernel reads
+    pending = drawing.drawing_aside(run_dir, period, memory.findings, memory.tables)
+    assert pending is not None and (run_dir / FOLDER).is_dir()
+    # rerun=False: a child that failed (a figure that raised) raises here, never redrawn here
+    assert pending.result() == list(reversed(figures.FIGURES))
+    run = open_run(run_dir)
+    got = {name: str(getattr(figures, name)(run)) for name in figures.FIGURES}
+    assert run.tables == {}  # every figure taken as the child drew it
+    assert got == expected
+
+
+def test_no_figure_is_drawn_aside_when_this_process_holds_much_of_the_free_memory(
+    demo_run,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """The child keeps alive what this process frees while it draws: over two thirds of the
+    available memory held, none is forked (the figures are drawn by the thread instead)."""
+    import audit.memory
+
+    memory, _ = demo_run
+    monkeypatch.setattr(audit.memory, "available_memory", lambda: 3_000_000_000)
+    monkeypatch.setattr(audit.memory, "resident_memory", lambda: 2_100_000_000)
+    period = parse_period("2026-10")
+    assert drawing.drawing_aside(tmp_path, period, memory.findings, memory.tables) is None
+    assert not (tmp_path / FOLDER).exists()
+    monkeypatch.setattr(audit.memory, "resident_memory", lambda: 1_900_000_000)
+    pending = drawing.drawing_aside(tmp_path, period, memory.findings, memory.tables)
+    assert pending is not None and (tmp_path / FOLDER).is_dir()
+    pending.cancel()
 
 
 def test_report_figures_keep_their_style_whatever_the_user_set(demo_run):  # noqa: F811

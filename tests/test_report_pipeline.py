@@ -268,6 +268,31 @@ def test_a_second_holder_of_the_lock_is_refused(tmp_path):
         pass
 
 
+def _descriptors_of(path: Path) -> list[int]:
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                out.append(int(fd))
+        except OSError:  # the listing's own descriptor, closed meanwhile
+            pass
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs Linux /proc")
+def test_a_process_forked_under_the_lock_closes_its_copy_of_it(tmp_path):
+    """The figures' process is forked under the run lock: it must not hold the lock (after a
+    kill -9 of the report, a copy kept by a child would refuse every later run)."""
+    from audit.ingest.side import aside
+
+    with lock(tmp_path):
+        assert _descriptors_of(tmp_path / ".lock")
+        pending = aside(lambda: _descriptors_of(tmp_path / ".lock"), rerun=False)
+        assert pending is not None and pending.result() == []
+    with lock(tmp_path):  # released: taken again
+        pass
+
+
 def test_stale_tmp_folders_are_marked_failed_and_indexed_without_dead_links(tmp_path):
     stale = tmp_path / "2026-10" / ".tmp-20261101T060000Z-abcdef"
     (stale / "tables").mkdir(parents=True)
@@ -336,17 +361,29 @@ def test_the_frames_are_freed_before_the_notebook_renders(hostile, tmp_path, mon
     assert alive["at render"] == {"deliveries": False, "tables": False}
 
 
-def test_figures_a_late_kernel_kept_are_not_renamed_into_the_run(hostile, tmp_path, monkeypatch):  # noqa: F811
+@pytest.mark.parametrize("where", ["aside", "thread"])
+def test_figures_a_late_kernel_kept_are_not_renamed_into_the_run(
+    hostile,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+    where,
+):
     """A cell that timed out may keep drawing until the kernel is shut down, after the figures'
-    folder was first removed: the run folder is renamed into place without it."""
+    folder was first removed: the run folder is renamed into place without it. The packaged
+    notebook's figures are drawn ahead: by a forked process from the moment the tables exist
+    (``aside``), or, where no process may be forked, by a thread while the kernel runs."""
+    import audit.ingest.side as side
     import audit.report.render as render
     from audit.report.drawing import FOLDER
 
     logs, secrets = hostile
     given = {}
+    if where == "thread":
+        monkeypatch.setattr(side, "aside", lambda fn, rerun=True: None)
 
     def late_render(nb_path, run_dir, *, title, timeout_s, kernel=None, ahead=(), drawn_from=None):
         given["ahead"], given["drawn"] = ahead, drawn_from
+        given["folder"] = (run_dir / FOLDER).is_dir()
         (run_dir / FOLDER).mkdir(exist_ok=True)
         (run_dir / FOLDER / "takedown.html").write_text("<p>late</p>")
         raise ReportError("notebook execution failed: CellTimeoutError")
@@ -354,10 +391,13 @@ def test_figures_a_late_kernel_kept_are_not_renamed_into_the_run(hostile, tmp_pa
     monkeypatch.setattr(render, "render", late_render)
     result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
     assert result.rendering_failed and not (result.run_dir / FOLDER).exists()
-    assert given["ahead"] == figures.FIGURES  # the packaged notebook: figures drawn ahead,
-    assert set(given["drawn"].tables) >= {"deliveries", "takedown_km"}  # from the run's frames
+    if where == "aside":  # the figures' folder made and being filled before rendering
+        assert given == {"ahead": (), "drawn": None, "folder": True}
+    else:
+        assert given["ahead"] == figures.FIGURES and not given["folder"]  # drawn in a thread,
+        assert set(given["drawn"].tables) >= {"deliveries", "takedown_km"}  # from the frames
     _run(tmp_path, logs, secrets, out_dir=tmp_path / "r2", notebook=DATA / "broken_report.ipynb")
-    assert given["ahead"] == () and given["drawn"] is None  # a template: none
+    assert given == {"ahead": (), "drawn": None, "folder": False}  # a template: none
 
 
 def test_csv_copies_are_written_beside_the_rendering_and_their_failure_fails_the_run(

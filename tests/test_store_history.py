@@ -285,6 +285,40 @@ def test_the_takedown_folded_beside_the_deliveries_read_is_the_same_analysis(
     )
 
 
+@pytest.mark.parametrize("history", [False, True])
+def test_the_fast_read_gives_the_frugal_read_s_rows(tmp_path, history):
+    """``frugal=False`` (DuckDB's batches taken as they come) gives the same frame, in the same
+    order, as the read that copies every column to free it on its own."""
+    *_, store = _store_with_history(tmp_path)
+    start, end = NOVEMBER
+    kw = {"history_from": start - pd.Timedelta(days=92)} if history else {}
+    for window in ({}, {"start": start - pd.Timedelta(days=1), "end": end, **kw}):
+        frugal = load_deliveries(store, columns=ANALYSIS_COLUMNS, **window)
+        fast = load_deliveries(store, columns=ANALYSIS_COLUMNS, frugal=False, **window)
+        assert len(fast) > 1
+        pd.testing.assert_frame_equal(fast, frugal)
+
+
+@pytest.mark.parametrize(("share", "frugal"), [(None, True), (0.5, True), (0.3, False)])
+def test_the_deliveries_are_read_the_fast_way_when_memory_is_plentiful(
+    tmp_path, monkeypatch, share, frugal
+):
+    """Read the fast way (rows held twice at once) only when the analysis needs at most a third
+    of the memory available; frugally when it needs more, or the memory is unknown."""
+    import audit.ingest.query as query
+
+    *_, store = _store_with_history(tmp_path)
+    start, end = NOVEMBER
+    seen = []
+    real = query.load_deliveries
+    monkeypatch.setattr(query, "check_memory", lambda *a, **k: share)
+    monkeypatch.setattr(
+        query, "load_deliveries", lambda *a, **k: seen.append(k["frugal"]) or real(*a, **k)
+    )
+    got = load_analysis_inputs(store, start=start, end=end)
+    assert seen == [frugal] and len(got.deliveries)
+
+
 def _findings(tmp_path, records: list[object], start, end, as_of=None):
     """Findings of ``[start, end)`` from the store and from the raw captures, as of ``as_of``."""
     from audit.findings import run_controls

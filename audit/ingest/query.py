@@ -104,6 +104,7 @@ def load_deliveries(
     paths: list[str] | None = None,
     history_from: pd.Timestamp | None = None,
     part: tuple[int, int] | None = None,
+    frugal: bool = True,
 ) -> pd.DataFrame:
     """Stored deliveries received in ``[start, end]`` (either end open when None), plus every
     unreadable record that has no receipt time, in input order.
@@ -120,6 +121,8 @@ def load_deliveries(
     ``part=(k, n)`` keeps the k-th of n parts split by (subscription, event id): every row of
     one such pair is in the same part; the rows without an event id (each on its own for every
     analysis) are split by (source, line).
+    ``frugal=False`` reads faster and holds the rows twice at once
+    (:func:`audit.ingest.scan.scan`).
     """
     start = None if start is None else as_utc(start, name="start")
     end = None if end is None else as_utc(end, name="end")
@@ -144,7 +147,7 @@ def load_deliveries(
         sql_where += (" AND " if sql_where else "WHERE ") + keep
     if part is not None:
         sql_where += (" AND " if sql_where else "WHERE ") + _part_of(*part)
-    return frame_from_arrow(scan(parts, columns, sql_where, params))
+    return frame_from_arrow(scan(parts, columns, sql_where, params, frugal=frugal))
 
 
 def _part_of(k: int, n: int) -> str:
@@ -265,7 +268,12 @@ def load_analysis_inputs(
     lo = None if start is None or attempt_lookback is None else start - attempt_lookback
     with cancelled_on_error(folded):
         deliveries = load_deliveries(
-            store, start=lo, end=upto, columns=DELIVERY_COLUMNS, history_from=back
+            store,
+            start=lo,
+            end=upto,
+            columns=DELIVERY_COLUMNS,
+            history_from=back,
+            frugal=share is None or share > PLAIN_SHARE,
         )
         return StoreInputs(deliveries, store_inputs(store), first, folded)
 
@@ -274,6 +282,12 @@ def load_analysis_inputs(
 #: a process of its own beside it (:func:`load_analysis_inputs`): at 1.64M deliveries the two
 #: processes together peak about 11 % above the read done in one.
 SIDE_SHARE = 2 / 3
+
+
+#: The largest share of the available memory a read may need to be read the fast way, holding
+#: its rows twice at once (``frugal=False`` of :func:`load_deliveries`): +230 MB, against
+#: 0.8 s less, for a month of 1M deliveries.
+PLAIN_SHARE = 1 / 3
 
 
 def _read_and_fold(fold: Callable[[FirstReceipts], object], store, start, end) -> object:

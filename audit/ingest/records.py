@@ -217,9 +217,10 @@ def _from_buffers(typ: pa.DataType, n: int, valid: np.ndarray | None, buffers: l
     return pa.Array.from_buffers(typ, n, [bitmap, *map(pa.py_buffer, buffers)], null_count=nulls)
 
 
-def combine_columns(schema: pa.Schema, columns: list) -> pa.Table:
+def combine_columns(schema: pa.Schema, columns: list, *, frugal: bool = True) -> pa.Table:
     """A table of ``schema`` with one chunk per column from ``columns`` (chunked arrays), which
     it empties as it goes: when nothing else holds them, at most one column exists twice.
+    Without ``frugal`` (memory to spare), Arrow's pool is used and nothing is given back.
 
     pandas gets one array per column (its operations on many chunks copy them again). The new
     columns are allocated with ``malloc`` (Arrow's system pool), and the C heap's free pages go
@@ -227,7 +228,7 @@ def combine_columns(schema: pa.Schema, columns: list) -> pa.Table:
     Arrow's own pool kept the freed chunks, so the copy peaked at the data twice over (measured
     at 1.6M deliveries: 2.66 GB, against 1.53 GB now for 1.45 GB of rows).
     """
-    pool = pa.system_memory_pool()
+    pool = pa.system_memory_pool() if frugal else None
     out = []
     for k in range(len(columns)):
         column = columns[k]
@@ -236,7 +237,8 @@ def combine_columns(schema: pa.Schema, columns: list) -> pa.Table:
             column.combine_chunks(memory_pool=pool) if column.num_chunks != 1 else column.chunk(0)
         )
         del column
-        release_free_memory()
+        if frugal:
+            release_free_memory()
     return pa.Table.from_arrays(out, schema=schema)
 
 

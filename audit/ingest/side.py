@@ -42,8 +42,9 @@ T = TypeVar("T")
 class Pending(Generic[T]):
     """The result of a function run by :func:`aside`, taken once with :meth:`result`."""
 
-    def __init__(self, fn: Callable[[], T], pid: int, conn: Connection) -> None:
-        self._fn: Callable[[], T] | None = fn
+    def __init__(self, fn: Callable[[], T] | None, pid: int, conn: Connection) -> None:
+        self._fn = fn  # None: not run again here (``aside(..., rerun=False)``)
+        self._open = True
         self._conn = conn
         # A result never taken (the caller failed first): the child is stopped with its holder.
         self._stop = weakref.finalize(self, _stop, pid, conn)
@@ -51,12 +52,13 @@ class Pending(Generic[T]):
     def result(self) -> T:
         """The function's result (its warnings issued here); raises what the function raises.
 
-        May be called once.
+        May be called once. Without a function to run again (``rerun=False``), a child that
+        failed gives :class:`ChildProcessError`.
         """
         fn = self._fn
-        if fn is None:
+        if not self._open:
             raise RuntimeError("this result was already taken (or cancelled)")
-        self._fn = None
+        self._fn, self._open = None, False
         try:
             got = self._conn.recv()
         except Exception:  # died (killed, out of memory), failed, or unreadable
@@ -64,6 +66,8 @@ class Pending(Generic[T]):
         finally:  # also on a ^C while waiting: the child is stopped and reaped
             self._stop()
         if got is None:
+            if fn is None:
+                raise ChildProcessError("the process working aside failed")
             return fn()  # the same work here: the same result, or the same error
         value, caught = got
         for w in caught:
@@ -71,14 +75,19 @@ class Pending(Generic[T]):
         return value
 
     def cancel(self) -> None:
-        """Stop the child; the result is not wanted (the caller failed)."""
-        self._fn = None
+        """Stop the child; the result is not wanted (the caller failed, or is done)."""
+        self._fn, self._open = None, False
         self._stop()
 
 
-def aside(fn: Callable[[], T]) -> Pending[T] | None:
+def aside(fn: Callable[[], T], *, rerun: bool = True) -> Pending[T] | None:
     """Start ``fn()`` in a forked process and return its :class:`Pending` result, or None when
-    this process cannot fork safely (:mod:`audit.ingest.side`): the caller then runs ``fn``."""
+    this process cannot fork safely (:mod:`audit.ingest.side`): the caller then runs ``fn``.
+
+    ``rerun=False``: this process keeps no reference to ``fn`` (nor to what it holds, which it
+    may then free while the child works on its own copy); a failed child's work is not done
+    again here.
+    """
     if (
         default_workers() < 2
         or threading.active_count() > 1
@@ -101,7 +110,7 @@ def aside(fn: Callable[[], T]) -> Pending[T] | None:
         finally:
             os._exit(code)
     os.close(send)  # the child's end: only the child holds it now (EOF when it ends)
-    return Pending(fn, pid, Connection(receive, writable=False))
+    return Pending(fn if rerun else None, pid, Connection(receive, writable=False))
 
 
 @contextlib.contextmanager

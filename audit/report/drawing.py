@@ -19,6 +19,7 @@ run folder is renamed into place.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import stat
@@ -26,11 +27,25 @@ import threading
 from collections.abc import Callable, Sequence
 from functools import wraps
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from audit.locks import lock_file, try_lock_file, unlock_file
 from audit.report.format import HTML
 
-__all__ = ["FOLDER", "DrawingAhead", "drawn_once", "in_memory", "in_report_style", "shared"]
+if TYPE_CHECKING:
+    from audit.ingest.side import Pending
+    from audit.report.params import Period
+
+__all__ = [
+    "FOLDER",
+    "DrawingAhead",
+    "draw_from_last",
+    "drawing_aside",
+    "drawn_once",
+    "in_memory",
+    "in_report_style",
+    "shared",
+]
 
 #: The folder of a run folder where figures are kept while the report renders.
 FOLDER = ".figures"
@@ -160,19 +175,63 @@ class DrawingAhead:
             self._thread.join()
 
     def _work(self) -> None:
-        from audit.report import figures
         from audit.report.rundir import open_run
 
         with contextlib.suppress(Exception):
             run = self._run if self._run is not None else open_run(self._run_dir)
-            for name in reversed(self._names):
-                if self._stop.is_set():
-                    return
-                function = getattr(figures, name).__wrapped__
-                drawing = lambda f=function: in_report_style(f, run)  # noqa: E731
-                if drawn_once(self.folder, name, drawing, wait=False) is None:
-                    return  # the kernel holds it or has drawn it: it has the rest
-                self.drawn.append(name)
+            draw_from_last(self.folder, self._names, run, self.drawn, self._stop)
+
+
+def draw_from_last(folder: Path, names: Sequence[str], run, drawn: list[str] | None = None,
+                   stop: threading.Event | None = None) -> list[str]:  # fmt: skip
+    """Draw the figures ``names`` of ``run`` into ``folder`` (:func:`drawn_once`), from the
+    last, until the kernel holds one or has drawn it (it has the rest) or ``stop`` is set;
+    the names drawn, appended to ``drawn`` as they are."""
+    from audit.report import figures
+
+    drawn = [] if drawn is None else drawn
+    for name in reversed(names):
+        if stop is not None and stop.is_set():
+            break
+        function = getattr(figures, name).__wrapped__
+        drawing = lambda f=function: in_report_style(f, run)  # noqa: E731
+        if drawn_once(folder, name, drawing, wait=False) is None:
+            break
+        drawn.append(name)
+    return drawn
+
+
+def drawing_aside(run_dir: Path, period: Period, findings, tables: dict) -> Pending | None:
+    """Start drawing the report's figures in a forked process (:func:`audit.ingest.side.aside`),
+    from the run's ``tables`` as they are now, while this process writes the run folder and
+    renders: the figures' 2 CPU-seconds at 1M deliveries then run on the other core from the
+    moment the tables exist, not while the kernel waits for them (``docs/scale.md``,
+    "Eighteenth pass"). The figures' folder is made now; the kernel takes each figure under its
+    lock, or draws one the child has not (a child that fails or is killed leaves the rest to
+    the kernel: the same figures, only later).
+
+    None when no process was forked (:func:`~audit.ingest.side.aside` refused, or this
+    process's memory is over :data:`~audit.ingest.query.SIDE_SHARE` of the memory available:
+    the child keeps what this process frees later alive until it ends): then nothing is made,
+    and :class:`DrawingAhead` draws from the figures' tables copied here.
+    """
+    from audit.ingest.query import SIDE_SHARE
+    from audit.ingest.side import aside
+    from audit.memory import available_memory, resident_memory
+    from audit.report.figures import FIGURES
+    from audit.report.rundir import RunData
+
+    held, free = resident_memory(), available_memory()
+    if held is None or free is None or held > SIDE_SHARE * free:
+        return None
+    folder = run_dir / FOLDER
+    folder.mkdir(mode=0o700)
+    run = RunData(manifest={"period": period.as_dict()}, findings=findings, run_dir=run_dir,
+                  tables=dict(tables))  # fmt: skip
+    pending = aside(functools.partial(draw_from_last, folder, FIGURES, run), rerun=False)
+    if pending is None:
+        folder.rmdir()
+    return pending
 
 
 def in_memory(run_dir: Path, manifest: dict, computed):

@@ -44,6 +44,10 @@ class Period:
     start: pd.Timestamp
     end: pd.Timestamp
 
+    def as_dict(self) -> dict[str, str]:
+        """The period as a run's manifest records it (ISO times)."""
+        return {"label": self.label, "start": self.start.isoformat(), "end": self.end.isoformat()}
+
 
 def _day(d: date) -> pd.Timestamp:
     if not _FIRST_YEAR <= d.year <= _LAST_YEAR:

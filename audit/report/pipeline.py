@@ -20,7 +20,6 @@ import contextlib
 import errno
 import fcntl
 import hashlib
-import importlib.metadata
 import json
 import os
 import platform
@@ -37,13 +36,22 @@ import pandas as pd
 
 from audit.errors import ParameterError, ReportError
 from audit.findings import SEVERITIES
+from audit.ingest.side import cancelled_on_error
+from audit.locks import note_held
 from audit.memory import release_free_memory
 from audit.report.compute import Computed, compute
 from audit.report.index import build_index, scan_runs
 from audit.report.inputs import Inputs, load_inputs
 from audit.report.kernel import WarmKernel
 from audit.report.params import Period, check_params
-from audit.report.rundir import CsvCopies, findings_records, write_json, write_tables
+from audit.report.rundir import (
+    CsvCopies,
+    finding_counts,
+    findings_records,
+    versions,
+    write_json,
+    write_tables,
+)
 
 __all__ = [
     "EXIT_CONTROL_ERROR",
@@ -62,17 +70,6 @@ __all__ = [
 EXIT_OK, EXIT_FAILING, EXIT_CONTROL_ERROR, EXIT_RUNTIME = 0, 1, 2, 3
 SEVERITY_ORDER = tuple(reversed(SEVERITIES))  # least severe first
 Progress = Callable[[str], None]
-
-
-def versions() -> dict[str, str]:
-    """The toolkit's and its main libraries' versions, and Python's."""
-    out = {"python": platform.python_version()}
-    for name in ("audit", "pandas", "numpy", "pyarrow", "matplotlib", "papermill", "nbconvert"):
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:  # pragma: no cover
-            out[name] = "unknown"
-    return out
 
 
 @contextlib.contextmanager
@@ -100,9 +97,11 @@ def lock(out_dir: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise ReportError(f"{out_dir}: another report run holds the lock") from None
+        note_held(fd)  # a forked child (the figures drawn aside) closes its copy
         try:
             yield
         finally:
+            note_held(fd, False)
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
@@ -160,15 +159,6 @@ class ReportResult:
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _counts(findings: pd.DataFrame) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {"status": {}, "severity": {}}
-    for rec in findings[["status", "severity"]].to_dict("records") if len(findings) else []:
-        out["status"][rec["status"]] = out["status"].get(rec["status"], 0) + 1
-        if rec["status"] in ("fail", "error"):
-            out["severity"][rec["severity"]] = out["severity"].get(rec["severity"], 0) + 1
-    return out
 
 
 def _completed(root: Path, period: Period) -> Path | None:
@@ -287,36 +277,40 @@ def run_report(
         failing = int((computed.findings["status"] == "fail").sum())
         say(f"analyses and controls done: {len(computed.findings)} findings, {failing} failing")
         run_id = f"{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
-        from audit.report.drawing import in_memory
+        from audit.report.drawing import drawing_aside, in_memory
         from audit.report.render import default_notebook, preload
 
-        preloading = preload()  # beside the run folder's writing
         with lock(root):
-            tmp, manifest, csvs = _write_run(
-                root, period, checked, computed, code, nb_path, started, run_id
-            )
-            # The notebook reads the run folder: the frames go before it runs (at 1M, 1.7 GB beside
-            # the kernel's 0.6-1.8 GB), but copies of what the figures read (150 MB at 1M).
-            drawn = in_memory(tmp, manifest, computed) if nb_path == default_notebook() else None
-            del inputs, computed
-            release_free_memory()
-            preloading.join()
-            return _render_run(
-                root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel, drawn, csvs
-            )
+            mark_stale(root, run_id)
+            tmp = root / period.label / f".tmp-{run_id}"
+            tmp.mkdir(parents=True)
+            figures = nb_path == default_notebook()  # the packaged notebook's figures drawn ahead
+            aside = None
+            if figures:  # forked first: the threads below would forbid it
+                aside = drawing_aside(tmp, period, computed.findings, computed.tables)
+            with cancelled_on_error(aside):
+                preloading = preload()  # beside the run folder's writing
+                manifest, csvs = _write_run(tmp, period, checked, computed, code, nb_path, started)
+                # The notebook reads the run folder: the frames go before it runs (at 1M, 1.7 GB
+                # beside the kernel's 0.6-1.8 GB), but copies of what the figures read (150 MB
+                # at 1M) when no child process draws them already.
+                drawn = in_memory(tmp, manifest, computed) if figures and not aside else None
+                del inputs, computed
+                release_free_memory()
+                preloading.join()
+                return _render_run(
+                    root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel, drawn,
+                    csvs, aside,
+                )  # fmt: skip
 
 
-def _write_run(root, period, checked, computed, code, nb_path, started, run_id
-               ) -> tuple[Path, dict, CsvCopies]:  # fmt: skip
-    """Write the run folder (under the lock) to ``<period>/.tmp-<run id>``: (folder, manifest,
-    the CSV copies of the tables, still being written)."""
+def _write_run(tmp, period, checked, computed, code, nb_path, started) -> tuple[dict, CsvCopies]:
+    """Write the run folder (under the lock) into ``tmp`` (``<period>/.tmp-<run id>``):
+    (manifest, the CSV copies of the tables, still being written)."""
     from audit.report.trend import trend_for
     from audit.safe import write_csv
 
-    mark_stale(root, run_id)
-    period_dir = root / period.label
-    tmp = period_dir / f".tmp-{run_id}"
-    tmp.mkdir(parents=True)
+    root, run_id = tmp.parents[1], tmp.name.removeprefix(".tmp-")
     write_csv(computed.findings, tmp / "findings.csv")
     write_json(tmp / "findings.json", findings_records(computed.findings))
     trend = trend_for(root, period, computed.findings)
@@ -326,11 +320,7 @@ def _write_run(root, period, checked, computed, code, nb_path, started, run_id
     manifest = {
         "run_id": run_id,
         "title": "Webhook delivery compliance report",
-        "period": {
-            "label": period.label,
-            "start": period.start.isoformat(),
-            "end": period.end.isoformat(),
-        },
+        "period": period.as_dict(),
         "as_of": checked.as_of.isoformat(),
         "client_id": checked.client_id,
         "parameters": checked.as_dict(),
@@ -338,7 +328,7 @@ def _write_run(root, period, checked, computed, code, nb_path, started, run_id
         "inputs": json.loads(computed.tables["inputs"].to_json(orient="records")),
         "notebook": {"path": str(nb_path), "sha256": _sha256(nb_path)},
         "started": started.isoformat(),
-        "findings": _counts(computed.findings),
+        "findings": finding_counts(computed.findings),
         "trend": {
             "previous_period": (trend["previous"] or {}).get("period"),
             "previous_run": (trend["previous"] or {}).get("run_id"),
@@ -350,15 +340,16 @@ def _write_run(root, period, checked, computed, code, nb_path, started, run_id
         "python": platform.python_version(),
     }
     write_json(tmp / "manifest.json", manifest)
-    return tmp, manifest, csvs
+    return manifest, csvs
 
 
 def _render_run(
     root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel=None, drawn=None,
-    csvs=None,
+    csvs=None, aside=None,
 ) -> ReportResult:  # fmt: skip
     """Render the notebook into the run folder, rename it into place, rebuild the index;
     ``drawn``: the frames this process draws the figures from meanwhile (``in_memory``);
+    ``aside``: the process drawing them instead (``drawing_aside``), stopped after rendering;
     ``csvs``: the tables' CSV copies being written meanwhile, waited for before the rename."""
     from audit.report.drawing import FOLDER
     from audit.report.figures import FIGURES
@@ -377,6 +368,9 @@ def _render_run(
     except ReportError as e:
         message, failed = f"rendering failed: {e}".replace(str(tmp), str(final)), True
         manifest["rendering"] = {"status": "failed", "message": message}
+    finally:
+        if aside is not None:  # done (the kernel took every figure), or drawing for nothing
+            aside.cancel()
     # Again, now that the kernel is gone: a cell that timed out may have kept drawing after the
     # figures' folder was first removed.
     shutil.rmtree(tmp / FOLDER, ignore_errors=True)

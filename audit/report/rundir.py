@@ -15,8 +15,10 @@ Layout of ``DIR/<period>/<run id>/``::
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import os
+import platform
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,8 +35,10 @@ __all__ = [
     "CSV_TABLES",
     "CsvCopies",
     "RunData",
+    "finding_counts",
     "findings_records",
     "open_run",
+    "versions",
     "write_json",
     "write_tables",
 ]
@@ -196,3 +200,24 @@ def open_run(run_dir: str | os.PathLike | None) -> RunData:
         )
     trend = _read_json(folder / "trend.json", {})
     return RunData(manifest, findings, trend, folder)  # type: ignore[arg-type]
+
+
+def versions() -> dict[str, str]:
+    """The toolkit's and its main libraries' versions, and Python's."""
+    out = {"python": platform.python_version()}
+    for name in ("audit", "pandas", "numpy", "pyarrow", "matplotlib", "papermill", "nbconvert"):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+            out[name] = "unknown"
+    return out
+
+
+def finding_counts(findings: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """How many findings have each status, and each severity among the failing or erring."""
+    out: dict[str, dict[str, int]] = {"status": {}, "severity": {}}
+    for rec in findings[["status", "severity"]].to_dict("records") if len(findings) else []:
+        out["status"][rec["status"]] = out["status"].get(rec["status"], 0) + 1
+        if rec["status"] in ("fail", "error"):
+            out["severity"][rec["severity"]] = out["severity"].get(rec["severity"], 0) + 1
+    return out
