@@ -137,24 +137,62 @@ def test_figures_drawn_ahead_from_the_frames_in_memory_are_those_of_the_folder(
     assert got == expected
 
 
-def test_figures_drawn_aside_from_the_run_tables_are_those_of_the_folder(demo_run, tmp_path):  # noqa: F811
-    """The figures drawn by a forked process from the run's tables in memory, before any is
-    written, are those the notebook draws from the run folder; the kernel then reads none."""
+@pytest.mark.parametrize("folder_made", ["at once", "later"])
+def test_figures_drawn_aside_from_the_run_tables_are_those_of_the_folder(
+    demo_run,  # noqa: F811
+    tmp_path,
+    folder_made,
+):
+    """The figures drawn by a forked process from the run's tables in memory, before the run
+    folder exists, are those the notebook draws from the run folder; the child leaves them in
+    the figures' folder once it is made, and the kernel then reads no table."""
     memory, folder = demo_run
     expected = {name: str(getattr(figures, name)(open_run(folder))) for name in figures.FIGURES}
     run_dir = tmp_path / "run"
-    shutil.copytree(folder, run_dir)
     p = memory.manifest["period"]
     period = Period(p["label"], pd.Timestamp(p["start"]), pd.Timestamp(p["end"]))
     assert period.as_dict() == p  # as the manifest the kernel reads
-    pending = drawing.drawing_aside(run_dir, period, memory.findings, memory.tables)
-    assert pending is not None and (run_dir / FOLDER).is_dir()
+    pending = drawing.drawing_aside(run_dir, period, memory.tables)
+    assert pending is not None
+    if folder_made == "later":
+        time.sleep(1.5)  # the child has drawn some or all of them in memory meanwhile
+    shutil.copytree(folder, run_dir)
+    drawing.figures_folder(run_dir)
     # rerun=False: a child that failed (a figure that raised) raises here, never redrawn here
-    assert pending.result() == list(reversed(figures.FIGURES))
+    assert sorted(pending.result()) == sorted(figures.FIGURES)
     run = open_run(run_dir)
     got = {name: str(getattr(figures, name)(run)) for name in figures.FIGURES}
     assert run.tables == {}  # every figure taken as the child drew it
     assert got == expected
+
+
+def test_a_figure_the_kernel_holds_is_left_to_it_by_the_process_drawing_aside(
+    demo_run,  # noqa: F811
+    tmp_path,
+):
+    memory, _ = demo_run
+    period = parse_period("2026-10")
+    first, last = figures.FIGURES[0], figures.FIGURES[-1]
+    folder = drawing.figures_folder(tmp_path)
+    with open(folder / f"{last}.lock", "a+b") as held:
+        lock_file(held)  # the kernel is drawing the last figure
+        pending = drawing.drawing_aside(tmp_path, period, memory.tables)
+        assert pending is not None
+        assert pending.result() == []  # it stopped at the figure the kernel holds
+    assert not (folder / f"{first}.html").exists()
+
+
+def test_a_link_planted_for_the_figures_folder_is_not_followed(demo_run, tmp_path):  # noqa: F811
+    memory, _ = demo_run
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / FOLDER).symlink_to(elsewhere)
+    pending = drawing.drawing_aside(tmp_path / "run", parse_period("2026-10"), memory.tables)
+    assert pending is not None
+    time.sleep(3)  # long enough to draw every figure of the demo month
+    pending.cancel()
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_no_figure_is_drawn_aside_when_this_process_holds_much_of_the_free_memory(
@@ -167,14 +205,13 @@ def test_no_figure_is_drawn_aside_when_this_process_holds_much_of_the_free_memor
     import audit.memory
 
     memory, _ = demo_run
+    period = parse_period("2026-10")
     monkeypatch.setattr(audit.memory, "available_memory", lambda: 3_000_000_000)
     monkeypatch.setattr(audit.memory, "resident_memory", lambda: 2_100_000_000)
-    period = parse_period("2026-10")
-    assert drawing.drawing_aside(tmp_path, period, memory.findings, memory.tables) is None
-    assert not (tmp_path / FOLDER).exists()
+    assert drawing.drawing_aside(tmp_path, period, memory.tables) is None
     monkeypatch.setattr(audit.memory, "resident_memory", lambda: 1_900_000_000)
-    pending = drawing.drawing_aside(tmp_path, period, memory.findings, memory.tables)
-    assert pending is not None and (tmp_path / FOLDER).is_dir()
+    pending = drawing.drawing_aside(tmp_path, period, memory.tables)
+    assert pending is not None
     pending.cancel()
 
 

@@ -343,8 +343,8 @@ def test_the_frames_are_freed_before_the_notebook_renders(hostile, tmp_path, mon
     alive = {}
     real_compute = pipeline.compute
 
-    def compute(inputs, params, period):
-        computed = real_compute(inputs, params, period)
+    def compute(inputs, params, period, **kw):
+        computed = real_compute(inputs, params, period, **kw)
         alive["deliveries"] = weakref.ref(computed.analysis.deliveries)
         alive["tables"] = weakref.ref(computed.tables["deliveries"])
         return computed

@@ -8,6 +8,7 @@ publishing (:func:`audit.report.pipeline.run_report`); notebooks call it through
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -30,11 +31,19 @@ class Computed:
     notes: list[str] = field(default_factory=list)
 
 
-def compute(inputs: Inputs, params: ReportParams, period: Period) -> Computed:
+def compute(
+    inputs: Inputs,
+    params: ReportParams,
+    period: Period,
+    *,
+    on_tables: Callable[[dict[str, pd.DataFrame]], None] | None = None,
+) -> Computed:
     """Analyses and controls as of ``params.as_of`` (warnings become report notes).
 
     Listing snapshots fetched after ``as_of`` are left out, like records received after it.
     ``inputs`` hands its deliveries over (:meth:`Inputs.hand_over_deliveries`) to be freed.
+    ``on_tables`` is called with the report tables as soon as they exist, before the controls
+    run (the pipeline starts drawing the figures then).
     """
     from audit.analysis.analyze import run_analyses
     from audit.findings import run_controls
@@ -54,6 +63,9 @@ def compute(inputs: Inputs, params: ReportParams, period: Period) -> Computed:
             takedown=inputs.takedown,
         )
         release_free_memory()
+        tables = report_tables(analysis, period, evidence=inputs.evidence)
+        if on_tables is not None:
+            on_tables(tables)
         findings = run_controls(
             analysis,
             period_start=period.start,
@@ -63,7 +75,6 @@ def compute(inputs: Inputs, params: ReportParams, period: Period) -> Computed:
             mutes=inputs.mutes,
         )
         release_free_memory()  # the controls' cuts of the deliveries
-        tables = report_tables(analysis, period, evidence=inputs.evidence)
     notes = list(dict.fromkeys(str(w.message).splitlines()[0] for w in caught))
     tables["inputs"] = _mark_late_snapshots(inputs, params.as_of)
     return Computed(analysis, findings, tables, notes)

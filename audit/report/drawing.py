@@ -24,10 +24,13 @@ import os
 import shutil
 import stat
 import threading
+import time
 from collections.abc import Callable, Sequence
 from functools import wraps
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from audit.locks import lock_file, try_lock_file, unlock_file
 from audit.report.format import HTML
@@ -42,6 +45,7 @@ __all__ = [
     "draw_from_last",
     "drawing_aside",
     "drawn_once",
+    "figures_folder",
     "in_memory",
     "in_report_style",
     "shared",
@@ -201,19 +205,22 @@ def draw_from_last(folder: Path, names: Sequence[str], run, drawn: list[str] | N
     return drawn
 
 
-def drawing_aside(run_dir: Path, period: Period, findings, tables: dict) -> Pending | None:
-    """Start drawing the report's figures in a forked process (:func:`audit.ingest.side.aside`),
-    from the run's ``tables`` as they are now, while this process writes the run folder and
-    renders: the figures' 2 CPU-seconds at 1M deliveries then run on the other core from the
-    moment the tables exist, not while the kernel waits for them (``docs/scale.md``,
-    "Eighteenth pass"). The figures' folder is made now; the kernel takes each figure under its
-    lock, or draws one the child has not (a child that fails or is killed leaves the rest to
-    the kernel: the same figures, only later).
+def drawing_aside(run_dir: Path, period: Period, tables: dict) -> Pending | None:
+    """Start drawing the report's figures in a forked process (:func:`audit.ingest.side.aside`)
+    from the run's ``tables`` as they are now, before the run folder ``run_dir`` exists: the
+    figures' 2 CPU-seconds at 1M deliveries then run on the other core while this process
+    runs the controls and writes the run folder, rather than while the kernel waits for them
+    (``docs/scale.md``, "Eighteenth pass").
+
+    The child keeps the figures it draws in memory until this process makes the figures'
+    folder (:func:`figures_folder`, under the run lock), then leaves each there under its lock
+    (:func:`drawn_once`) unless the kernel holds or has drawn it, and draws the rest the same
+    way. A child that fails or is killed leaves the rest to the kernel: the same figures, only
+    later. Stop it (:meth:`~audit.ingest.side.Pending.cancel`) once the notebook has run.
 
     None when no process was forked (:func:`~audit.ingest.side.aside` refused, or this
-    process's memory is over :data:`~audit.ingest.query.SIDE_SHARE` of the memory available:
-    the child keeps what this process frees later alive until it ends): then nothing is made,
-    and :class:`DrawingAhead` draws from the figures' tables copied here.
+    process holds over :data:`~audit.ingest.query.SIDE_SHARE` of the memory available: the
+    child keeps what this process frees later alive until it ends).
     """
     from audit.ingest.query import SIDE_SHARE
     from audit.ingest.side import aside
@@ -224,14 +231,47 @@ def drawing_aside(run_dir: Path, period: Period, findings, tables: dict) -> Pend
     held, free = resident_memory(), available_memory()
     if held is None or free is None or held > SIDE_SHARE * free:
         return None
+    run = RunData(manifest={"period": period.as_dict()}, findings=pd.DataFrame(),
+                  run_dir=run_dir, tables=dict(tables))  # fmt: skip
+    return aside(functools.partial(_drawn_then_left, run_dir / FOLDER, FIGURES, run), rerun=False)
+
+
+def figures_folder(run_dir: Path) -> Path:
+    """Make the figures' folder of ``run_dir`` (private to this user), where a child of
+    :func:`drawing_aside` leaves the figures it drew."""
     folder = run_dir / FOLDER
     folder.mkdir(mode=0o700)
-    run = RunData(manifest={"period": period.as_dict()}, findings=findings, run_dir=run_dir,
-                  tables=dict(tables))  # fmt: skip
-    pending = aside(functools.partial(draw_from_last, folder, FIGURES, run), rerun=False)
-    if pending is None:
-        folder.rmdir()
-    return pending
+    return folder
+
+
+def _drawn_then_left(folder: Path, names: Sequence[str], run, poll_s: float = 0.02) -> list[str]:
+    """The child of :func:`drawing_aside`: the figures ``names`` drawn from the last, each left
+    in ``folder`` once it exists; the names it left there."""
+    from audit.report import figures
+
+    drawn: dict[str, HTML] = {}
+    for name in reversed(names):
+        if _ours(folder):
+            break
+        drawn[name] = in_report_style(getattr(figures, name).__wrapped__, run)
+    while not _ours(folder):  # this process is stopped if the folder never comes
+        time.sleep(poll_s)
+    left = [
+        name
+        for name, html in drawn.items()
+        if drawn_once(folder, name, lambda h=html: h, wait=False) is not None
+    ]
+    rest = [n for n in names if n not in drawn]
+    return left + draw_from_last(folder, rest, run)
+
+
+def _ours(folder: Path) -> bool:
+    """Whether ``folder`` is a directory of this user (not a link planted in its place)."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
 
 
 def in_memory(run_dir: Path, manifest: dict, computed):

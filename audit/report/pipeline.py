@@ -36,7 +36,6 @@ import pandas as pd
 
 from audit.errors import ParameterError, ReportError
 from audit.findings import SEVERITIES
-from audit.ingest.side import cancelled_on_error
 from audit.locks import note_held
 from audit.memory import release_free_memory
 from audit.report.compute import Computed, compute
@@ -271,37 +270,42 @@ def run_report(
     del d  # compute takes the frame over, to free it
     # The notebook's kernel starts now, with its imports, on the core the analyses leave idle
     # (the load before used both); it is shut down however the run ends.
-    with WarmKernel() as kernel:
-        computed = compute(inputs, checked, period)
+    run_id = f"{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    tmp = root / period.label / f".tmp-{run_id}"
+    from audit.report.drawing import drawing_aside, figures_folder, in_memory
+    from audit.report.render import default_notebook, preload
+
+    figures = nb_path == default_notebook()  # the packaged notebook's figures are drawn ahead
+    aside = [None]  # the process drawing them, forked once the tables exist (None: a thread)
+
+    def draw_aside(tables: dict) -> None:
+        aside[0] = drawing_aside(tmp, period, tables) if figures else None
+        if aside[0] is not None:  # stopped however the run ends
+            stopping.callback(aside[0].cancel)
+
+    with WarmKernel() as kernel, contextlib.ExitStack() as stopping:
+        computed = compute(inputs, checked, period, on_tables=draw_aside)
         code = exit_code(computed.findings, fail_on)
         failing = int((computed.findings["status"] == "fail").sum())
         say(f"analyses and controls done: {len(computed.findings)} findings, {failing} failing")
-        run_id = f"{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
-        from audit.report.drawing import drawing_aside, in_memory
-        from audit.report.render import default_notebook, preload
-
+        preloading = preload()  # beside the run folder's writing
         with lock(root):
             mark_stale(root, run_id)
-            tmp = root / period.label / f".tmp-{run_id}"
             tmp.mkdir(parents=True)
-            figures = nb_path == default_notebook()  # the packaged notebook's figures drawn ahead
-            aside = None
-            if figures:  # forked first: the threads below would forbid it
-                aside = drawing_aside(tmp, period, computed.findings, computed.tables)
-            with cancelled_on_error(aside):
-                preloading = preload()  # beside the run folder's writing
-                manifest, csvs = _write_run(tmp, period, checked, computed, code, nb_path, started)
-                # The notebook reads the run folder: the frames go before it runs (at 1M, 1.7 GB
-                # beside the kernel's 0.6-1.8 GB), but copies of what the figures read (150 MB
-                # at 1M) when no child process draws them already.
-                drawn = in_memory(tmp, manifest, computed) if figures and not aside else None
-                del inputs, computed
-                release_free_memory()
-                preloading.join()
-                return _render_run(
-                    root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel, drawn,
-                    csvs, aside,
-                )  # fmt: skip
+            if aside[0] is not None:
+                figures_folder(tmp)  # the child leaves the figures it drew there
+            manifest, csvs = _write_run(tmp, period, checked, computed, code, nb_path, started)
+            # The notebook reads the run folder: the frames go before it runs (at 1M, 1.7 GB
+            # beside the kernel's 0.6-1.8 GB), but copies of what the figures read (150 MB at
+            # 1M) when no child process draws them already.
+            drawn = in_memory(tmp, manifest, computed) if figures and not aside[0] else None
+            del inputs, computed
+            release_free_memory()
+            preloading.join()
+            return _render_run(
+                root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel, drawn,
+                csvs, aside[0],
+            )  # fmt: skip
 
 
 def _write_run(tmp, period, checked, computed, code, nb_path, started) -> tuple[dict, CsvCopies]:
@@ -368,9 +372,8 @@ def _render_run(
     except ReportError as e:
         message, failed = f"rendering failed: {e}".replace(str(tmp), str(final)), True
         manifest["rendering"] = {"status": "failed", "message": message}
-    finally:
-        if aside is not None:  # done (the kernel took every figure), or drawing for nothing
-            aside.cancel()
+    if aside is not None:  # done (the kernel has every figure), or drawing for nothing
+        aside.cancel()
     # Again, now that the kernel is gone: a cell that timed out may have kept drawing after the
     # figures' folder was first removed.
     shutil.rmtree(tmp / FOLDER, ignore_errors=True)
