@@ -17,7 +17,7 @@ import pytest
 
 import audit.report.drawing as drawing
 from audit.errors import ReportError
-from audit.locks import lock_file
+from audit.locks import lock_file, unlock_file
 from audit.report import figures, parse_period
 from audit.report.drawing import FOLDER, DrawingAhead, drawn_once
 from audit.report.format import HTML
@@ -193,6 +193,28 @@ def test_a_link_planted_for_the_figures_folder_is_not_followed(demo_run, tmp_pat
     time.sleep(3)  # long enough to draw every figure of the demo month
     pending.cancel()
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_table_only_the_figures_read_is_read_once_it_is_written(demo_run, tmp_path):  # noqa: F811
+    """While the tables only the figures read are written (the figures' ``tables.lock`` held),
+    reading one of them waits; the other tables are read at once."""
+    from audit.report.rundir import FIGURE_ONLY_TABLES
+
+    _, folder = demo_run
+    run_dir = tmp_path / "run"
+    shutil.copytree(folder, run_dir)
+    held = drawing.tables_pending(drawing.figures_folder(run_dir))
+    run = open_run(run_dir)
+    assert len(run.table("latency"))  # not one of them: read while the lock is held
+    got = {}
+    reader = threading.Thread(target=lambda: got.update(events=run.table(FIGURE_ONLY_TABLES[1])))
+    reader.start()
+    reader.join(1.0)
+    assert reader.is_alive() and not got  # waiting
+    unlock_file(held)
+    held.close()
+    reader.join(10)
+    assert not reader.is_alive() and len(got["events"])
 
 
 def test_no_figure_is_drawn_aside_when_this_process_holds_much_of_the_free_memory(

@@ -330,18 +330,24 @@ def test_an_unreadable_manifest_is_listed_and_breaks_nothing(tmp_path, blob):
     assert "PASS 3" in page
 
 
-def test_the_frames_are_freed_before_the_notebook_renders(hostile, tmp_path, monkeypatch):  # noqa: F811
+@pytest.mark.parametrize("where", ["aside", "thread"])
+def test_the_frames_are_freed_before_the_notebook_renders(hostile, tmp_path, monkeypatch, where):  # noqa: F811
     """The kernel reads the run folder; the parent must not hold the analysis beside it (at
-    1M deliveries 1.7 GB, as much as the kernel itself)."""
+    1M deliveries 1.7 GB, as much as the kernel itself). With the figures drawn aside, the
+    kernel reads none of the large tables, which go once written, while it runs."""
     import gc
+    import time
     import weakref
 
+    import audit.ingest.side as side
     import audit.report.pipeline as pipeline
     import audit.report.render as render
 
     logs, secrets = hostile
     alive = {}
     real_compute = pipeline.compute
+    if where == "thread":
+        monkeypatch.setattr(side, "aside", lambda fn, rerun=True: None)
 
     def compute(inputs, params, period, **kw):
         computed = real_compute(inputs, params, period, **kw)
@@ -352,13 +358,21 @@ def test_the_frames_are_freed_before_the_notebook_renders(hostile, tmp_path, mon
     def fake_render(nb_path, run_dir, *, title, timeout_s, kernel=None, ahead=(), drawn_from=None):
         gc.collect()
         alive["at render"] = {k: ref() is not None for k, ref in list(alive.items())}
+        for _ in range(200):  # the late writes end meanwhile
+            gc.collect()
+            alive["soon"] = {k: alive[k]() is not None for k in ("deliveries", "tables")}
+            if not any(alive["soon"].values()):
+                break
+            time.sleep(0.05)
         (run_dir / "report.html").write_text("<html></html>", encoding="utf-8")
 
     monkeypatch.setattr(pipeline, "compute", compute)
     monkeypatch.setattr(render, "render", fake_render)
     result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
     assert result.exit_code == 1 and result.html is not None
-    assert alive["at render"] == {"deliveries": False, "tables": False}
+    assert alive["soon"] == {"deliveries": False, "tables": False}
+    if where == "thread":
+        assert alive["at render"] == {"deliveries": False, "tables": False}
 
 
 @pytest.mark.parametrize("where", ["aside", "thread"])
@@ -398,6 +412,44 @@ def test_figures_a_late_kernel_kept_are_not_renamed_into_the_run(
         assert set(given["drawn"].tables) >= {"deliveries", "takedown_km"}  # from the frames
     _run(tmp_path, logs, secrets, out_dir=tmp_path / "r2", notebook=DATA / "broken_report.ipynb")
     assert given == {"ahead": (), "drawn": None, "folder": False}  # a template: none
+
+
+def test_the_tables_only_the_figures_read_are_written_beside_the_rendering(
+    hostile,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """With the figures drawn aside, the tables only they read are written while the notebook
+    runs; a failure to write them (a full disk) fails the run, as for the CSV copies, and no
+    run folder is renamed into place."""
+    import audit.report.rundir as rundir
+    from audit.errors import OutputError
+    from audit.ingest.load import default_workers
+
+    if default_workers() < 2:
+        pytest.skip("the figures are drawn aside on two CPUs only")
+    real = rundir.write_tables
+    late = []
+
+    def full_disk(tables, folder, **kw):
+        late.append(sorted(tables))
+        if "events" in tables:
+            raise OutputError(
+                f"{folder / 'events.parquet'}: cannot write (No space left on device)"
+            )
+        return real(tables, folder, **kw)
+
+    monkeypatch.setattr(rundir, "write_tables", full_disk)
+    logs, secrets = hostile
+    out = tmp_path / "r"
+    with pytest.raises(OutputError, match=r"events\.parquet: cannot write \(No space"):
+        _run(tmp_path, logs, secrets, out_dir=out)
+    assert late == [sorted(rundir.FIGURE_ONLY_TABLES)]
+    assert all(p.name.startswith(".tmp-") for p in (out / "2026-10").iterdir())
+    monkeypatch.setattr(rundir, "write_tables", real)
+    result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "ok")
+    for name in rundir.FIGURE_ONLY_TABLES:  # written whole, before the rename
+        assert len(pd.read_parquet(result.run_dir / "tables" / f"{name}.parquet"))
 
 
 def test_csv_copies_are_written_beside_the_rendering_and_their_failure_fails_the_run(

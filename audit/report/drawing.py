@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FOLDER",
+    "TABLES_LOCK",
     "DrawingAhead",
     "draw_from_last",
     "drawing_aside",
@@ -49,6 +50,8 @@ __all__ = [
     "in_memory",
     "in_report_style",
     "shared",
+    "tables_pending",
+    "tables_written",
 ]
 
 #: The folder of a run folder where figures are kept while the report renders.
@@ -89,6 +92,36 @@ def drawn_once(folder: Path, name: str, draw: Callable[[], HTML], *, wait: bool 
             return html
         finally:
             unlock_file(lock)
+
+
+#: In the figures' folder: locked while the tables only the figures read are still being
+#: written (:class:`audit.report.rundir.LateWrites`, once the figures were drawn aside).
+TABLES_LOCK = "tables.lock"
+
+
+def tables_pending(folder: Path):
+    """Lock the figures' ``folder``'s :data:`TABLES_LOCK` (made now, before the notebook runs)
+    and return the open file: whoever draws a figure from the run folder waits until it is
+    released (:class:`~audit.report.rundir.LateWrites` does once the tables are written)."""
+    f = os.fdopen(os.open(folder / TABLES_LOCK, _WRITE, 0o600), "r+b")
+    try:
+        lock_file(f)
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def tables_written(folder: Path) -> None:
+    """Wait until the tables the figures' ``folder``'s :data:`TABLES_LOCK` stands for are
+    written (no such lock: no wait)."""
+    try:
+        fd = os.open(folder / TABLES_LOCK, os.O_RDONLY | _NOFOLLOW)
+    except OSError:  # no late tables (or a link planted there: never followed)
+        return
+    with os.fdopen(fd, "rb") as f, contextlib.suppress(OSError):
+        lock_file(f)
+        unlock_file(f)
 
 
 def _kept(done: Path) -> HTML | None:

@@ -27,6 +27,7 @@ __all__ = [
     "PARAMETER_NAMES",
     "Period",
     "ReportParams",
+    "check_notebook",
     "check_params",
     "parse_period",
     "read_params",
@@ -263,3 +264,26 @@ def _loader(p: Path) -> type:
             return super().construct_mapping(node, deep=deep)
 
     return Loader
+
+
+def check_notebook(notebook: str | os.PathLike | None) -> Path:
+    """The report notebook: the packaged one (None), or ``notebook``, checked to be a
+    notebook file (:class:`ParameterError` otherwise), before any work."""
+    from audit.report.render import default_notebook
+
+    if notebook is None:
+        return default_notebook()
+    path = Path(notebook).expanduser()
+    if not path.is_file():
+        raise ParameterError(f"--notebook: {path} is not a file")
+    try:  # a template that is not a notebook is a bad parameter, found before any work
+        import warnings
+
+        import nbformat
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # nbformat's notices about old templates
+            nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+    except Exception as e:
+        raise ParameterError(f"--notebook: {path} is not a notebook ({type(e).__name__})") from None
+    return path.resolve()

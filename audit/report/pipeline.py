@@ -42,9 +42,10 @@ from audit.report.compute import Computed, compute
 from audit.report.index import build_index, scan_runs
 from audit.report.inputs import Inputs, load_inputs
 from audit.report.kernel import WarmKernel
-from audit.report.params import Period, check_params
+from audit.report.params import Period, check_notebook, check_params
 from audit.report.rundir import (
-    CsvCopies,
+    FIGURE_ONLY_TABLES,
+    LateWrites,
     finding_counts,
     findings_records,
     versions,
@@ -168,27 +169,6 @@ def _completed(root: Path, period: Period) -> Path | None:
     return None
 
 
-def _notebook(notebook: str | os.PathLike | None) -> Path:
-    from audit.report.render import default_notebook
-
-    if notebook is None:
-        return default_notebook()
-    path = Path(notebook).expanduser()
-    if not path.is_file():
-        raise ParameterError(f"--notebook: {path} is not a file")
-    try:  # a template that is not a notebook is a bad parameter, found before any work
-        import warnings
-
-        import nbformat
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # nbformat's notices about old templates
-            nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
-    except Exception as e:
-        raise ParameterError(f"--notebook: {path} is not a notebook ({type(e).__name__})") from None
-    return path.resolve()
-
-
 def _history(inputs: Inputs, period: Period) -> str:
     """What was read from before the period (memory grows with it), for the progress line.
 
@@ -235,7 +215,7 @@ def run_report(
     if fail_on not in SEVERITY_ORDER:
         raise ParameterError(f"fail_on must be one of {', '.join(SEVERITY_ORDER)}")
     checked = check_params(params, period)
-    nb_path = _notebook(notebook)
+    nb_path = check_notebook(notebook)
     root = Path(out_dir).expanduser().resolve()
     if skip_if_exists and (done := _completed(root, period)) is not None:
         return ReportResult(
@@ -292,9 +272,12 @@ def run_report(
         with lock(root):
             mark_stale(root, run_id)
             tmp.mkdir(parents=True)
-            if aside[0] is not None:
-                figures_folder(tmp)  # the child leaves the figures it drew there
-            manifest, csvs = _write_run(tmp, period, checked, computed, code, nb_path, started)
+            # The child leaves the figures it drew in their folder; the tables only they read
+            # are written while the notebook runs.
+            drawn_in = figures_folder(tmp) if aside[0] is not None else None
+            manifest, csvs = _write_run(
+                tmp, period, checked, computed, code, nb_path, started, drawn_in
+            )
             # The notebook reads the run folder: the frames go before it runs (at 1M, 1.7 GB
             # beside the kernel's 0.6-1.8 GB), but copies of what the figures read (150 MB at
             # 1M) when no child process draws them already.
@@ -308,9 +291,12 @@ def run_report(
             )  # fmt: skip
 
 
-def _write_run(tmp, period, checked, computed, code, nb_path, started) -> tuple[dict, CsvCopies]:
+def _write_run(tmp, period, checked, computed, code, nb_path, started, figures=None
+               ) -> tuple[dict, LateWrites]:  # fmt: skip
     """Write the run folder (under the lock) into ``tmp`` (``<period>/.tmp-<run id>``):
-    (manifest, the CSV copies of the tables, still being written)."""
+    (manifest, what is still being written: the CSV copies, and with ``figures`` (the figures'
+    folder, where they are drawn aside) the tables only the figures read)."""
+    from audit.report.drawing import tables_pending
     from audit.report.trend import trend_for
     from audit.safe import write_csv
 
@@ -319,8 +305,11 @@ def _write_run(tmp, period, checked, computed, code, nb_path, started) -> tuple[
     write_json(tmp / "findings.json", findings_records(computed.findings))
     trend = trend_for(root, period, computed.findings)
     write_json(tmp / "trend.json", trend)
-    write_tables(computed.tables, tmp / "tables", csv=False)
-    csvs = CsvCopies(computed.tables, tmp / "tables")
+    late = FIGURE_ONLY_TABLES if figures is not None else ()
+    now = {name: t for name, t in computed.tables.items() if name not in late}
+    write_tables(now, tmp / "tables", csv=False)
+    held = tables_pending(figures) if late else None
+    csvs = LateWrites(computed.tables, tmp / "tables", parquet=late, held=held)
     manifest = {
         "run_id": run_id,
         "title": "Webhook delivery compliance report",

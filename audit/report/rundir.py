@@ -33,7 +33,8 @@ from audit.tables import CSV_TABLES, longest_first
 
 __all__ = [
     "CSV_TABLES",
-    "CsvCopies",
+    "FIGURE_ONLY_TABLES",
+    "LateWrites",
     "RunData",
     "finding_counts",
     "findings_records",
@@ -87,31 +88,55 @@ def write_tables(tables: Mapping[str, pd.DataFrame], folder: Path, *, csv: bool 
         return [path for name in tables for path in done[name].result()]
 
 
-class CsvCopies:
-    """The CSV copies of a run's :data:`CSV_TABLES`, written into ``folder`` by a thread, the
-    largest first, while the notebook renders (it reads the Parquet files only): at 1M
-    deliveries a month, the incidents of a store with history take 3.6 s as CSV, in Python.
-    :meth:`wait` waits for them and raises what their writing raised (an
-    :class:`~audit.errors.OutputError`), before the run folder is renamed into place."""
+#: The run-folder tables the packaged notebook reads only through its figures: when they are
+#: drawn aside (:func:`audit.report.drawing.drawing_aside`), these are written while it runs
+#: (:class:`LateWrites`), and a :class:`RunData` that reads one waits for them.
+FIGURE_ONLY_TABLES = ("deliveries", "events")
 
-    def __init__(self, tables: Mapping[str, pd.DataFrame], folder: Path) -> None:
+
+class LateWrites:
+    """What a thread writes into a run's ``folder`` (its ``tables``) while the notebook renders:
+    first the Parquet files of ``parquet`` (tables only the figures read, drawn aside already:
+    :func:`audit.report.drawing.drawing_aside`), then the CSV copies of :data:`CSV_TABLES`, the
+    largest first (the notebook reads the Parquet files only): at 1M deliveries a month, the
+    incidents of a store with history take 3.6 s as CSV, in Python.
+
+    ``held`` (an open file whose lock this process holds: the figures' ``tables.lock``) is
+    released once the Parquet files are written (or failed), so that a kernel that must draw a
+    figure itself waits for them. :meth:`wait` waits for everything and raises what the writing
+    raised (an :class:`~audit.errors.OutputError`), before the run folder is renamed into
+    place."""
+
+    def __init__(self, tables: Mapping[str, pd.DataFrame], folder: Path, *,
+                 parquet: Sequence[str] = (), held=None) -> None:  # fmt: skip
         frames = {name: tables[name] for name in CSV_TABLES if name in tables}
+        late = {name: tables[name] for name in parquet if name in tables}
         self._error: BaseException | None = None
         # The thread holds the frames (its arguments) until it ends, then lets them go.
         self._thread = threading.Thread(
-            target=self._write, args=(frames, folder), name="audit-csv", daemon=True
+            target=self._write, args=(late, frames, folder, held), name="audit-late", daemon=True
         )
         self._thread.start()
 
-    def _write(self, frames: dict[str, pd.DataFrame], folder: Path) -> None:
+    def _write(self, late: dict, frames: dict[str, pd.DataFrame], folder: Path, held) -> None:
         try:
+            try:
+                write_tables(late, folder, csv=False)
+            finally:
+                late.clear()
+                if held is not None:
+                    from audit.locks import unlock_file
+
+                    with contextlib.suppress(OSError):
+                        unlock_file(held)
+                    held.close()
             for name in longest_first({n: (f.size, True) for n, f in frames.items()}):
                 write_csv(frames[name], folder / f"{name}.csv")
         except BaseException as e:  # raised again by wait(), in the caller's thread
             self._error = e
 
     def wait(self) -> None:
-        """Wait for every CSV copy; raise the error that stopped their writing, if any."""
+        """Wait for every file; raise the error that stopped their writing, if any."""
         self._thread.join()
         if self._error is not None:
             raise self._error
@@ -159,6 +184,10 @@ class RunData:
 
     def _read(self, name: str, columns: Sequence[str] | None) -> pd.DataFrame:
         path = self.run_dir / "tables" / f"{name}.parquet" if self.run_dir else None
+        if path is not None and name in FIGURE_ONLY_TABLES:  # maybe still being written
+            from audit.report.drawing import FOLDER, tables_written
+
+            tables_written(self.run_dir / FOLDER)
         if path is None or not path.is_file():
             return pd.DataFrame()
         if columns is not None:
