@@ -11,12 +11,13 @@ All functions are pure: frames in, frames out, time enters as ``as_of``.
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import orjson
 import pandas as pd
 
-from audit.analysis.rows import key_runs, take_rows
+from audit.analysis.rows import key_runs
 from audit.analysis.schedule import Tolerance, expected_delay, number_attempts
 from audit.errors import ParameterError
 from audit.spec import (
@@ -154,63 +155,92 @@ def events_table(
     """
     as_of = as_utc(as_of)
     tol = tolerance or Tolerance()
-    # Only the columns used below, taken in two rounds: the envelope columns (whose first
-    # values per event are kept) are freed before the others are grouped.
     body = "body" if "body" in attempts.columns else "fingerprint"
-    envelope = ["event", "event_timestamp", "incident_id", "is_test", body]
-    used = [
-        *("subscription_id", "event_id", "received_at", "attempt_no", "success"),
-        *("response_status", "on_schedule", "missing_before"),
-    ]
-    # Rows of one (subscription, event id) together, in time order: the order from integer
-    # codes (sorted like the strings) first, then one copy of the used columns in that order.
-    # Groups are then runs of rows, numbered once, instead of strings hashed per groupby.
     keep = attempts["attempt_no"].notna() & attempts["subscription_id"].notna()
     pos = np.flatnonzero(keep.to_numpy())
     if not len(pos):
         return EVENTS.empty()
+    # Rows of one (subscription, event id) together, in time order: the order from integer
+    # codes (sorted like the strings), each group a run of rows. Each column is then reduced
+    # over the runs with numpy (``reduceat``), and only one value per event is taken of the
+    # text columns: no sorted copy of the rows, no pandas groupby (``docs/scale.md``,
+    # "Eighteenth pass"; ``tests/test_events_oracle.py`` holds the groupby as the oracle).
     t = attempts["received_at"].array.asi8[pos]
     perm, start = key_runs(attempts, pos, ["subscription_id", "event_id"], t, sort_keys=True)
-    group = np.cumsum(start) - 1
-    # The first value of each envelope column per event (first() skips missing values).
-    first = take_rows(attempts[envelope], pos[perm]).groupby(group, sort=False).first()
-    a = take_rows(attempts[used], pos[perm])
-    cols = EVENTS.names
-    success = a["success"].fillna(False).astype(bool)
-    a = a.assign(
-        _ok=success,
-        _unknown=a["success"].isna(),
-        _accepted=a["response_status"].between(200, 299).fillna(False).astype(bool),
-        _off=~a["on_schedule"].fillna(False).astype(bool),
-        _ok_t=a["received_at"].where(success),
-    )
-    first_ok_t = a.groupby(group, sort=False)["_ok_t"].transform("min")
-    a["_after"] = (a["received_at"] > first_ok_t).fillna(False).astype(bool)
-    g = a.groupby(group, sort=False)
+    rows = pos[perm]  # frame positions, grouped, in time order
+    del t, perm, keep, pos
     starts = np.flatnonzero(start)
+    n = len(rows)
+    last = np.r_[starts[1:], n] - 1
+    index = np.arange(n)
+
+    def first_valid(name: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """Where the column's first non-missing value of each event is (pandas' ``first``),
+        and which events have none (None: all have one)."""
+        valid = attempts[name].notna().to_numpy(dtype=bool)[rows]
+        first = np.minimum.reduceat(np.where(valid, index, n), starts)
+        missing = first >= n
+        return np.where(missing, starts, first), (missing if missing.any() else None)
+
+    def flag(series: pd.Series) -> np.ndarray:
+        return series.fillna(False).to_numpy(dtype=bool)[rows]
+
+    def per_event(ufunc, values: np.ndarray) -> np.ndarray:
+        return ufunc.reduceat(values, starts)
+
+    success = attempts["success"]
+    ok = flag(success)
+    first_ok = per_event(np.minimum, np.where(ok, index, n))
+    none_ok = first_ok >= n
+    # One value per event taken of these columns, at these rows (None: at every event, else
+    # missing where marked), two columns at a time (Arrow's take releases the GIL).
+    taken = {
+        "subscription_id": (starts, None),
+        "event_id": (starts, None),
+        **{c: first_valid(c) for c in ("event", "event_timestamp", "incident_id", "is_test")},
+        "first_received_at": (starts, None),
+        "last_received_at": (last, None),
+        "delivered_at": (np.where(none_ok, starts, first_ok), none_ok if none_ok.any() else None),
+        "_body": first_valid(body),
+    }
+
+    def take(name: str) -> pd.Series:
+        where, missing = taken[name]
+        column = "received_at" if name.endswith("_at") else body if name == "_body" else name
+        got = attempts[column].take(rows[where]).reset_index(drop=True)
+        return got if missing is None else got.where(~missing)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        values = dict(zip(taken, pool.map(take, taken), strict=True))
+    # An attempt received after the event's first timely 2xx (none: nothing is after it).
+    delivered_ns = values["delivered_at"].array.asi8.copy()
+    delivered_ns[none_ok] = np.iinfo(np.int64).max
+    t = attempts["received_at"].array.asi8[rows]
+    after = t > np.repeat(delivered_ns, np.diff(np.r_[starts, n]))
+    number = attempts["attempt_no"].to_numpy(dtype=np.int64, na_value=0)[rows]
+    most = per_event(np.maximum, number)
     ev = pd.DataFrame(
         {
-            "subscription_id": a["subscription_id"].iloc[starts].reset_index(drop=True),
-            "event_id": a["event_id"].iloc[starts].reset_index(drop=True),
-            "event": first["event"],
-            "event_timestamp": first["event_timestamp"],
-            "incident_id": first["incident_id"],
-            "is_test": first["is_test"].astype(bool),
-            "attempts": g.size(),
-            "first_received_at": g["received_at"].min(),
-            "last_received_at": g["received_at"].max(),
-            "delivered_at": g["_ok_t"].min(),
-            "accepted_count": g["_accepted"].sum(),
-            "retry_after_success": g["_after"].any(),
-            "too_many_attempts": g["attempt_no"].max() > MAX_ATTEMPTS,
-            "off_schedule": g["_off"].sum(),
-            "missing_attempts": g["missing_before"].sum(),
-            "last_attempt_no": g["attempt_no"].max(),
-            "_any_ok": g["_ok"].any(),
-            "_last_unknown": g["_unknown"].last(),
-            "_body": first[body],
+            **{c: values[c] for c in ("subscription_id", "event_id", "event", "event_timestamp")},
+            "incident_id": values["incident_id"],
+            "is_test": values["is_test"].astype(bool),
+            "attempts": last - starts + 1,
+            **{c: values[c] for c in ("first_received_at", "last_received_at", "delivered_at")},
+            "accepted_count": per_event(
+                np.add, flag(attempts["response_status"].between(200, 299)).astype(np.int64)
+            ),
+            "retry_after_success": per_event(np.logical_or, after),
+            "too_many_attempts": most > MAX_ATTEMPTS,
+            "off_schedule": per_event(np.add, (~flag(attempts["on_schedule"])).astype(np.int64)),
+            "missing_attempts": per_event(
+                np.add, attempts["missing_before"].fillna(0).to_numpy(dtype=np.int64)[rows]
+            ),
+            "last_attempt_no": most,
+            "_any_ok": per_event(np.logical_or, ok),
+            "_last_unknown": success.isna().to_numpy(dtype=bool)[rows][last],
+            "_body": values["_body"],
         }
-    ).reset_index(drop=True)
+    )
     if body == "body":
         ev["fingerprint"] = pd.Series([_fingerprint(b) for b in ev["_body"]], dtype="str")
     else:  # extracted once at ingest (the evidence store)
@@ -239,7 +269,7 @@ def events_table(
     ev["last_attempt_no"] = last_no
     ev["retry_after_success"] = ev["retry_after_success"].astype(bool)
     ev["too_many_attempts"] = ev["too_many_attempts"].astype(bool)
-    return ev[cols]
+    return ev[EVENTS.names]
 
 
 def _rate(ok: pd.Series) -> float:
