@@ -414,6 +414,32 @@ def test_figures_a_late_kernel_kept_are_not_renamed_into_the_run(
     assert given == {"ahead": (), "drawn": None, "folder": False}  # a template: none
 
 
+def test_a_figures_folder_that_cannot_be_made_only_costs_the_figures_drawn_aside(
+    hostile,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """Found in review: a link planted where the figures' folder goes ended the run with
+    "File exists" (exit 3, findings lost). The child is stopped and the run goes on as without
+    it; the link is never followed."""
+    import audit.report.drawing as drawing
+
+    real = drawing.figures_folder
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def planted(run_dir):
+        (run_dir / drawing.FOLDER).symlink_to(elsewhere)
+        return real(run_dir)
+
+    monkeypatch.setattr(drawing, "figures_folder", planted)
+    logs, secrets = hostile
+    result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
+    assert result.exit_code == 1 and len(result.manifest["findings"]["status"])
+    assert (result.run_dir / "findings.json").is_file()
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_the_tables_only_the_figures_read_are_written_beside_the_rendering(
     hostile,  # noqa: F811
     tmp_path,

@@ -172,6 +172,30 @@ def test_a_fork_that_fails_leaves_the_work_to_the_caller(monkeypatch):
     assert len(os.listdir("/proc/self/fd")) == before  # no descriptor left open (review)
 
 
+@needs_fork
+def test_python_s_warning_at_a_fork_beside_library_threads_is_not_the_callers(monkeypatch):
+    """Found in review: Python 3.12+ warns at a fork when the process runs threads of its
+    libraries (the kernel client's ZMQ threads); a report records its warnings as notes, so
+    each forked run had a note with a pid in it. (On 3.11 the fork is made to warn alike.)"""
+    real = os.fork
+
+    def forks_as_on_3_12():
+        warnings.warn(
+            f"This process (pid={os.getpid()}) is multi-threaded, use of fork() may lead to "
+            "deadlocks in the child.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return real()
+
+    monkeypatch.setattr(os, "fork", forks_as_on_3_12)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert aside(lambda: 7).result() == 7
+        warnings.warn("the caller's own", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["the caller's own"]
+
+
 def _warn_three_times() -> int:
     for _ in range(3):
         warnings.warn("a small sample", UserWarning, stacklevel=1)

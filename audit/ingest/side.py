@@ -97,7 +97,12 @@ def aside(fn: Callable[[], T], *, rerun: bool = True) -> Pending[T] | None:
     parent = os.getpid()
     receive, send = os.pipe()
     try:
-        pid = os.fork()
+        with warnings.catch_warnings():
+            # Python 3.12+ warns at a fork beside threads of its libraries (an allocator's, the
+            # kernel client's ZMQ threads), which it cannot tell from Python's: those are not a
+            # caller's warning (the child uses none of those libraries' locks it may not own).
+            warnings.filterwarnings("ignore", _MULTI_THREADED, DeprecationWarning)
+            pid = os.fork()
     except OSError:  # no memory for the fork, a limit on processes: the caller does the work
         os.close(receive)
         os.close(send)
@@ -111,6 +116,10 @@ def aside(fn: Callable[[], T], *, rerun: bool = True) -> Pending[T] | None:
             os._exit(code)
     os.close(send)  # the child's end: only the child holds it now (EOF when it ends)
     return Pending(fn if rerun else None, pid, Connection(receive, writable=False))
+
+
+#: The start of Python 3.12's warning at a fork in a process with other threads.
+_MULTI_THREADED = r"This process \(pid=\d+\) is multi-threaded"
 
 
 @contextlib.contextmanager

@@ -36,6 +36,7 @@ import pandas as pd
 
 from audit.errors import ParameterError, ReportError
 from audit.findings import SEVERITIES
+from audit.ingest.side import cancelled_on_error
 from audit.locks import note_held
 from audit.memory import release_free_memory
 from audit.report.compute import Computed, compute
@@ -252,7 +253,7 @@ def run_report(
     # (the load before used both); it is shut down however the run ends.
     run_id = f"{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     tmp = root / period.label / f".tmp-{run_id}"
-    from audit.report.drawing import drawing_aside, figures_folder, in_memory
+    from audit.report.drawing import drawing_aside, in_memory
     from audit.report.render import default_notebook, preload
 
     figures = nb_path == default_notebook()  # the packaged notebook's figures are drawn ahead
@@ -269,12 +270,12 @@ def run_report(
         failing = int((computed.findings["status"] == "fail").sum())
         say(f"analyses and controls done: {len(computed.findings)} findings, {failing} failing")
         preloading = preload()  # beside the run folder's writing
-        with lock(root):
+        with lock(root), cancelled_on_error(aside[0]):  # stopped before the lock is released
             mark_stale(root, run_id)
             tmp.mkdir(parents=True)
             # The child leaves the figures it drew in their folder; the tables only they read
             # are written while the notebook runs.
-            drawn_in = figures_folder(tmp) if aside[0] is not None else None
+            drawn_in = _figures_folder(tmp, aside)
             manifest, csvs = _write_run(
                 tmp, period, checked, computed, code, nb_path, started, drawn_in
             )
@@ -289,6 +290,21 @@ def run_report(
                 root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel, drawn,
                 csvs, aside[0],
             )  # fmt: skip
+
+
+def _figures_folder(tmp: Path, aside: list) -> Path | None:
+    """Make the figures' folder for the child drawing them (``aside[0]``); if it cannot be
+    made (something is there already), stop the child: the figures are drawn as without it."""
+    from audit.report.drawing import figures_folder
+
+    if aside[0] is None:
+        return None
+    try:
+        return figures_folder(tmp)
+    except OSError:
+        aside[0].cancel()
+        aside[0] = None
+        return None
 
 
 def _write_run(tmp, period, checked, computed, code, nb_path, started, figures=None

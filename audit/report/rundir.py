@@ -65,7 +65,7 @@ def findings_records(findings: pd.DataFrame) -> list[dict]:
 def write_tables(tables: Mapping[str, pd.DataFrame], folder: Path, *, csv: bool = True
                  ) -> list[Path]:  # fmt: skip
     """Parquet for every table, CSV (through the one CSV writer) for :data:`CSV_TABLES`
-    (unless ``csv`` is false: then :class:`CsvCopies` writes them)."""
+    (unless ``csv`` is false: then :class:`LateWrites` writes them)."""
     folder.mkdir(parents=True, exist_ok=True)
 
     def one(name: str, frame: pd.DataFrame) -> list[Path]:
