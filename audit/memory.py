@@ -50,9 +50,9 @@ def release_free_memory() -> bool:
 def available_memory(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cgroup")
                      ) -> int | None:  # fmt: skip
     """Bytes this process may still take: the kernel's ``MemAvailable`` (free memory and the
-    page cache it can reclaim), or less when a cgroup v2 limit (a systemd unit's
-    ``MemoryMax``, a container's limit) leaves less; None where neither can be read (macOS,
-    Windows).
+    page cache it can reclaim), or less when a cgroup limit (v2's ``memory.max``, v1's
+    ``memory.limit_in_bytes``: a systemd unit's ``MemoryMax``, a container's limit) leaves
+    less; None where none can be read (macOS, Windows).
     """
     found = []
     try:
@@ -70,7 +70,19 @@ def available_memory(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cg
             found.append(max(0, int(limit) - used))
     except (OSError, ValueError, StopIteration):
         pass
+    try:  # cgroup v1 (older Docker, systemd hosts in legacy mode): no limit is a huge number
+        folder = _v1_cgroup(proc, cgroup, "memory", "memory.limit_in_bytes")
+        limit = int((folder / "memory.limit_in_bytes").read_text("ascii").strip())
+        if limit < _V1_NO_LIMIT:
+            used = int((folder / "memory.usage_in_bytes").read_text("ascii").strip())
+            found.append(max(0, limit - used))
+    except (OSError, ValueError, StopIteration):
+        pass
     return min(found) if found else None
+
+
+#: cgroup v1 writes "no limit" as the largest page-aligned 64-bit number (9223372036854771712).
+_V1_NO_LIMIT = 2**62
 
 
 def resident_memory(proc: Path = Path("/proc")) -> int | None:
@@ -87,14 +99,36 @@ _PAGE = 4096 if not hasattr(os, "sysconf") else os.sysconf("SC_PAGE_SIZE")
 
 
 def cpu_limit(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cgroup")) -> float | None:
-    """The CPUs a cgroup v2 quota (a systemd unit's ``CPUQuota``, ``docker run --cpus``) lets
-    this process use, as ``quota / period`` from ``cpu.max``; None without a quota, or where it
+    """The CPUs a cgroup quota (a systemd unit's ``CPUQuota``, ``docker run --cpus``) lets
+    this process use, as ``quota / period``: from ``cpu.max`` (cgroup v2), else from
+    ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us`` (v1); None without a quota, or where it
     cannot be read. CPU affinity (``os.sched_getaffinity``) does not show a quota."""
     try:
         quota, period = (_own_cgroup(proc, cgroup) / "cpu.max").read_text("ascii").split()[:2]
         return None if quota == "max" else max(int(quota), 1) / max(int(period), 1)
     except (OSError, ValueError, StopIteration):
+        pass
+    try:  # cgroup v1: -1 is no quota
+        folder = _v1_cgroup(proc, cgroup, "cpu", "cpu.cfs_quota_us")
+        quota = int((folder / "cpu.cfs_quota_us").read_text("ascii").strip())
+        period = int((folder / "cpu.cfs_period_us").read_text("ascii").strip())
+        return None if quota <= 0 else quota / max(period, 1)
+    except (OSError, ValueError, StopIteration):
         return None
+
+
+def _v1_cgroup(proc: Path, cgroup: Path, controller: str, name: str) -> Path:
+    """The folder of this process's cgroup v1 ``controller`` (``N:cpu,cpuacct:/path``) that
+    holds the file ``name``: under the controller's mount, at the path ``/proc`` names, else at
+    the mount itself (a container sees its own cgroup as the mount's root)."""
+    for line in (proc / "self" / "cgroup").read_text("ascii").splitlines():
+        _, controllers, rel = line.split(":", 2)
+        if controller in controllers.split(","):
+            for mount in (cgroup / controller, cgroup / controllers):
+                for folder in (mount / rel.lstrip("/"), mount):
+                    if (folder / name).is_file():
+                        return folder
+    raise StopIteration
 
 
 def _own_cgroup(proc: Path, cgroup: Path) -> Path:

@@ -59,7 +59,49 @@ def test_a_cpu_quota_is_read_from_the_cgroup(tmp_path):
     proc, fs = _tree(tmp_path / "b", None, {"cpu.max": "max 100000\n"})
     assert cpu_limit(proc, fs) is None
     proc, fs = _tree(tmp_path / "c", None, None)
-    assert cpu_limit(proc, fs) is None  # cgroup v1, macOS, Windows
+    assert cpu_limit(proc, fs) is None  # no cgroup files (macOS, Windows)
+
+
+def _v1_tree(tmp_path, files: dict[str, dict[str, str]], own: str, *, at_root: bool = False):
+    """A cgroup v1 host: ``files`` by controller mount (``memory``, ``cpu,cpuacct``); the
+    process's cgroup ``own``; ``at_root``: the files at the mount itself (inside a container)."""
+    proc, fs = tmp_path / "proc", tmp_path / "cg"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "meminfo").write_text("")
+    (proc / "meminfo").write_text(MEMINFO)
+    (proc / "self" / "cgroup").write_text(
+        f"12:memory:{own}\n11:cpu,cpuacct:{own}\n1:name=systemd:{own}\n"
+    )
+    for mount, named in files.items():
+        folder = fs / mount if at_root else fs / mount / own.lstrip("/")
+        folder.mkdir(parents=True)
+        for name, text in named.items():
+            (folder / name).write_text(text)
+    return proc, fs
+
+
+def test_cgroup_v1_limits_are_read_too(tmp_path):
+    """Older Docker and hosts in legacy mode: memory.limit_in_bytes (no limit: a huge number)
+    and cpu.cfs_quota_us / cpu.cfs_period_us (no quota: -1), found under the mount at the
+    process's path, or at the mount itself as a container sees it."""
+    limited = {
+        "memory": {"memory.limit_in_bytes": f"{GIB}\n", "memory.usage_in_bytes": f"{GIB // 4}\n"},
+        "cpu,cpuacct": {"cpu.cfs_quota_us": "50000\n", "cpu.cfs_period_us": "100000\n"},
+    }
+    for k, at_root in enumerate((False, True)):
+        proc, fs = _v1_tree(tmp_path / str(k), limited, "/docker/abc", at_root=at_root)
+        assert available_memory(proc, fs) == GIB - GIB // 4  # under MemAvailable's 8 GiB
+        assert cpu_limit(proc, fs) == 0.5
+    free = {
+        "memory": {
+            "memory.limit_in_bytes": "9223372036854771712\n",
+            "memory.usage_in_bytes": "5\n",
+        },
+        "cpu,cpuacct": {"cpu.cfs_quota_us": "-1\n", "cpu.cfs_period_us": "100000\n"},
+    }
+    proc, fs = _v1_tree(tmp_path / "free", free, "/user.slice")
+    assert available_memory(proc, fs) == 8388608 * 1024  # MemAvailable
+    assert cpu_limit(proc, fs) is None
 
 
 @pytest.mark.skipif(default_workers() < 2, reason="needs 2 CPUs and fork")
