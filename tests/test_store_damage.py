@@ -120,6 +120,24 @@ def test_a_query_interrupted_by_ctrl_c_is_one_line(tmp_path, secrets, capsys, mo
     assert "internal error: ZeroDivisionError" in capsys.readouterr().err
 
 
+def test_a_ctrl_c_in_a_command_is_one_line_without_a_blank_one(
+    tmp_path, secrets, capsys, monkeypatch
+):
+    """click answers a ^C with an empty line before its own "Aborted!" (noticed by hand: an
+    empty line before "audit: aborted" on the terminal)."""
+    import audit.ingest.query as query
+
+    store = tmp_path / "store"
+    ingest([write_jsonl(tmp_path / "a.jsonl", [_rec(1)])], secrets, store)
+
+    def ctrl_c(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(query, "scan", ctrl_c)
+    code = main(["verify", "--store", str(store), "--out", str(tmp_path / "v.csv")])
+    assert code == 3 and capsys.readouterr().err == "audit: aborted\n"
+
+
 def test_parts_without_a_manifest_are_never_deleted(tmp_path, secrets):
     store = tmp_path / "store"
     log = write_jsonl(tmp_path / "a.jsonl", [_rec(i) for i in range(3)])

@@ -18,7 +18,20 @@ from audit.redaction import for_terminal, scrub
 EXIT_BAD_INPUT = 3
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Interrupted(Exception):
+    """A ^C in a command, taken from click: click prints an empty line before its own
+    ``Abort`` for one."""
+
+
+class _Commands(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise _Interrupted from None
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="audit")
 def cli() -> None:
     """Audit the signed webhook deliveries of the incident service."""
@@ -74,7 +87,7 @@ def main(argv: list[str] | None = None, *, obj: dict | None = None) -> int:
     try:
         _register_named_secrets(list(sys.argv[1:] if argv is None else argv))
         rv = cli.main(args=argv, prog_name="audit", standalone_mode=False, obj=obj)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, _Interrupted):
         click.echo("audit: aborted", err=True)
         return EXIT_BAD_INPUT
     except click.ClickException as e:
