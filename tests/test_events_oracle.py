@@ -11,7 +11,8 @@ import json
 
 import numpy as np
 import pandas as pd
-from hypothesis import given, settings
+import pyarrow as pa
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from audit.analysis.deliveries import Tolerance, events_table, expected_delay, infer_attempts
@@ -182,6 +183,58 @@ def test_the_events_table_is_the_groupby_s(frame, as_of):
     )
     pd.testing.assert_frame_equal(
         events_table(stored, as_of=as_of), groupby_events(stored, as_of=as_of)
+    )
+
+
+_TEXT = ("subscription_id", "event_id", "event", "incident_id")
+
+
+@st.composite
+def hand_made(draw):
+    """Attempts frames as a caller may build them by hand (found in review): text columns as
+    categories or Arrow strings, flags and numbers as objects or floats (fractions too),
+    other time units, untimed rows that carry an attempt number, repeated index labels."""
+    as_of = T0 + pd.Timedelta(minutes=draw(st.sampled_from([0, 5, 60 * 24])))
+    a = infer_attempts(draw(deliveries()), as_of=as_of)
+    for c in _TEXT:
+        kind = draw(st.sampled_from(["keep", "category", "string[pyarrow]", "arrow"]))
+        if kind == "category":
+            a[c] = a[c].astype("category")
+        elif kind == "arrow":
+            a[c] = a[c].astype(pd.ArrowDtype(pa.string()))
+        elif kind != "keep":
+            a[c] = a[c].astype(kind)
+    for c, kinds in {
+        "success": ["keep", "bool[pyarrow]", "object"],
+        "is_test": ["keep", "object", "none"],
+        "attempt_no": ["keep", "float", "fractions"],
+        "missing_before": ["keep", "float", "fractions"],
+    }.items():
+        kind = draw(st.sampled_from(kinds))
+        if kind == "object":
+            a[c] = a[c].astype(object)
+        elif kind == "none":  # unknown for every row
+            a[c] = pd.Series([None] * len(a), dtype=object, index=a.index)
+        elif kind == "float":
+            a[c] = a[c].astype("Float64")
+        elif kind == "fractions":
+            a[c] = a[c].astype("Float64") + 0.5
+    a["received_at"] = a["received_at"].astype(
+        f"datetime64[{draw(st.sampled_from(['ns', 'us', 's']))}, UTC]"
+    )
+    untimed = draw(st.lists(st.booleans(), min_size=len(a), max_size=len(a)))
+    a.loc[np.array(untimed, dtype=bool), "received_at"] = pd.NaT  # attempt numbers kept
+    if draw(st.booleans()):
+        a.index = draw(st.lists(st.integers(0, 3), min_size=len(a), max_size=len(a)))
+    return a, as_of
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(hand_made())
+def test_the_events_table_of_a_hand_made_frame_is_the_groupby_s(made):
+    attempts, as_of = made
+    pd.testing.assert_frame_equal(
+        events_table(attempts, as_of=as_of), groupby_events(attempts, as_of=as_of)
     )
 
 

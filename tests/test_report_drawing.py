@@ -217,6 +217,28 @@ def test_a_table_only_the_figures_read_is_read_once_it_is_written(demo_run, tmp_
     assert not reader.is_alive() and len(got["events"])
 
 
+def test_a_pipe_planted_at_the_tables_lock_neither_blocks_nor_is_waited_on(tmp_path):
+    """Found in review: a FIFO at ``tables.lock`` blocked the report in ``open`` for ever."""
+    import os
+
+    folder = drawing.figures_folder(tmp_path)
+    os.mkfifo(folder / drawing.TABLES_LOCK)
+    outcome = []
+
+    def both():
+        try:
+            drawing.tables_pending(folder)
+        except OSError as e:
+            outcome.append(type(e).__name__)
+        drawing.tables_written(folder)
+        outcome.append("not waited")
+
+    worker = threading.Thread(target=both, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive() and outcome[-1] == "not waited" and len(outcome) == 2
+
+
 def test_no_figure_is_drawn_aside_when_this_process_holds_much_of_the_free_memory(
     demo_run,  # noqa: F811
     tmp_path,

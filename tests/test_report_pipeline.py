@@ -437,7 +437,78 @@ def test_a_figures_folder_that_cannot_be_made_only_costs_the_figures_drawn_aside
     result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
     assert result.exit_code == 1 and len(result.manifest["findings"]["status"])
     assert (result.run_dir / "findings.json").is_file()
+    # The kernel drew every figure, outside the link (second review: the thread's own
+    # folder failed on it, and the link stayed in the run folder).
+    assert result.manifest["rendering"] == {"status": "ok"} and result.html is not None
+    assert not os.path.lexists(result.run_dir / drawing.FOLDER)
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_link_planted_at_the_tables_lock_only_costs_the_late_writes(
+    hostile,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """Found in review: a link at ``.figures/tables.lock`` ended the run with a raw "Too many
+    levels of symbolic links" (findings lost). The tables only the figures read are written
+    before rendering then; the link is never followed."""
+    import audit.report.drawing as drawing
+
+    real = drawing.figures_folder
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+
+    def planted(run_dir):
+        folder = real(run_dir)
+        (folder / drawing.TABLES_LOCK).symlink_to(victim)
+        return folder
+
+    monkeypatch.setattr(drawing, "figures_folder", planted)
+    logs, secrets = hostile
+    result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
+    assert result.exit_code == 1 and result.manifest["rendering"] == {"status": "ok"}
+    for name in ("deliveries", "events"):
+        assert len(pd.read_parquet(result.run_dir / "tables" / f"{name}.parquet"))
+    assert victim.read_text() == "keep"
+
+
+def test_nothing_is_written_into_a_failed_run_once_its_lock_is_released(
+    hostile,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """Found in review: a ^C while the late writes ran left their thread writing; the next run
+    marked the folder failed, then the thread made ``tables/`` again and wrote into it."""
+    import threading
+    import time
+
+    import audit.report.render as render
+    import audit.report.rundir as rundir
+
+    real = rundir.write_tables
+    ended = []
+
+    def slow(tables, folder, **kw):
+        if tables and set(tables) <= set(rundir.FIGURE_ONLY_TABLES):  # the late writes
+            time.sleep(1.0)
+        out = real(tables, folder, **kw)
+        ended.append(time.monotonic())
+        return out
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rundir, "write_tables", slow)
+    monkeypatch.setattr(render, "render", interrupted)
+    logs, secrets = hostile
+    out = tmp_path / "r"
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, logs, secrets, out_dir=out)
+    returned = time.monotonic()
+    assert not [t for t in threading.enumerate() if t.name == "audit-late"]
+    assert ended and max(ended) <= returned
+    with lock(out):  # released
+        pass
 
 
 def test_the_tables_only_the_figures_read_are_written_beside_the_rendering(
@@ -458,6 +529,8 @@ def test_the_tables_only_the_figures_read_are_written_beside_the_rendering(
     late = []
 
     def full_disk(tables, folder, **kw):
+        if kw.get("make", True):  # written before rendering
+            return real(tables, folder, **kw)
         late.append(sorted(tables))
         if "events" in tables:
             raise OutputError(

@@ -188,9 +188,17 @@ def events_table(
     def per_event(ufunc, values: np.ndarray) -> np.ndarray:
         return ufunc.reduceat(values, starts)
 
+    def numbers(name: str) -> np.ndarray:
+        """The column as numbers (missing: 0), fractions kept as the groupby's sums kept them."""
+        column = attempts[name]
+        kind = np.float64 if pd.api.types.is_float_dtype(column.dtype) else np.int64
+        return column.fillna(0).to_numpy(dtype=kind)[rows]
+
     success = attempts["success"]
     ok = flag(success)
-    first_ok = per_event(np.minimum, np.where(ok, index, n))
+    # Untimed rows (only a hand-made frame has them) sort first, and count for no time.
+    timed = attempts["received_at"].notna().to_numpy(dtype=bool)[rows]
+    first_ok = per_event(np.minimum, np.where(ok & timed, index, n))
     none_ok = first_ok >= n
     # One value per event taken of these columns, at these rows (None: at every event, else
     # missing where marked), two columns at a time (Arrow's take releases the GIL).
@@ -198,7 +206,7 @@ def events_table(
         "subscription_id": (starts, None),
         "event_id": (starts, None),
         **{c: first_valid(c) for c in ("event", "event_timestamp", "incident_id", "is_test")},
-        "first_received_at": (starts, None),
+        "first_received_at": first_valid("received_at"),
         "last_received_at": (last, None),
         "delivered_at": (np.where(none_ok, starts, first_ok), none_ok if none_ok.any() else None),
         "_body": first_valid(body),
@@ -208,7 +216,9 @@ def events_table(
         where, missing = taken[name]
         column = "received_at" if name.endswith("_at") else body if name == "_body" else name
         got = attempts[column].take(rows[where]).reset_index(drop=True)
-        return got if missing is None else got.where(~missing)
+        if missing is None:
+            return got
+        return got.where(~missing, None) if got.dtype == object else got.where(~missing)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         values = dict(zip(taken, pool.map(take, taken), strict=True))
@@ -217,8 +227,7 @@ def events_table(
     delivered_ns[none_ok] = np.iinfo(np.int64).max
     t = attempts["received_at"].array.asi8[rows]
     after = t > np.repeat(delivered_ns, np.diff(np.r_[starts, n]))
-    number = attempts["attempt_no"].to_numpy(dtype=np.int64, na_value=0)[rows]
-    most = per_event(np.maximum, number)
+    most = per_event(np.maximum, numbers("attempt_no"))
     ev = pd.DataFrame(
         {
             **{c: values[c] for c in ("subscription_id", "event_id", "event", "event_timestamp")},
@@ -232,9 +241,7 @@ def events_table(
             "retry_after_success": per_event(np.logical_or, after),
             "too_many_attempts": most > MAX_ATTEMPTS,
             "off_schedule": per_event(np.add, (~flag(attempts["on_schedule"])).astype(np.int64)),
-            "missing_attempts": per_event(
-                np.add, attempts["missing_before"].fillna(0).to_numpy(dtype=np.int64)[rows]
-            ),
+            "missing_attempts": per_event(np.add, numbers("missing_before")),
             "last_attempt_no": most,
             "_any_ok": per_event(np.logical_or, ok),
             "_last_unknown": success.isna().to_numpy(dtype=bool)[rows][last],

@@ -49,6 +49,7 @@ __all__ = [
     "figures_folder",
     "in_memory",
     "in_report_style",
+    "remove_figures_folder",
     "shared",
     "tables_pending",
     "tables_written",
@@ -103,8 +104,10 @@ def tables_pending(folder: Path):
     """Lock the figures' ``folder``'s :data:`TABLES_LOCK` (made now, before the notebook runs)
     and return the open file: whoever draws a figure from the run folder waits until it is
     released (:class:`~audit.report.rundir.LateWrites` does once the tables are written)."""
-    f = os.fdopen(os.open(folder / TABLES_LOCK, _WRITE, 0o600), "r+b")
+    f = os.fdopen(os.open(folder / TABLES_LOCK, _WRITE | os.O_NONBLOCK, 0o600), "r+b")
     try:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a pipe planted there
+            raise OSError(f"{folder / TABLES_LOCK}: not a regular file")
         lock_file(f)
     except BaseException:
         f.close()
@@ -116,12 +119,13 @@ def tables_written(folder: Path) -> None:
     """Wait until the tables the figures' ``folder``'s :data:`TABLES_LOCK` stands for are
     written (no such lock: no wait)."""
     try:
-        fd = os.open(folder / TABLES_LOCK, os.O_RDONLY | _NOFOLLOW)
+        fd = os.open(folder / TABLES_LOCK, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
     except OSError:  # no late tables (or a link planted there: never followed)
         return
     with os.fdopen(fd, "rb") as f, contextlib.suppress(OSError):
-        lock_file(f)
-        unlock_file(f)
+        if stat.S_ISREG(os.fstat(fd).st_mode):  # not a pipe or a device planted there
+            lock_file(f)
+            unlock_file(f)
 
 
 def _kept(done: Path) -> HTML | None:
@@ -149,7 +153,7 @@ def shared(draw: Callable) -> Callable:
     @wraps(draw)
     def figure(run):
         folder = run.run_dir / FOLDER if run.run_dir is not None else None
-        if folder is None or not folder.is_dir():
+        if folder is None or not _ours(folder):  # none (or a link planted: never followed)
             return in_report_style(draw, run)
         return drawn_once(folder, draw.__name__, lambda: in_report_style(draw, run))
 
@@ -204,7 +208,7 @@ class DrawingAhead:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self.join()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        remove_figures_folder(self._run_dir)
 
     def join(self) -> None:
         """Wait until the thread has stopped (it has drawn what it could, or was asked to stop)."""
@@ -267,6 +271,17 @@ def drawing_aside(run_dir: Path, period: Period, tables: dict) -> Pending | None
     run = RunData(manifest={"period": period.as_dict()}, findings=pd.DataFrame(),
                   run_dir=run_dir, tables=dict(tables))  # fmt: skip
     return aside(functools.partial(_drawn_then_left, run_dir / FOLDER, FIGURES, run), rerun=False)
+
+
+def remove_figures_folder(run_dir: Path) -> None:
+    """Remove the figures' folder of ``run_dir``, or whatever else is there (a link is
+    removed, never followed)."""
+    folder = run_dir / FOLDER
+    if _ours(folder):
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
+            os.unlink(folder)
 
 
 def figures_folder(run_dir: Path) -> Path:

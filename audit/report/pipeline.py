@@ -19,12 +19,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
-import platform
 import secrets
-import shutil
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,23 +33,15 @@ import pandas as pd
 
 from audit.errors import ParameterError, ReportError
 from audit.findings import SEVERITIES
-from audit.ingest.side import cancelled_on_error
 from audit.locks import note_held
 from audit.memory import release_free_memory
 from audit.report.compute import Computed, compute
+from audit.report.drawing import remove_figures_folder
 from audit.report.index import build_index, scan_runs
 from audit.report.inputs import Inputs, load_inputs
 from audit.report.kernel import WarmKernel
 from audit.report.params import Period, check_notebook, check_params
-from audit.report.rundir import (
-    FIGURE_ONLY_TABLES,
-    LateWrites,
-    finding_counts,
-    findings_records,
-    versions,
-    write_json,
-    write_tables,
-)
+from audit.report.rundir import versions, write_json, write_run
 
 __all__ = [
     "EXIT_CONTROL_ERROR",
@@ -127,7 +116,7 @@ def mark_stale(root: Path, by_run: str) -> list[Path]:
             "message": f"interrupted before it finished; marked failed by run {by_run}",
         }
         write_json(tmp / "manifest.json", manifest)
-        shutil.rmtree(tmp / ".figures", ignore_errors=True)  # audit.report.drawing's, if killed
+        remove_figures_folder(tmp)  # audit.report.drawing's, if killed
         os.replace(tmp, final)
         moved.append(final)
     return moved
@@ -156,10 +145,6 @@ class ReportResult:
     message: str = ""
     skipped: bool = False
     rendering_failed: bool = False
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _completed(root: Path, period: Period) -> Path | None:
@@ -270,15 +255,17 @@ def run_report(
         failing = int((computed.findings["status"] == "fail").sum())
         say(f"analyses and controls done: {len(computed.findings)} findings, {failing} failing")
         preloading = preload()  # beside the run folder's writing
-        with lock(root), cancelled_on_error(aside[0]):  # stopped before the lock is released
+        with lock(root), contextlib.ExitStack() as inside:  # stopped before its release
+            if aside[0] is not None:
+                inside.callback(aside[0].cancel)
             mark_stale(root, run_id)
             tmp.mkdir(parents=True)
             # The child leaves the figures it drew in their folder; the tables only they read
             # are written while the notebook runs.
-            drawn_in = _figures_folder(tmp, aside)
-            manifest, csvs = _write_run(
-                tmp, period, checked, computed, code, nb_path, started, drawn_in
-            )
+            drawn_in, figures = _figures_folder(tmp, aside, figures)
+            manifest, csvs = write_run(tmp, period, checked, computed, code, nb_path, started,
+                                       drawn_in)  # fmt: skip
+            inside.callback(csvs.cancel)  # nothing is written into the folder after the lock
             # The notebook reads the run folder: the frames go before it runs (at 1M, 1.7 GB
             # beside the kernel's 0.6-1.8 GB), but copies of what the figures read (150 MB at
             # 1M) when no child process draws them already.
@@ -292,64 +279,20 @@ def run_report(
             )  # fmt: skip
 
 
-def _figures_folder(tmp: Path, aside: list) -> Path | None:
-    """Make the figures' folder for the child drawing them (``aside[0]``); if it cannot be
-    made (something is there already), stop the child: the figures are drawn as without it."""
+def _figures_folder(tmp: Path, aside: list, ahead: bool) -> tuple[Path | None, bool]:
+    """Make the figures' folder for the child drawing them (``aside[0]``): (the folder, whether
+    figures are still drawn ahead). If it cannot be made (something is there already), the
+    child is stopped and none is drawn ahead: the kernel draws them all, outside that folder."""
     from audit.report.drawing import figures_folder
 
     if aside[0] is None:
-        return None
+        return None, ahead
     try:
-        return figures_folder(tmp)
+        return figures_folder(tmp), ahead
     except OSError:
         aside[0].cancel()
         aside[0] = None
-        return None
-
-
-def _write_run(tmp, period, checked, computed, code, nb_path, started, figures=None
-               ) -> tuple[dict, LateWrites]:  # fmt: skip
-    """Write the run folder (under the lock) into ``tmp`` (``<period>/.tmp-<run id>``):
-    (manifest, what is still being written: the CSV copies, and with ``figures`` (the figures'
-    folder, where they are drawn aside) the tables only the figures read)."""
-    from audit.report.drawing import tables_pending
-    from audit.report.trend import trend_for
-    from audit.safe import write_csv
-
-    root, run_id = tmp.parents[1], tmp.name.removeprefix(".tmp-")
-    write_csv(computed.findings, tmp / "findings.csv")
-    write_json(tmp / "findings.json", findings_records(computed.findings))
-    trend = trend_for(root, period, computed.findings)
-    write_json(tmp / "trend.json", trend)
-    late = FIGURE_ONLY_TABLES if figures is not None else ()
-    now = {name: t for name, t in computed.tables.items() if name not in late}
-    write_tables(now, tmp / "tables", csv=False)
-    held = tables_pending(figures) if late else None
-    csvs = LateWrites(computed.tables, tmp / "tables", parquet=late, held=held)
-    manifest = {
-        "run_id": run_id,
-        "title": "Webhook delivery compliance report",
-        "period": period.as_dict(),
-        "as_of": checked.as_of.isoformat(),
-        "client_id": checked.client_id,
-        "parameters": checked.as_dict(),
-        "versions": versions(),
-        "inputs": json.loads(computed.tables["inputs"].to_json(orient="records")),
-        "notebook": {"path": str(nb_path), "sha256": _sha256(nb_path)},
-        "started": started.isoformat(),
-        "findings": finding_counts(computed.findings),
-        "trend": {
-            "previous_period": (trend["previous"] or {}).get("period"),
-            "previous_run": (trend["previous"] or {}).get("run_id"),
-            **{k: len(trend[k]) for k in ("new", "resolved", "persisting")},
-        },
-        "notes": computed.notes,
-        "exit_status": code,
-        "rendering": {"status": "pending"},
-        "python": platform.python_version(),
-    }
-    write_json(tmp / "manifest.json", manifest)
-    return manifest, csvs
+        return None, False
 
 
 def _render_run(
@@ -360,7 +303,6 @@ def _render_run(
     ``drawn``: the frames this process draws the figures from meanwhile (``in_memory``);
     ``aside``: the process drawing them instead (``drawing_aside``), stopped after rendering;
     ``csvs``: the tables' CSV copies being written meanwhile, waited for before the rename."""
-    from audit.report.drawing import FOLDER
     from audit.report.figures import FIGURES
     from audit.report.render import render
 
@@ -381,7 +323,7 @@ def _render_run(
         aside.cancel()
     # Again, now that the kernel is gone: a cell that timed out may have kept drawing after the
     # figures' folder was first removed.
-    shutil.rmtree(tmp / FOLDER, ignore_errors=True)
+    remove_figures_folder(tmp)
     if csvs is not None:
         csvs.wait()  # an error writing them fails the run, as before rendering
     manifest["ended"] = clock().isoformat()

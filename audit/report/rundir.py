@@ -15,6 +15,7 @@ Layout of ``DIR/<period>/<run id>/``::
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -41,6 +42,7 @@ __all__ = [
     "open_run",
     "versions",
     "write_json",
+    "write_run",
     "write_tables",
 ]
 
@@ -62,11 +64,13 @@ def findings_records(findings: pd.DataFrame) -> list[dict]:
     return records
 
 
-def write_tables(tables: Mapping[str, pd.DataFrame], folder: Path, *, csv: bool = True
-                 ) -> list[Path]:  # fmt: skip
+def write_tables(tables: Mapping[str, pd.DataFrame], folder: Path, *, csv: bool = True,
+                 make: bool = True) -> list[Path]:  # fmt: skip
     """Parquet for every table, CSV (through the one CSV writer) for :data:`CSV_TABLES`
-    (unless ``csv`` is false: then :class:`LateWrites` writes them)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    (unless ``csv`` is false: then :class:`LateWrites` writes them); ``make``: the folder is
+    made first if need be (else one that is gone is an error)."""
+    if make:
+        folder.mkdir(parents=True, exist_ok=True)
 
     def one(name: str, frame: pd.DataFrame) -> list[Path]:
         path = folder / f"{name}.parquet"
@@ -112,6 +116,7 @@ class LateWrites:
         frames = {name: tables[name] for name in CSV_TABLES if name in tables}
         late = {name: tables[name] for name in parquet if name in tables}
         self._error: BaseException | None = None
+        self._stop = threading.Event()
         # The thread holds the frames (its arguments) until it ends, then lets them go.
         self._thread = threading.Thread(
             target=self._write, args=(late, frames, folder, held), name="audit-late", daemon=True
@@ -121,7 +126,8 @@ class LateWrites:
     def _write(self, late: dict, frames: dict[str, pd.DataFrame], folder: Path, held) -> None:
         try:
             try:
-                write_tables(late, folder, csv=False)
+                if late and not self._stop.is_set():  # the folder is never made again here
+                    write_tables(late, folder, csv=False, make=False)
             finally:
                 late.clear()
                 if held is not None:
@@ -131,9 +137,17 @@ class LateWrites:
                         unlock_file(held)
                     held.close()
             for name in longest_first({n: (f.size, True) for n, f in frames.items()}):
+                if self._stop.is_set():
+                    return
                 write_csv(frames[name], folder / f"{name}.csv")
         except BaseException as e:  # raised again by wait(), in the caller's thread
             self._error = e
+
+    def cancel(self) -> None:
+        """Write no further file, and wait for the one being written (the run failed: nothing
+        may be written into its folder once its run lock is released)."""
+        self._stop.set()
+        self._thread.join()
 
     def wait(self) -> None:
         """Wait for every file; raise the error that stopped their writing, if any."""
@@ -250,3 +264,59 @@ def finding_counts(findings: pd.DataFrame) -> dict[str, dict[str, int]]:
         if rec["status"] in ("fail", "error"):
             out["severity"][rec["severity"]] = out["severity"].get(rec["severity"], 0) + 1
     return out
+
+
+def write_run(tmp: Path, period, checked, computed, code: int, nb_path: Path, started,
+              figures: Path | None = None) -> tuple[dict, LateWrites]:  # fmt: skip
+    """Write a run folder (under the run lock) into ``tmp`` (``<period>/.tmp-<run id>``):
+    findings, trend, tables and manifest; return (the manifest, what is still being written:
+    the CSV copies, and with ``figures`` (the figures' folder, where they are drawn aside) the
+    tables only the figures read, :data:`FIGURE_ONLY_TABLES`). Nothing can fail here once that
+    writing has started: the caller stops it (:meth:`LateWrites.cancel`) if it fails later."""
+    from audit.report.drawing import tables_pending
+    from audit.report.trend import trend_for
+
+    root, run_id = tmp.parents[1], tmp.name.removeprefix(".tmp-")
+    write_csv(computed.findings, tmp / "findings.csv")
+    write_json(tmp / "findings.json", findings_records(computed.findings))
+    trend = trend_for(root, period, computed.findings)
+    write_json(tmp / "trend.json", trend)
+    late = FIGURE_ONLY_TABLES if figures is not None else ()
+    write_tables({n: t for n, t in computed.tables.items() if n not in late}, tmp / "tables",
+                 csv=False)  # fmt: skip
+    manifest = {
+        "run_id": run_id,
+        "title": "Webhook delivery compliance report",
+        "period": period.as_dict(),
+        "as_of": checked.as_of.isoformat(),
+        "client_id": checked.client_id,
+        "parameters": checked.as_dict(),
+        "versions": versions(),
+        "inputs": json.loads(computed.tables["inputs"].to_json(orient="records")),
+        "notebook": {"path": str(nb_path), "sha256": _sha256(nb_path)},
+        "started": started.isoformat(),
+        "findings": finding_counts(computed.findings),
+        "trend": {
+            "previous_period": (trend["previous"] or {}).get("period"),
+            "previous_run": (trend["previous"] or {}).get("run_id"),
+            **{k: len(trend[k]) for k in ("new", "resolved", "persisting")},
+        },
+        "notes": computed.notes,
+        "exit_status": code,
+        "rendering": {"status": "pending"},
+        "python": platform.python_version(),
+    }
+    write_json(tmp / "manifest.json", manifest)
+    held = None
+    if late:
+        try:
+            held = tables_pending(figures)
+        except OSError:  # something planted at the lock: those tables are written now
+            write_tables({n: computed.tables[n] for n in late if n in computed.tables},
+                         tmp / "tables", csv=False)  # fmt: skip
+            late = ()
+    return manifest, LateWrites(computed.tables, tmp / "tables", parquet=late, held=held)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
