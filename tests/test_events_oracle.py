@@ -6,7 +6,6 @@ subscriptions, rows without a subscription) and on the hand-worked cases of
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import numpy as np
@@ -15,7 +14,13 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audit.analysis.deliveries import Tolerance, events_table, expected_delay, infer_attempts
+from audit.analysis.deliveries import (
+    Tolerance,
+    _fingerprint,
+    event_outcomes,
+    events_table,
+    infer_attempts,
+)
 from audit.analysis.rows import key_runs, take_rows
 from audit.spec import MAX_ATTEMPTS
 from audit.tables import EVENTS
@@ -23,21 +28,6 @@ from audit.timeutil import as_utc
 from tests.builders import deliveries_frame
 
 T0 = pd.Timestamp("2026-10-01T00:00:00Z")
-
-
-def _fingerprint(body):
-    import orjson
-
-    try:
-        env = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(env, dict):
-        return None
-    canon = orjson.dumps(
-        {"data": env.get("data"), "event": env.get("event")}, option=orjson.OPT_SORT_KEYS
-    )
-    return hashlib.sha256(canon).hexdigest()
 
 
 def groupby_events(attempts, *, as_of, tolerance=None):
@@ -64,7 +54,6 @@ def groupby_events(attempts, *, as_of, tolerance=None):
     # The first value of each envelope column per event (first() skips missing values).
     first = take_rows(attempts[envelope], pos[perm]).groupby(group, sort=False).first()
     a = take_rows(attempts[used], pos[perm])
-    cols = EVENTS.names
     success = a["success"].fillna(False).astype(bool)
     a = a.assign(
         _ok=success,
@@ -100,35 +89,8 @@ def groupby_events(attempts, *, as_of, tolerance=None):
             "_body": first[body],
         }
     ).reset_index(drop=True)
-    if body == "body":
-        ev["fingerprint"] = pd.Series([_fingerprint(b) for b in ev["_body"]], dtype="str")
-    else:  # extracted once at ingest (the evidence store)
-        ev["fingerprint"] = ev["_body"].astype("str")
-    ev["emission_latency_s"] = (
-        (ev["first_received_at"] - ev["event_timestamp"]).dt.total_seconds().astype("Float64")
-    )
-    last_no = ev["last_attempt_no"].astype("int64")
-    # A few distinct attempt numbers: the schedule is looked up once per number, not per event.
-    wait = {
-        k: (
-            expected_delay(k, k + 1) + tol(expected_delay(k, k + 1)) if k < MAX_ATTEMPTS else np.nan
-        )
-        for k in last_no.unique().tolist()
-    }
-    deadline = ev["last_received_at"] + pd.to_timedelta(last_no.map(wait), unit="s")
-    outcome = np.select(
-        [ev["_any_ok"], ev["_last_unknown"], last_no >= MAX_ATTEMPTS, as_of <= deadline],
-        ["delivered", "unknown", "exhausted", "pending"],
-        default="lost",
-    )
-    ev["outcome"] = pd.Series(outcome, dtype="str")
-    for c in ("accepted_count", "off_schedule", "attempts"):
-        ev[c] = ev[c].astype("int64")
-    ev["missing_attempts"] = ev["missing_attempts"].astype("int64")
-    ev["last_attempt_no"] = last_no
-    ev["retry_after_success"] = ev["retry_after_success"].astype(bool)
-    ev["too_many_attempts"] = ev["too_many_attempts"].astype(bool)
-    return ev[cols]
+    # The per-event values are the groupby's; what follows them is shared (unchanged code).
+    return event_outcomes(ev, body, as_of=as_of, tolerance=tol)
 
 
 # Retry delays on the schedule (0, 30 s, 2 min, 10 min, 1 h), near it, and off it.

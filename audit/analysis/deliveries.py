@@ -33,6 +33,7 @@ __all__ = [
     "ATTEMPT_COLUMNS",
     "OUTCOMES",
     "Tolerance",
+    "event_outcomes",
     "events_table",
     "expected_delay",
     "infer_attempts",
@@ -248,6 +249,17 @@ def events_table(
             "_body": values["_body"],
         }
     )
+    return event_outcomes(ev, body, as_of=as_of, tolerance=tol)
+
+
+def event_outcomes(
+    ev: pd.DataFrame, body: str, *, as_of: pd.Timestamp, tolerance: Tolerance
+) -> pd.DataFrame:
+    """The events table from its per-event values (:func:`events_table`, after grouping):
+    fingerprint, emission latency and outcome, in the declared columns and dtypes. ``ev``
+    holds ``_body`` (from the column ``body``: a raw body or the stored fingerprint) and the
+    helper flags ``_any_ok`` and ``_last_unknown``."""
+    tol = tolerance
     if body == "body":
         ev["fingerprint"] = pd.Series([_fingerprint(b) for b in ev["_body"]], dtype="str")
     else:  # extracted once at ingest (the evidence store)
