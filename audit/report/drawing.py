@@ -1,21 +1,22 @@
 """Figures drawn once, by whichever of two processes comes to them first.
 
-While the notebook's kernel runs the report, the ``audit report`` process only waits for it.
-So it draws the report's figures too, from the last to the first, while the kernel goes from
-the first: on two cores the figures take about half the time. Each figure is drawn under an
-exclusive lock on ``<run>/.figures/<name>.lock`` and kept as ``<name>.html``:
+The report's figures are drawn ahead of the notebook's kernel, from the last to the first,
+while the kernel goes from the first: by a child forked as soon as the report tables exist
+(:func:`drawing_aside`, which draws into memory until the run folder's ``.figures`` is made,
+then leaves them there), or, where no child may be forked, by a thread of the ``audit report``
+process while the kernel runs (:class:`DrawingAhead`). Each figure is drawn under an exclusive
+lock on ``<run>/.figures/<name>.lock`` and kept as ``<name>.html``:
 
-* the kernel takes each lock, waiting while the report process draws that figure, then uses
+* the kernel takes each lock, waiting while the other side draws that figure, then uses
   the kept HTML or draws the figure itself;
-* the report process only takes a free lock: at the first figure the kernel holds or has drawn,
+* the other side only takes a free lock: at the first figure the kernel holds or has drawn,
   it stops (the kernel has the rest).
 
 A process that dies releases its lock (``flock``), so nothing waits on it; a figure it did not
-finish is drawn by the other. Without a ``.figures`` folder (a notebook run by hand, a run
-folder rendered again), a figure is simply drawn. The pipeline removes the folder before the
-run folder is renamed into place.
+finish is drawn by the other. Without a ``.figures`` folder of this user (a notebook run by
+hand, a run folder rendered again, a link planted there), a figure is simply drawn. The
+pipeline removes the folder before the run folder is renamed into place.
 """
-
 from __future__ import annotations
 
 import contextlib

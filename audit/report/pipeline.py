@@ -234,8 +234,6 @@ def run_report(
         f"{int((d['verdict'] == 'unreadable').sum())} unreadable{_history(inputs, period)})"
     )
     del d  # compute takes the frame over, to free it
-    # The notebook's kernel starts now, with its imports, on the core the analyses leave idle
-    # (the load before used both); it is shut down however the run ends.
     run_id = f"{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     tmp = root / period.label / f".tmp-{run_id}"
     from audit.report.drawing import drawing_aside, in_memory
@@ -249,6 +247,8 @@ def run_report(
         if aside[0] is not None:  # stopped however the run ends
             stopping.callback(aside[0].cancel)
 
+    # The notebook's kernel starts now, with its imports, on the core the analyses leave idle
+    # (the load before used both); it is shut down however the run ends.
     with WarmKernel() as kernel, contextlib.ExitStack() as stopping:
         computed = compute(inputs, checked, period, on_tables=draw_aside)
         code = exit_code(computed.findings, fail_on)
