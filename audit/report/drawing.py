@@ -17,6 +17,7 @@ finish is drawn by the other. Without a ``.figures`` folder of this user (a note
 hand, a run folder rendered again, a link planted there), a figure is simply drawn. The
 pipeline removes the folder before the run folder is renamed into place.
 """
+
 from __future__ import annotations
 
 import contextlib
