@@ -159,27 +159,30 @@ def test_figures_drawn_aside_from_the_run_tables_are_those_of_the_folder(
     shutil.copytree(folder, run_dir)
     drawing.figures_folder(run_dir)
     # rerun=False: a child that failed (a figure that raised) raises here, never redrawn here
-    assert sorted(pending.result()) == sorted(figures.FIGURES)
+    assert pending.result() == list(figures.FIGURES)  # in the kernel's order: none came
     run = open_run(run_dir)
     got = {name: str(getattr(figures, name)(run)) for name in figures.FIGURES}
     assert run.tables == {}  # every figure taken as the child drew it
     assert got == expected
 
 
+@pytest.mark.parametrize("held", [0, 2, 5])
 def test_a_figure_the_kernel_holds_is_left_to_it_by_the_process_drawing_aside(
     demo_run,  # noqa: F811
     tmp_path,
+    held,
 ):
+    """Drawn in the kernel's order until the figure the kernel holds (it caught up); then the
+    rest from the last, to meet it in the middle. The kernel's figure is left to it."""
     memory, _ = demo_run
-    period = parse_period("2026-10")
-    first, last = figures.FIGURES[0], figures.FIGURES[-1]
+    names = figures.FIGURES
     folder = drawing.figures_folder(tmp_path)
-    with open(folder / f"{last}.lock", "a+b") as held:
-        lock_file(held)  # the kernel is drawing the last figure
-        pending = drawing.drawing_aside(tmp_path, period, memory.tables)
+    with open(folder / f"{names[held]}.lock", "a+b") as lock:
+        lock_file(lock)  # the kernel is drawing this one
+        pending = drawing.drawing_aside(tmp_path, parse_period("2026-10"), memory.tables)
         assert pending is not None
-        assert pending.result() == []  # it stopped at the figure the kernel holds
-    assert not (folder / f"{first}.html").exists()
+        assert pending.result() == [*names[:held], *reversed(names[held + 1 :])]
+    assert not (folder / f"{names[held]}.html").exists()
 
 
 def test_a_link_planted_for_the_figures_folder_is_not_followed(demo_run, tmp_path):  # noqa: F811

@@ -1,16 +1,17 @@
 """Figures drawn once, by whichever of two processes comes to them first.
 
-The report's figures are drawn ahead of the notebook's kernel, from the last to the first,
-while the kernel goes from the first: by a child forked as soon as the report tables exist
-(:func:`drawing_aside`, which draws into memory until the run folder's ``.figures`` is made,
-then leaves them there), or, where no child may be forked, by a thread of the ``audit report``
-process while the kernel runs (:class:`DrawingAhead`). Each figure is drawn under an exclusive
-lock on ``<run>/.figures/<name>.lock`` and kept as ``<name>.html``:
+The report's figures are drawn ahead of the notebook's kernel, which goes from the first: by a
+child forked as soon as the report tables exist (:func:`drawing_aside`: it starts well before
+the kernel, so it draws in the kernel's order, into memory until the run folder's ``.figures``
+is made, then leaves them there; if the kernel catches up, the rest from the last), or, where
+no child may be forked, by a thread of the ``audit report`` process while the kernel runs
+(:class:`DrawingAhead`, from the last). Each figure is drawn under an exclusive lock on
+``<run>/.figures/<name>.lock`` and kept as ``<name>.html``:
 
 * the kernel takes each lock, waiting while the other side draws that figure, then uses
   the kept HTML or draws the figure itself;
-* the other side only takes a free lock: at the first figure the kernel holds or has drawn,
-  it stops (the kernel has the rest).
+* the other side only takes a free lock: the thread stops at the first figure the kernel
+  holds or has drawn (the kernel has the rest), the child then turns to the last ones.
 
 A process that dies releases its lock (``flock``), so nothing waits on it; a figure it did not
 finish is drawn by the other. Without a ``.figures`` folder of this user (a notebook run by
@@ -295,15 +296,20 @@ def figures_folder(run_dir: Path) -> Path:
 
 
 def _drawn_then_left(folder: Path, names: Sequence[str], run, poll_s: float = 0.02) -> list[str]:
-    """The child of :func:`drawing_aside`: the figures ``names`` drawn from the last, each left
-    in ``folder`` once it exists; the names it left there."""
+    """The child of :func:`drawing_aside`: the figures ``names`` drawn in the kernel's order
+    (it comes later and needs the first ones first), each left in ``folder`` once it exists;
+    at the first figure the kernel holds or has drawn (it caught up), the rest from the last,
+    to meet it in the middle. The names it left there, in the order drawn."""
     from audit.report import figures
 
+    def draw(name: str) -> Callable[[], HTML]:
+        return lambda: in_report_style(getattr(figures, name).__wrapped__, run)
+
     drawn: dict[str, HTML] = {}
-    for name in reversed(names):
+    for name in names:
         if _ours(folder):
             break
-        drawn[name] = in_report_style(getattr(figures, name).__wrapped__, run)
+        drawn[name] = draw(name)()
     while not _ours(folder):  # this process is stopped if the folder never comes
         time.sleep(poll_s)
     left = [
@@ -312,7 +318,11 @@ def _drawn_then_left(folder: Path, names: Sequence[str], run, poll_s: float = 0.
         if drawn_once(folder, name, lambda h=html: h, wait=False) is not None
     ]
     rest = [n for n in names if n not in drawn]
-    return left + draw_from_last(folder, rest, run)
+    for k, name in enumerate(rest):
+        if drawn_once(folder, name, draw(name), wait=False) is None:
+            return left + draw_from_last(folder, rest[k + 1 :], run)
+        left.append(name)
+    return left
 
 
 def _ours(folder: Path) -> bool:
