@@ -11,7 +11,6 @@ __all__ = [
     "folder_held",
     "in_forked_worker",
     "lock_file",
-    "note_held",
     "try_lock_file",
     "unlock_file",
 ]
@@ -38,15 +37,6 @@ def in_forked_worker(parent: int) -> None:
         pass
     if os.getppid() != parent:  # the parent died before the call
         os._exit(1)
-
-
-def note_held(fd: int, held: bool = True) -> None:
-    """Record that this process holds (or, ``held`` false, no longer holds) a lock taken on
-    ``fd`` by other means (``fcntl.flock``): a forked worker closes its copy of it."""
-    if held:
-        _HELD.add(fd)
-    else:
-        _HELD.discard(fd)
 
 
 def lock_file(f) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import secrets
@@ -33,7 +32,7 @@ import pandas as pd
 
 from audit.errors import ParameterError, ReportError
 from audit.findings import SEVERITIES
-from audit.locks import note_held
+from audit.locks import try_lock_file, unlock_file
 from audit.memory import release_free_memory
 from audit.report.compute import Computed, compute
 from audit.report.drawing import remove_figures_folder
@@ -80,21 +79,16 @@ def lock(out_dir: Path) -> Iterator[None]:
                 f"{path}: is a symlink; remove it (the lock is never followed)"
             ) from None
         raise ReportError(f"{path}: cannot open the lock file ({e.strerror})") from None
-    try:
+    with os.fdopen(fd, "r+b") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ReportError(f"{path}: is not a regular file")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ReportError(f"{out_dir}: another report run holds the lock") from None
-        note_held(fd)  # a forked child (the figures drawn aside) closes its copy
+        # audit.locks' own: a forked child (the figures drawn aside) closes its copy
+        if not try_lock_file(f):
+            raise ReportError(f"{out_dir}: another report run holds the lock")
         try:
             yield
         finally:
-            note_held(fd, False)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+            unlock_file(f)
 
 
 def mark_stale(root: Path, by_run: str) -> list[Path]:
