@@ -34,7 +34,7 @@ from typing import Generic, TypeVar
 from audit.ingest.load import default_workers
 from audit.locks import in_forked_worker
 
-__all__ = ["Pending", "aside", "cancelled_on_error"]
+__all__ = ["Pending", "aside", "aside_if_room", "cancelled_on_error"]
 
 T = TypeVar("T")
 
@@ -116,6 +116,18 @@ def aside(fn: Callable[[], T], *, rerun: bool = True) -> Pending[T] | None:
             os._exit(code)
     os.close(send)  # the child's end: only the child holds it now (EOF when it ends)
     return Pending(fn if rerun else None, pid, Connection(receive, writable=False))
+
+
+def aside_if_room(fn: Callable[[], T], *, share: float, rerun: bool = True) -> Pending[T] | None:
+    """:func:`aside`, unless this process holds over ``share`` of the memory still available
+    (or either cannot be read): None then, and the caller runs ``fn``. A child keeps alive,
+    until it ends, every page this process frees meanwhile: the two may hold twice as much."""
+    from audit.memory import available_memory, resident_memory
+
+    held, free = resident_memory(), available_memory()
+    if held is None or free is None or held > share * free:
+        return None
+    return aside(fn, rerun=rerun)
 
 
 #: The start of Python 3.12's warning at a fork in a process with other threads.

@@ -10,9 +10,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import pandas as pd
 
+from audit.ingest.query import SIDE_SHARE
+from audit.ingest.side import aside_if_room, cancelled_on_error
 from audit.memory import release_free_memory
 from audit.report.inputs import Inputs
 from audit.report.params import Period, ReportParams
@@ -42,8 +45,12 @@ def compute(
 
     Listing snapshots fetched after ``as_of`` are left out, like records received after it.
     ``inputs`` hands its deliveries over (:meth:`Inputs.hand_over_deliveries`) to be freed.
-    ``on_tables`` is called with the report tables as soon as they exist, before the controls
-    run (the pipeline starts drawing the figures then).
+    ``on_tables`` is called with the report tables the figures read as soon as they exist
+    (:data:`audit.report.tables.FIGURE_TABLES`; the pipeline starts drawing the figures then).
+
+    The controls run meanwhile in a forked process when this one may fork
+    (:func:`audit.ingest.side.aside_if_room`), else here after the tables: the same findings,
+    and the same warnings (issued here when the findings are taken).
     """
     from audit.analysis.analyze import run_analyses
     from audit.findings import run_controls
@@ -63,10 +70,8 @@ def compute(
             takedown=inputs.takedown,
         )
         release_free_memory()
-        tables = report_tables(analysis, period, evidence=inputs.evidence)
-        if on_tables is not None:
-            on_tables(tables)
-        findings = run_controls(
+        controls = partial(
+            run_controls,
             analysis,
             period_start=period.start,
             period_end=period.end,
@@ -74,6 +79,12 @@ def compute(
             secrets_age=inputs.secrets_age,
             mutes=inputs.mutes,
         )
+        # The controls run in a forked process while this one builds the report tables: the
+        # other core is idle here (docs/scale.md, "Nineteenth pass").
+        checking = aside_if_room(controls, share=SIDE_SHARE)
+        with cancelled_on_error(checking):
+            tables = report_tables(analysis, period, evidence=inputs.evidence, on_drawn=on_tables)
+            findings = controls() if checking is None else checking.result()
         release_free_memory()  # the controls' cuts of the deliveries
     notes = list(dict.fromkeys(str(w.message).splitlines()[0] for w in caught))
     tables["inputs"] = _mark_late_snapshots(inputs, params.as_of)

@@ -263,17 +263,14 @@ def drawing_aside(run_dir: Path, period: Period, tables: dict) -> Pending | None
     child keeps what this process frees later alive until it ends).
     """
     from audit.ingest.query import SIDE_SHARE
-    from audit.ingest.side import aside
-    from audit.memory import available_memory, resident_memory
-    from audit.report.figures import FIGURES
+    from audit.ingest.side import aside_if_room
     from audit.report.rundir import RunData
 
-    held, free = resident_memory(), available_memory()
-    if held is None or free is None or held > SIDE_SHARE * free:
-        return None
     run = RunData(manifest={"period": period.as_dict()}, findings=pd.DataFrame(),
                   run_dir=run_dir, tables=dict(tables))  # fmt: skip
-    return aside(functools.partial(_drawn_then_left, run_dir / FOLDER, FIGURES, run), rerun=False)
+    # The figures' module (matplotlib: 0.3 s) is imported by the child only.
+    draw = functools.partial(_drawn_then_left, run_dir / FOLDER, None, run)
+    return aside_if_room(draw, share=SIDE_SHARE, rerun=False)
 
 
 def remove_figures_folder(run_dir: Path) -> None:
@@ -295,12 +292,16 @@ def figures_folder(run_dir: Path) -> Path:
     return folder
 
 
-def _drawn_then_left(folder: Path, names: Sequence[str], run, poll_s: float = 0.02) -> list[str]:
-    """The child of :func:`drawing_aside`: the figures ``names`` drawn in the kernel's order
+def _drawn_then_left(folder: Path, names: Sequence[str] | None, run, poll_s: float = 0.02
+                     ) -> list[str]:  # fmt: skip
+    """The child of :func:`drawing_aside`: the figures ``names`` (None: the report's,
+    :data:`audit.report.figures.FIGURES`) drawn in the kernel's order
     (it comes later and needs the first ones first), each left in ``folder`` once it exists;
     at the first figure the kernel holds or has drawn (it caught up), the rest from the last,
     to meet it in the middle. The names it left there, in the order drawn."""
     from audit.report import figures
+
+    names = figures.FIGURES if names is None else names
 
     def draw(name: str) -> Callable[[], HTML]:
         return lambda: in_report_style(getattr(figures, name).__wrapped__, run)

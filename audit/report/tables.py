@@ -8,6 +8,8 @@ time (an unreadable line) counts where its file's readable records are (see
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -15,7 +17,7 @@ from audit.analysis.analyze import Analysis
 from audit.report.params import Period
 from audit.spec import MAX_ATTEMPTS
 
-__all__ = ["deliveries_in_period", "in_period", "report_tables"]
+__all__ = ["FIGURE_TABLES", "deliveries_in_period", "in_period", "report_tables"]
 
 
 def in_period(times: pd.Series, period: Period, *, keep_missing: bool = False) -> pd.Series:
@@ -77,19 +79,26 @@ def _km_all(durations: pd.DataFrame) -> pd.DataFrame:
 
 
 def report_tables(
-    analysis: Analysis, period: Period, *, evidence: pd.DataFrame | None = None
+    analysis: Analysis,
+    period: Period,
+    *,
+    evidence: pd.DataFrame | None = None,
+    on_drawn: Callable[[dict[str, pd.DataFrame]], None] | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Every table of the run folder, by name (see ``docs/report.md``).
 
     ``evidence`` (from a store, whose deliveries carry no body) gives the request columns
     of the records that are not valid (``audit.report.inputs.Inputs.evidence``); valid
-    off-schedule attempts then have them empty.
+    off-schedule attempts then have them empty. ``on_drawn`` is called, as soon as they exist,
+    with the tables built so far, among them every table the report's figures read
+    (:data:`FIGURE_TABLES`); the other summaries are built after it returns.
     """
     from audit.analysis.deliveries import latency_summary, success_rates
     from audit.ingest.extract import EXTRACTED
     from audit.ingest.verification import verdict_counts
 
     tables = dict(analysis.tables())
+    order = [*tables, *_ADDED]  # the run folder's order, whatever is built first
     # The store's extracted helper columns are left out; no table below shows them. The
     # summaries read a few columns of the period's rows, and the tables that list rows copy
     # those rows only: a cut of every column would copy nearly every row at 1M (0.4 GB).
@@ -101,12 +110,28 @@ def report_tables(
     in_e = in_period(e["first_received_at"], period) if "first_received_at" in e else None
     in_e = pd.Series(True, index=e.index) if in_e is None else in_e
     period_e = e.loc[in_e, [c for c in _SUMMARISED_EVENTS if c in e.columns]]
+    # First the tables the figures read (FIGURE_TABLES), for ``on_drawn``.
     tables["verdict_counts"] = _safe(verdict_counts, period_d)
-    tables["success_by_subscription"] = _safe(success_rates, period_d, period_e, by="subscription")
-    tables["success_by_event"] = _safe(success_rates, period_d, period_e, by="event")
     tables["latency"] = _safe(latency_summary, period_d, period_e)
     tables["takedown_durations"] = analysis.takedown_durations
     tables["takedown_km_all"] = _safe(_km_all, analysis.takedown_durations)
+    # The request appendices show what was received, not the store's extracted helper columns
+    # (so a report from the store has the same tables as one from raw captures). The evidence
+    # joins the few rows shown, not every row of the period (a copy of them all at 1M).
+    off_schedule = d[
+        in_d
+        & (
+            (d["on_schedule"] == False).fillna(False).astype(bool)  # noqa: E712
+            | (d["attempt_no"] > MAX_ATTEMPTS).fillna(False).astype(bool)
+        )
+    ]
+    if evidence is not None:
+        off_schedule = _with_evidence(off_schedule, evidence)
+    tables["off_schedule_attempts"] = off_schedule
+    if on_drawn is not None:
+        on_drawn(dict(tables))
+    tables["success_by_subscription"] = _safe(success_rates, period_d, period_e, by="subscription")
+    tables["success_by_event"] = _safe(success_rates, period_d, period_e, by="event")
     # Judged within the period only (an event outside it may lack a value), by position.
     real_in = ~period_e["is_test"].astype(bool) if "is_test" in period_e else True
     real = period_e[real_in] if "is_test" in period_e else period_e
@@ -118,21 +143,9 @@ def report_tables(
         real_in & period_e["outcome"].isin(["exhausted", "lost"])
     ).to_numpy(dtype=bool)
     tables["undelivered_events"] = e[undelivered]
-    # The request appendices show what was received, not the store's extracted helper columns
-    # (so a report from the store has the same tables as one from raw captures). The evidence
-    # joins the few rows shown, not every row of the period (a copy of them all at 1M).
-    off_schedule = d[
-        in_d
-        & (
-            (d["on_schedule"] == False).fillna(False).astype(bool)  # noqa: E712
-            | (d["attempt_no"] > MAX_ATTEMPTS).fillna(False).astype(bool)
-        )
-    ]
     not_valid = d[in_d & (d["verdict"] != "valid")]
     if evidence is not None:
-        off_schedule = _with_evidence(off_schedule, evidence)
         not_valid = _with_evidence(not_valid, evidence)
-    tables["off_schedule_attempts"] = off_schedule
     tables["retried_after_success"] = e[in_e & e["retry_after_success"].fillna(False).astype(bool)]
     tables["not_valid_requests"] = not_valid
     inc = analysis.incidents
@@ -147,7 +160,39 @@ def report_tables(
         if inputs[col].dtype == object:
             inputs[col] = inputs[col].astype("str")
     tables["inputs"] = inputs
-    return tables
+    return {name: tables[name] for name in dict.fromkeys(order) if name in tables}
+
+
+#: The tables :func:`report_tables` adds to the analysis tables, in the run folder's order.
+_ADDED = (
+    "verdict_counts",
+    "success_by_subscription",
+    "success_by_event",
+    "latency",
+    "takedown_durations",
+    "takedown_km_all",
+    "event_outcomes",
+    "undelivered_events",
+    "off_schedule_attempts",
+    "retried_after_success",
+    "not_valid_requests",
+    "waiting_on_client",
+    "subscriptions_latest",
+    "inputs",
+)
+
+#: The run-folder tables the report's figures read (``audit.report.figures``): all are built
+#: before :func:`report_tables` calls ``on_drawn``.
+FIGURE_TABLES = (
+    "deliveries",
+    "events",
+    "verdict_counts",
+    "latency",
+    "off_schedule_attempts",
+    "takedown_km",
+    "takedown_durations",
+    "takedown_km_all",
+)
 
 
 def _with_evidence(requests: pd.DataFrame, evidence: pd.DataFrame) -> pd.DataFrame:
