@@ -337,3 +337,17 @@ def test_numbering_rows_by_position_equals_numbering_them_one_by_one(events, few
     assert list(zip(*(col(got, c) for c in names), strict=True)) == _numbered_one_by_one(
         rows, *tolerance
     )
+
+
+def test_attempts_closer_than_a_float_second_can_tell_are_numbered_in_time_order():
+    """Two receipts 50 ns apart, listed latest first: as seconds in a float (about 240 ns
+    apart near 2026) they are equal, so numbering by float seconds kept the listed order.
+    The earlier receipt is attempt 1 (the events table orders them by nanosecond too)."""
+    late = pd.Timestamp("2026-10-01T00:00:00.000000050Z")
+    d = frame([(0, 500, 40.0), (0, 200, 40.0)])
+    d["received_at"] = pd.Series([late, T0], dtype=d["received_at"].dtype)
+    assert late.value / 1e9 == T0.value / 1e9  # the tie a float makes of them
+    a = infer_attempts(d, as_of=FAR)
+    assert col(a, "attempt_no") == [2, 1]
+    ev = events_table(a, as_of=FAR)
+    assert col(ev, "first_received_at") == [T0] and col(ev, "delivered_at") == [T0]

@@ -34,6 +34,7 @@ __all__ = [
     "OUTCOMES",
     "Tolerance",
     "event_outcomes",
+    "event_runs",
     "events_table",
     "expected_delay",
     "infer_attempts",
@@ -67,8 +68,29 @@ def _success(status: pd.Series, ms: pd.Series) -> pd.Series:
     return ok.mask(status.isna())
 
 
+def event_runs(deliveries: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The valid deliveries with an event id and a receipt time, grouped by (subscription, event
+    id) in the strings' order, each group in time order (equal times keep their order):
+    (their positions in the frame, whether each is its group's first row).
+
+    :func:`infer_attempts` numbers these rows; :func:`events_table` reads the same groups (less
+    those without a subscription id). Both take them as ``runs`` (of the frame
+    :func:`infer_attempts` is given), so that 1M event ids are sorted once, not twice.
+    """
+    d = deliveries
+    use = (d["verdict"] == "valid") & d["event_id"].notna() & d["received_at"].notna()
+    idx = np.flatnonzero(use.to_numpy())
+    t = d["received_at"].to_numpy(dtype="datetime64[ns]").view("int64")[idx]
+    order, first = key_runs(d, idx, ["subscription_id", "event_id"], t, sort_keys=True)
+    return idx[order], first
+
+
 def infer_attempts(
-    deliveries: pd.DataFrame, *, as_of: pd.Timestamp, tolerance: Tolerance | None = None
+    deliveries: pd.DataFrame,
+    *,
+    as_of: pd.Timestamp,
+    tolerance: Tolerance | None = None,
+    runs: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> pd.DataFrame:
     """Add attempt columns to the valid deliveries, grouped by (subscription, event id).
 
@@ -81,7 +103,8 @@ def infer_attempts(
     Returns every input row, with ``is_test`` (bool, :func:`is_test`) for every row; the columns
     ``attempt_no`` (Int64), ``delay_s``, ``expected_delay_s`` (Float64), ``on_schedule``
     (boolean), ``missing_before`` (Int64) and ``success`` (boolean) are filled for valid rows
-    with an event id, NA elsewhere.
+    with an event id, NA elsewhere. ``runs``: :func:`event_runs` of ``deliveries``, when the
+    caller has them already.
 
     Examples
     --------
@@ -97,14 +120,10 @@ def infer_attempts(
     expected = np.full(n, np.nan)
     on_sched = np.zeros(n, dtype=bool)
     missing = np.zeros(n, dtype=np.int64)
-    use = (out["verdict"] == "valid") & out["event_id"].notna() & out["received_at"].notna()
-    idx = np.flatnonzero(use.to_numpy())
-    if len(idx):
-        # Rows of one (subscription, event id) in time order (equal times keep their order).
-        t = out["received_at"].to_numpy(dtype="datetime64[ns]")[idx].view("int64") / 1e9
-        order, first = key_runs(out, idx, ["subscription_id", "event_id"], t)
-        rows = idx[order]
-        no, d, exp, ok = number_attempts(t[order], first, tol)
+    rows, first = event_runs(out) if runs is None else runs
+    if len(rows):
+        t = out["received_at"].to_numpy(dtype="datetime64[ns]").view("int64")[rows] / 1e9
+        no, d, exp, ok = number_attempts(t, first, tol)
         attempt[rows], delay[rows], expected[rows], on_sched[rows] = no, d, exp, ok
         prev = np.concatenate(([0], no[:-1]))
         missing[rows] = np.where(first, 0, no - prev - 1)
@@ -122,6 +141,16 @@ def infer_attempts(
     return out
 
 
+def _numbered_runs(attempts: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The rows with an attempt number and a subscription id, grouped by (subscription, event
+    id) in the strings' order, each group in time order: (frame positions, first of group)."""
+    keep = attempts["attempt_no"].notna() & attempts["subscription_id"].notna()
+    pos = np.flatnonzero(keep.to_numpy())
+    t = attempts["received_at"].array.asi8[pos]
+    perm, start = key_runs(attempts, pos, ["subscription_id", "event_id"], t, sort_keys=True)
+    return pos[perm], start
+
+
 def _fingerprint(body: bytes) -> str | None:
     """sha256 of the canonical (sorted keys, compact) JSON of the envelope's event and data."""
     try:
@@ -137,7 +166,11 @@ def _fingerprint(body: bytes) -> str | None:
 
 
 def events_table(
-    attempts: pd.DataFrame, *, as_of: pd.Timestamp, tolerance: Tolerance | None = None
+    attempts: pd.DataFrame,
+    *,
+    as_of: pd.Timestamp,
+    tolerance: Tolerance | None = None,
+    runs: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> pd.DataFrame:
     """One row per (subscription, event id) of the valid deliveries, with its outcome.
 
@@ -153,23 +186,25 @@ def events_table(
         The frame from :func:`infer_attempts`.
     as_of
         The time the data is judged at.
+    runs
+        :func:`event_runs` of the frame :func:`infer_attempts` was given (the rows it
+        numbered), when the caller has them: they are not computed again.
     """
     as_of = as_utc(as_of)
     tol = tolerance or Tolerance()
     body = "body" if "body" in attempts.columns else "fingerprint"
-    keep = attempts["attempt_no"].notna() & attempts["subscription_id"].notna()
-    pos = np.flatnonzero(keep.to_numpy())
-    if not len(pos):
+    if runs is not None:  # the numbered rows, less the groups without a subscription id
+        has_sub = attempts["subscription_id"].notna().to_numpy(dtype=bool)[runs[0]]
+        rows, start = runs[0][has_sub], runs[1][has_sub]
+    else:
+        rows, start = _numbered_runs(attempts)
+    if not len(rows):
         return EVENTS.empty()
     # Rows of one (subscription, event id) together, in time order: the order from integer
     # codes (sorted like the strings), each group a run of rows. Each column is then reduced
     # over the runs with numpy (``reduceat``), and only one value per event is taken of the
     # text columns: no sorted copy of the rows, no pandas groupby (``docs/scale.md``,
     # "Eighteenth pass"; ``tests/test_events_oracle.py`` holds the groupby as the oracle).
-    t = attempts["received_at"].array.asi8[pos]
-    perm, start = key_runs(attempts, pos, ["subscription_id", "event_id"], t, sort_keys=True)
-    rows = pos[perm]  # frame positions, grouped, in time order
-    del t, perm, keep, pos
     starts = np.flatnonzero(start)
     n = len(rows)
     last = np.r_[starts[1:], n] - 1

@@ -297,14 +297,15 @@ def _render_run(
     ``drawn``: the frames this process draws the figures from meanwhile (``in_memory``);
     ``aside``: the process drawing them instead (``drawing_aside``), stopped after rendering;
     ``csvs``: the tables' CSV copies being written meanwhile, waited for before the rename."""
-    from audit.report.figures import FIGURES
     from audit.report.render import render
 
     final = tmp.with_name(manifest["run_id"])
     say("rendering the report")
     message, failed = "", False
     try:
-        ahead = FIGURES if drawn is not None else ()
+        ahead = ()
+        if drawn is not None:  # drawn here (matplotlib: 0.3 s to import, else not needed here)
+            from audit.report.figures import FIGURES as ahead
         render(
             nb_path, tmp, title=_title(manifest), timeout_s=timeout_s, kernel=kernel, ahead=ahead,
             drawn_from=drawn,
