@@ -754,3 +754,31 @@ def test_plain_log_labels_of_small_and_minor_values():
     render(fig)
     labels = _tick_texts(ax.xaxis)
     assert {"1e\u221210", "1e\u221208", "1e\u221206"} <= set(labels) and "0" not in labels, labels
+
+
+def test_the_latency_figure_draws_the_events_of_its_period_as_the_latency_table_counts_them(
+    monkeypatch,
+):
+    """A store's events table also holds the events of the day before the period (read for
+    retry inference): the figure drew them too, so its emission-latency quantile lines were
+    not the table's. It draws the events first received in the period, as the table counts."""
+    import audit.plotting
+    from audit.report import figures
+    from audit.report.rundir import RunData
+
+    times = pd.to_datetime(["2026-09-30T23:00Z", "2026-10-02T00:00Z", "2026-11-01T00:00Z"])
+    d = pd.DataFrame(
+        {"received_at": times, "source": "a.jsonl", "verdict": "valid", "response_ms": 40.0}
+    )
+    e = pd.DataFrame(
+        {"first_received_at": times, "is_test": False, "emission_latency_s": [900.0, 5.0, 7.0]}
+    )
+    period = {"label": "2026-10", "start": "2026-10-01T00:00Z", "end": "2026-11-01T00:00Z"}
+    run = RunData({"period": period}, pd.DataFrame(), tables={"deliveries": d, "events": e})
+    drawn = []
+    monkeypatch.setattr(
+        audit.plotting, "plot_latency_distributions", lambda a, ev, **k: drawn.append(ev)
+    )
+    monkeypatch.setattr(figures, "embed", lambda *a, **k: None)
+    figures.latency.__wrapped__(run)
+    assert drawn[0]["emission_latency_s"].tolist() == [5.0]  # [start, end), as the table

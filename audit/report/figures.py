@@ -52,7 +52,7 @@ _DRAWN = (
 #: The tables (and of the wide ones, the columns) the figures read.
 _READ = {
     "deliveries": _DRAWN,
-    "events": ("is_test", "emission_latency_s"),
+    "events": ("is_test", "emission_latency_s", "first_received_at"),
     "verdict_counts": None,
     "latency": None,
     "off_schedule_attempts": None,
@@ -91,6 +91,21 @@ def _period_deliveries(run: RunData) -> pd.DataFrame:
     cut = deliveries_in_period(d, period)
     run.derived["period_deliveries"] = (d, cut)
     return cut
+
+
+def _period_events(run: RunData) -> pd.DataFrame:
+    """The drawn columns of the run's events first received in its period, as the report's
+    tables count them (``audit.report.tables.report_tables``: an events table from a store
+    also holds the events of the day before, read for retry inference)."""
+    from audit.report.params import Period
+    from audit.report.tables import in_period
+
+    e = run.table("events", _READ["events"])
+    p = run.manifest.get("period", {})
+    if e.empty or not p.get("start") or "first_received_at" not in e:
+        return e
+    period = Period(str(p.get("label")), pd.Timestamp(p["start"]), pd.Timestamp(p["end"]))
+    return e[in_period(e["first_received_at"], period)]
 
 
 def _nothing(run: RunData, what: str) -> HTML | None:
@@ -157,9 +172,7 @@ def latency(run: RunData) -> HTML:
         v = lat.set_index("metric").loc["ack_latency_ms", "p95"]
         p95 = f" The 95th percentile of acknowledgement latency is {v:,.0f} ms." if v == v else ""
     return embed(
-        plot_latency_distributions(
-            _period_deliveries(run), run.table("events", ("is_test", "emission_latency_s"))
-        ),
+        plot_latency_distributions(_period_deliveries(run), _period_events(run)),
         "Histograms (log scale) of acknowledgement latency in milliseconds and emission "
         "latency in seconds, with the 5-second delivery timeout marked." + p95,
     )
