@@ -161,10 +161,34 @@ def test_ctrl_c_while_the_warm_kernel_is_taken_shuts_it_down(tmp_path, monkeypat
     async def interrupted(self, timeout=None):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(AsyncKernelClient, "wait_for_ready", interrupted)
+    monkeypatch.setattr(AsyncKernelClient, "get_shell_msg", interrupted)
     with pytest.raises(KeyboardInterrupt):
         kernel.take(tmp_path, 30)
     assert kernel.km is None and not _alive(pid) and not os.path.exists(folder)
+
+
+@pytest.mark.slow
+def test_a_warm_kernel_that_dies_before_it_answers_is_given_up_at_once(tmp_path, monkeypatch):
+    """The kernel is found alive, then dies before it answers the move into the run folder:
+    it is given up within seconds (and rendering starts a fresh one), not after the timeout."""
+    kernel = WarmKernel()
+    km = kernel.km
+    pid, folder = km.provisioner.pid, km._audit_folder
+    real = type(km).is_alive
+    asked = []
+
+    async def alive_then_real(self):
+        asked.append(1)
+        return True if len(asked) == 1 else await real(self)
+
+    monkeypatch.setattr(type(km), "is_alive", alive_then_real)
+    os.kill(pid, 9)
+    while _alive(pid):
+        time.sleep(0.05)
+    started = time.monotonic()
+    assert kernel.take(tmp_path, 120) is None
+    assert time.monotonic() - started < 10 and len(asked) >= 2
+    assert kernel.km is None and not os.path.exists(folder)
 
 
 def test_a_kernel_that_cannot_start_leaves_no_socket_folder(monkeypatch):

@@ -17,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 import uuid
 from pathlib import Path
+from queue import Empty
 
 __all__ = ["WARM_IMPORTS", "WarmKernel", "kernel_manager_class", "sweep_kernel_folders"]
 
@@ -152,7 +154,6 @@ def sweep_kernel_folders(root: str | None = None) -> list[Path]:
     lock no live manager holds, over a minute old. Returns what was removed; never raises."""
     import shutil
     import stat
-    import time
 
     from audit.atomic import abandoned
 
@@ -226,12 +227,20 @@ class WarmKernel:
             if not self._run_sync(km.is_alive)():
                 raise RuntimeError("the warm kernel died")
             kc = km.client()
-            kc.start_channels()
-            self._run_sync(kc.wait_for_ready)(timeout=timeout_s)
+            # Only the shell channel: its request waits in the socket until the kernel serves
+            # it, so the reply itself says the kernel is ready. (``wait_for_ready`` also waits
+            # 0.2 s for a message on IOPub, papermill's own client does so again.)
+            kc.start_channels(iopub=False, stdin=False, hb=False, control=False)
             code = f"import os as _os; _os.chdir({str(cwd)!r}); del _os"
             msg_id = kc.execute(code, silent=True, store_history=False)
+            deadline = time.monotonic() + timeout_s
             while True:  # a ready kernel answers a chdir at once
-                reply = self._run_sync(kc.get_shell_msg)(timeout=min(timeout_s, 30))
+                try:
+                    reply = self._run_sync(kc.get_shell_msg)(timeout=1)
+                except Empty:  # still starting (its imports), or dead: asked each second
+                    if time.monotonic() > deadline or not self._run_sync(km.is_alive)():
+                        raise RuntimeError("the warm kernel does not answer") from None
+                    continue
                 if reply["parent_header"].get("msg_id") == msg_id:
                     break
             if reply["content"]["status"] != "ok":
