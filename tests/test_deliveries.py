@@ -351,3 +351,10 @@ def test_attempts_closer_than_a_float_second_can_tell_are_numbered_in_time_order
     assert col(a, "attempt_no") == [2, 1]
     ev = events_table(a, as_of=FAR)
     assert col(ev, "first_received_at") == [T0] and col(ev, "delivered_at") == [T0]
+
+
+def test_attempts_with_no_numbered_row_give_an_empty_events_table_whatever_the_time_column():
+    """Found in review: with no row numbered, the times are never read (an untyped column)."""
+    a = infer_attempts(frame([(0, 500, 40.0)], verdict="invalid_signature"), as_of=FAR)
+    a["received_at"] = pd.Series([None], dtype=object)
+    assert events_table(a, as_of=FAR).empty

@@ -10,7 +10,9 @@ import pandas as pd
 import pytest
 
 import audit.findings
+import audit.memory
 import audit.report.compute
+from audit.ingest.load import default_workers
 from audit.report import figures
 from audit.report.explore import demo_inputs
 from audit.report.inputs import load_inputs
@@ -18,6 +20,9 @@ from audit.report.params import check_params, parse_period
 from audit.report.pipeline import compute
 from audit.report.rundir import findings_records
 from audit.report.tables import FIGURE_TABLES
+
+#: Where no fork may be made (one usable CPU), the controls always run in the caller.
+needs_fork = pytest.mark.skipif(default_workers() < 2, reason="no fork with one usable CPU")
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +62,11 @@ def _controls_noting_their_process(monkeypatch, where, *, die_aside=False):
     monkeypatch.setattr(audit.findings, "run_controls", run_controls)
 
 
+@needs_fork
 def test_the_controls_run_aside_give_the_findings_and_notes_of_the_controls_run_here(
     demo, tmp_path, monkeypatch
 ):
+    monkeypatch.setattr(audit.memory, "resident_memory", lambda: 0)  # the gate lets it fork
     _controls_noting_their_process(monkeypatch, tmp_path / "aside")
     aside = _compute(demo)
     (pid,) = map(int, (tmp_path / "aside").read_text().split())

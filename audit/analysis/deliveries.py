@@ -146,6 +146,8 @@ def _numbered_runs(attempts: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     id) in the strings' order, each group in time order: (frame positions, first of group)."""
     keep = attempts["attempt_no"].notna() & attempts["subscription_id"].notna()
     pos = np.flatnonzero(keep.to_numpy())
+    if not len(pos):  # whatever the time column holds (then never read)
+        return pos, np.zeros(0, dtype=bool)
     t = attempts["received_at"].array.asi8[pos]
     perm, start = key_runs(attempts, pos, ["subscription_id", "event_id"], t, sort_keys=True)
     return pos[perm], start
