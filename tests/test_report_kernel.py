@@ -18,7 +18,7 @@ import pytest
 import audit.report.pipeline as pipeline
 from audit.errors import ReportError
 from audit.report import parse_period, run_report
-from audit.report.kernel import WarmKernel, sweep_kernel_folders
+from audit.report.kernel import WarmKernel, kernel_manager_class, sweep_kernel_folders
 from audit.report.render import render
 from tests.test_reports import hostile  # noqa: F401  (fixture)
 
@@ -279,3 +279,34 @@ def test_after_a_rendering_the_kernel_is_shut_down_at_once(tmp_path):
                   kernel=kernel)  # fmt: skip
     assert "imports warm" in html.read_text()
     assert calls == [True] and not _alive(pid)
+
+
+@pytest.mark.slow
+def test_a_client_ready_without_emptying_iopub_misses_no_output_of_its_first_cell():
+    """The report's clients are ready once the kernel answered and IOPub got a message (no
+    0.2 s wait for IOPub to go quiet): each new client still gets all of its first cell's
+    output, and only that cell's (the messages left over belong to other requests)."""
+    from jupyter_core.utils import run_sync
+
+    km = kernel_manager_class()(kernel_name="python3")
+    run_sync(km.start_kernel)()
+    try:
+        for k in range(3):
+            kc = km.client()
+            assert type(kc).__name__ == "ReadyClient"
+            kc.start_channels()
+            run_sync(kc.wait_for_ready)(timeout=60)
+            msg_id = kc.execute(f"print('first output {k}')")
+            got = []
+            while True:
+                msg = run_sync(kc.get_iopub_msg)(timeout=30)
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                if msg["msg_type"] == "stream":
+                    got.append(msg["content"]["text"])
+                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                    break
+            assert got == [f"first output {k}\n"]
+            kc.stop_channels()
+    finally:
+        run_sync(km.shutdown_kernel)(now=True)

@@ -583,3 +583,41 @@ def test_csv_copies_are_written_beside_the_rendering_and_their_failure_fails_the
             csv_text = (result.run_dir / "tables" / f"{name}.csv").read_text()
             frame = pd.read_parquet(result.run_dir / "tables" / f"{name}.parquet")
             assert csv_text.count("\n") >= len(frame) + 1, name
+
+
+def test_the_csv_copies_are_written_while_the_late_parquet_files_are(tmp_path, monkeypatch):
+    """At the end of a rendering both cores are free: the CSV copies no longer wait for the
+    Parquet files of the tables only the figures read (a thread each); a failure of either is
+    still raised by ``wait``."""
+    import threading
+
+    import audit.report.rundir as rundir
+
+    started = threading.Event()
+    real_csv, real_tables = rundir.write_csv, rundir.write_tables
+
+    def csv(frame, path):
+        started.set()
+        return real_csv(frame, path)
+
+    def parquet(tables, folder, **kw):
+        assert started.wait(30), "the CSV copies waited for the Parquet files"
+        return real_tables(tables, folder, **kw)
+
+    monkeypatch.setattr(rundir, "write_csv", csv)
+    monkeypatch.setattr(rundir, "write_tables", parquet)
+    frame = pd.DataFrame({"incident_id": ["inc_1", "=HYPERLINK(1)"], "n": [1, 2]})
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    tables = {"deliveries": frame, "incidents": frame}
+    rundir.LateWrites(tables, folder, parquet=["deliveries"]).wait()
+    pd.testing.assert_frame_equal(pd.read_parquet(folder / "deliveries.parquet"), frame)
+    assert "'=HYPERLINK(1)" in (folder / "incidents.csv").read_text()
+
+    def full(tables, folder, **kw):
+        raise rundir.OutputError(f"{folder}: cannot write (No space left on device)")
+
+    monkeypatch.setattr(rundir, "write_tables", full)
+    writes = rundir.LateWrites({"deliveries": frame}, folder, parquet=["deliveries"])
+    with pytest.raises(rundir.OutputError, match="No space left"):
+        writes.wait()

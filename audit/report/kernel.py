@@ -40,8 +40,38 @@ def kernel_manager_class():
     """A jupyter_client ``AsyncKernelManager`` whose ``python3`` is this interpreter's
     ipykernel, over Unix sockets in a private (0700) folder."""
     from ipykernel.kernelspec import RESOURCES, get_kernel_dict
-    from jupyter_client import AsyncKernelManager
+    from jupyter_client import AsyncKernelClient, AsyncKernelManager
     from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+
+    class ReadyClient(AsyncKernelClient):
+        """jupyter_client's client, ready once the kernel has answered ``kernel_info`` and a
+        message reached IOPub (so it is subscribed: a cell's output cannot be missed).
+
+        jupyter_client then also empties IOPub until it stays silent for 0.2 s, a wait every
+        rendering paid; the messages left there belong to that request, and nbclient reads
+        only the messages of the cell it runs.
+        """
+
+        async def wait_for_ready(self, timeout: float | None = None) -> None:
+            deadline = time.monotonic() + (float("inf") if timeout is None else timeout)
+            while True:
+                self.kernel_info()
+                try:
+                    reply = await self.shell_channel.get_msg(timeout=1)
+                except Empty:
+                    reply = None
+                if reply is not None and reply["msg_type"] == "kernel_info_reply":
+                    try:
+                        await self.iopub_channel.get_msg(timeout=0.2)
+                    except Empty:  # not subscribed yet: asked again
+                        pass
+                    else:
+                        self._handle_kernel_info_reply(reply)
+                        return
+                if not await self._async_is_alive():
+                    raise RuntimeError("Kernel died before replying to kernel_info")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"Kernel didn't respond in {timeout} seconds")
 
     class OwnPythonSpecs(KernelSpecManager):
         """``python3`` is always this interpreter's ipykernel."""
@@ -62,6 +92,7 @@ def kernel_manager_class():
             kwargs.setdefault("connection_file", os.path.join(folder, f"{name}.json"))
             kwargs.setdefault("ip", os.path.join(folder, name))
             kwargs.setdefault("kernel_spec_manager", OwnPythonSpecs())
+            kwargs.setdefault("client_factory", ReadyClient)
             # Held while this manager lives: the sweep leaves a folder whose lock is held,
             # whatever its pid says (another PID namespace sharing the temporary directory).
             self._audit_lock: int | None = None

@@ -100,10 +100,11 @@ FIGURE_ONLY_TABLES = ("deliveries", "events")
 
 class LateWrites:
     """What a thread writes into a run's ``folder`` (its ``tables``) while the notebook renders:
-    first the Parquet files of ``parquet`` (tables only the figures read, drawn aside already:
-    :func:`audit.report.drawing.drawing_aside`), then the CSV copies of :data:`CSV_TABLES`, the
-    largest first (the notebook reads the Parquet files only): at 1M deliveries a month, the
-    incidents of a store with history take 3.6 s as CSV, in Python.
+    the Parquet files of ``parquet`` (tables only the figures read, drawn aside already:
+    :func:`audit.report.drawing.drawing_aside`), and meanwhile, by a second thread, the CSV
+    copies of :data:`CSV_TABLES`, the largest first (the notebook reads the Parquet files
+    only): at 1M deliveries a month, the incidents of a store with history take 3.6 s as CSV,
+    in Python.
 
     ``held`` (an open file whose lock this process holds: the figures' ``tables.lock``) is
     released once the Parquet files are written (or failed), so that a kernel that must draw a
@@ -116,6 +117,7 @@ class LateWrites:
         frames = {name: tables[name] for name in CSV_TABLES if name in tables}
         late = {name: tables[name] for name in parquet if name in tables}
         self._error: BaseException | None = None
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         # The thread holds the frames (its arguments) until it ends, then lets them go.
         self._thread = threading.Thread(
@@ -124,24 +126,42 @@ class LateWrites:
         self._thread.start()
 
     def _write(self, late: dict, frames: dict[str, pd.DataFrame], folder: Path, held) -> None:
+        # The CSV copies are written beside the Parquet files, by a thread of their own (the
+        # Parquet encoding releases the GIL): at the end of a rendering both cores are free.
+        csvs = threading.Thread(
+            target=self._write_csvs, args=(frames, folder), name="audit-late-csv", daemon=True
+        )
+        del frames
+        csvs.start()
         try:
-            try:
-                if late and not self._stop.is_set():  # the folder is never made again here
-                    write_tables(late, folder, csv=False, make=False)
-            finally:
-                late.clear()
-                if held is not None:
-                    from audit.locks import unlock_file
+            if late and not self._stop.is_set():  # the folder is never made again here
+                write_tables(late, folder, csv=False, make=False)
+        except BaseException as e:  # raised again by wait(), in the caller's thread
+            self._failed(e)
+        finally:
+            late.clear()
+            if held is not None:
+                from audit.locks import unlock_file
 
-                    with contextlib.suppress(OSError):
-                        unlock_file(held)
-                    held.close()
+                with contextlib.suppress(OSError):
+                    unlock_file(held)
+                held.close()
+            csvs.join()
+
+    def _write_csvs(self, frames: dict[str, pd.DataFrame], folder: Path) -> None:
+        try:
             for name in longest_first({n: (f.size, True) for n, f in frames.items()}):
-                if self._stop.is_set():
+                if self._stop.is_set() or self._error is not None:
                     return
                 write_csv(frames[name], folder / f"{name}.csv")
-        except BaseException as e:  # raised again by wait(), in the caller's thread
-            self._error = e
+        except BaseException as e:
+            self._failed(e)
+
+    def _failed(self, error: BaseException) -> None:
+        """Keep the first error (the other writer then stops at its next file)."""
+        with self._lock:
+            if self._error is None:
+                self._error = error
 
     def cancel(self) -> None:
         """Write no further file, and wait for the one being written (the run failed: nothing
