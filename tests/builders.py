@@ -66,3 +66,26 @@ def write_secrets(path: Path, data: dict) -> Path:
     path.write_text(json.dumps(data), encoding="utf-8")
     path.chmod(0o600)
     return path
+
+
+def demo_report_inputs(demo: dict, **store):
+    """The demo month's (period, checked parameters, loaded inputs), loaded as `audit report`
+    loads them (``demo``: :func:`audit.report.explore.demo_inputs`); ``store=DIR`` reads them
+    through an evidence store (the incident fold then runs aside, as in a report)."""
+    from audit.report.inputs import load_inputs
+    from audit.report.params import check_params, parse_period
+
+    period = parse_period(demo["period_start"][:7])
+    params = check_params({}, period)
+    inputs = load_inputs(
+        demo["logs"],
+        secrets_path=demo["secrets_path"],
+        snapshots=demo["snapshots"],
+        header_prefix=params.header_prefix,
+        start=period.start,
+        end=period.end,
+        as_of=params.as_of,
+        clock_start=params.clock_start,
+        **store,
+    )
+    return period, params, inputs

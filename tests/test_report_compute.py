@@ -15,11 +15,10 @@ import audit.report.compute
 from audit.ingest.load import default_workers
 from audit.report import figures
 from audit.report.explore import demo_inputs
-from audit.report.inputs import load_inputs
-from audit.report.params import check_params, parse_period
 from audit.report.pipeline import compute
 from audit.report.rundir import findings_records
 from audit.report.tables import FIGURE_TABLES
+from tests.builders import demo_report_inputs
 
 #: Where no fork may be made (one usable CPU), the controls always run in the caller.
 needs_fork = pytest.mark.skipif(default_workers() < 2, reason="no fork with one usable CPU")
@@ -31,18 +30,7 @@ def demo():
 
 
 def _compute(demo, on_tables=None):
-    period = parse_period(demo["period_start"][:7])
-    params = check_params({}, period)
-    inputs = load_inputs(
-        demo["logs"],
-        secrets_path=demo["secrets_path"],
-        snapshots=demo["snapshots"],
-        header_prefix=params.header_prefix,
-        start=period.start,
-        end=period.end,
-        as_of=params.as_of,
-        clock_start=params.clock_start,
-    )
+    period, params, inputs = demo_report_inputs(demo)
     return compute(inputs, params, period, on_tables=on_tables)
 
 

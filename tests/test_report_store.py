@@ -15,9 +15,10 @@ from audit.cli import main
 from audit.errors import InputError
 from audit.report.explore import demo_inputs, explore
 from audit.report.inputs import load_inputs
-from audit.report.params import check_params, parse_period
+from audit.report.params import parse_period
 from audit.report.pipeline import compute
 from audit.report.rundir import findings_records
+from tests.builders import demo_report_inputs
 
 
 @pytest.fixture(scope="module")
@@ -27,19 +28,7 @@ def demo():
 
 
 def _computed(demo, **store):
-    period = parse_period(demo["period_start"][:7])
-    params = check_params({}, period)
-    inputs = load_inputs(
-        demo["logs"],
-        secrets_path=demo["secrets_path"],
-        snapshots=demo["snapshots"],
-        header_prefix=params.header_prefix,
-        start=period.start,
-        end=period.end,
-        as_of=params.as_of,
-        clock_start=params.clock_start,  # from a store: the fold runs aside, as in a report
-        **store,
-    )
+    period, params, inputs = demo_report_inputs(demo, **store)
     loaded = inputs.deliveries
     computed = compute(inputs, params, period)
     assert inputs.deliveries is None  # handed over to the analyses, freed when they are done
