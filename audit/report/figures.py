@@ -74,20 +74,29 @@ def drawn_tables(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     return out
 
 
+def _period(run: RunData):
+    """The run's period (:class:`~audit.report.params.Period`), or None when its manifest
+    gives none (a run folder put together by hand)."""
+    from audit.report.params import Period
+
+    p = run.manifest.get("period", {})
+    if not p.get("start"):
+        return None
+    return Period(str(p.get("label")), pd.Timestamp(p["start"]), pd.Timestamp(p["end"]))
+
+
 def _period_deliveries(run: RunData) -> pd.DataFrame:
     """The drawn columns of the run's deliveries received in its period, cut once per
     deliveries table (each figure asks twice)."""
-    from audit.report.params import Period
     from audit.report.tables import deliveries_in_period
 
     d = run.table("deliveries", _DRAWN)
-    p = run.manifest.get("period", {})
-    if d.empty or not p.get("start"):
+    period = _period(run)
+    if d.empty or period is None:
         return d
     cached = run.derived.get("period_deliveries")
     if cached is not None and cached[0] is d:  # the same table object, not a replaced one
         return cached[1]
-    period = Period(str(p.get("label")), pd.Timestamp(p["start"]), pd.Timestamp(p["end"]))
     cut = deliveries_in_period(d, period)
     run.derived["period_deliveries"] = (d, cut)
     return cut
@@ -97,14 +106,12 @@ def _period_events(run: RunData) -> pd.DataFrame:
     """The drawn columns of the run's events first received in its period, as the report's
     tables count them (``audit.report.tables.report_tables``: an events table from a store
     also holds the events of the day before, read for retry inference)."""
-    from audit.report.params import Period
     from audit.report.tables import in_period
 
     e = run.table("events", _READ["events"])
-    p = run.manifest.get("period", {})
-    if e.empty or not p.get("start") or "first_received_at" not in e:
+    period = _period(run)
+    if e.empty or period is None or "first_received_at" not in e:
         return e
-    period = Period(str(p.get("label")), pd.Timestamp(p["start"]), pd.Timestamp(p["end"]))
     return e[in_period(e["first_received_at"], period)]
 
 
