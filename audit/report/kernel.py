@@ -259,8 +259,8 @@ class WarmKernel:
                 raise RuntimeError("the warm kernel died")
             kc = km.client()
             # Only the shell channel: its request waits in the socket until the kernel serves
-            # it, so the reply itself says the kernel is ready. (``wait_for_ready`` also waits
-            # 0.2 s for a message on IOPub, papermill's own client does so again.)
+            # it, so the reply itself says the kernel is ready (papermill's own client then
+            # waits for it to answer on both channels: ``ReadyClient``).
             kc.start_channels(iopub=False, stdin=False, hb=False, control=False)
             code = f"import os as _os; _os.chdir({str(cwd)!r}); del _os"
             msg_id = kc.execute(code, silent=True, store_history=False)
