@@ -250,3 +250,57 @@ def test_an_interrupt_while_waiting_for_the_result_stops_the_child(tmp_path):
         signal.signal(signal.SIGALRM, before)
     with pytest.raises(ProcessLookupError):  # stopped and reaped while the object lives on
         os.kill(child, 0)
+
+
+#: Set by a test: every forked child then gets a SIGINT while Python runs its after-fork hooks.
+_SIGINT_AT_FORK = [False]
+
+
+def _sigint_in_child() -> None:
+    if _SIGINT_AT_FORK[0]:
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+os.register_at_fork(after_in_child=_sigint_in_child)
+
+
+@needs_fork
+def test_a_ctrl_c_during_the_fork_is_quiet_in_the_child(capfd):
+    """A ^C reaches the whole process group: when it lands while the child is being made,
+    Python printed "Exception ignored in ... _after_fork" there. Held off until the child runs
+    its work, it only ends the child, and the caller does the work."""
+    _SIGINT_AT_FORK[0] = True
+    try:
+        pending = aside(lambda: os.getpid())
+    finally:
+        _SIGINT_AT_FORK[0] = False
+    assert pending is not None
+    assert pending.result() == os.getpid()  # the child was interrupted: done here
+    err = capfd.readouterr().err
+    assert "Exception ignored" not in err and "KeyboardInterrupt" not in err, err
+
+
+@needs_fork
+def test_a_ctrl_c_during_the_fork_stops_the_child_and_reaches_the_caller(monkeypatch):
+    """The caller's own ^C, held off during the fork, is raised once it is made, and the child
+    (not yet handed to anyone) is stopped and reaped."""
+    import audit.ingest.side as side
+
+    forked = []
+
+    def fork():
+        os.kill(os.getpid(), signal.SIGINT)  # lands during the fork (held off there)
+        pid = real_fork()
+        if pid == 0:  # the child, never interrupted: it would run for a minute
+            time.sleep(60)
+            os._exit(0)
+        forked.append(pid)
+        return pid
+
+    real_fork = os.fork
+    monkeypatch.setattr(side.os, "fork", fork)
+    with pytest.raises(KeyboardInterrupt):
+        aside(lambda: 1)
+    (pid,) = forked
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reaped already

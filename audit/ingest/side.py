@@ -89,13 +89,17 @@ def aside(fn: Callable[[], T], *, rerun: bool = True) -> Pending[T] | None:
     again here.
     """
     if (
-        default_workers() < 2
+        not hasattr(os, "fork")  # Windows
+        or default_workers() < 2
         or threading.active_count() > 1
         or multiprocessing.current_process().daemon
     ):
         return None
     parent = os.getpid()
     receive, send = os.pipe()
+    # A ^C (sent to the whole process group) is held off while the child is made: landing in
+    # Python's after-fork hooks, it was printed there as "Exception ignored" and lost.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         with warnings.catch_warnings():
             # Python 3.12+ warns at a fork beside threads of its libraries (an allocator's, the
@@ -104,6 +108,7 @@ def aside(fn: Callable[[], T], *, rerun: bool = True) -> Pending[T] | None:
             warnings.filterwarnings("ignore", _MULTI_THREADED, DeprecationWarning)
             pid = os.fork()
     except OSError:  # no memory for the fork, a limit on processes: the caller does the work
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(receive)
         os.close(send)
         return None
@@ -111,11 +116,17 @@ def aside(fn: Callable[[], T], *, rerun: bool = True) -> Pending[T] | None:
         code = 1
         try:
             os.close(receive)
-            code = _child(fn, Connection(send, readable=False), parent)
+            code = _child(fn, Connection(send, readable=False), parent, mask)
         finally:
             os._exit(code)
     os.close(send)  # the child's end: only the child holds it now (EOF when it ends)
-    return Pending(fn if rerun else None, pid, Connection(receive, writable=False))
+    conn = Connection(receive, writable=False)
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a ^C held off is raised here
+    except BaseException:
+        _stop(pid, conn)
+        raise
+    return Pending(fn if rerun else None, pid, conn)
 
 
 def aside_if_room(fn: Callable[[], T], *, share: float, rerun: bool = True) -> Pending[T] | None:
@@ -146,14 +157,16 @@ def cancelled_on_error(pending: Pending | None) -> Iterator[None]:
         raise
 
 
-def _child(fn: Callable[[], object], send: Connection, parent: int) -> int:
+def _child(fn: Callable[[], object], send: Connection, parent: int, mask) -> int:
     """The forked process: run ``fn``, send (result, warnings), or nothing when it fails (the
-    caller then runs ``fn`` itself); the exit code."""
-    in_forked_worker(parent)
-    # The out-of-memory killer's first pick: the caller then does the work, rather than die.
-    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
-        f.write("1000")
+    caller then runs ``fn`` itself); the exit code. ``mask``: the signal mask to restore (a
+    ^C held off while the child was made then ends it here, quietly)."""
     try:
+        in_forked_worker(parent)
+        # The out-of-memory killer's first pick: the caller then does the work, rather than die.
+        with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             value = fn()
