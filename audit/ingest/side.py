@@ -97,9 +97,12 @@ def aside(fn: Callable[[], T], *, rerun: bool = True) -> Pending[T] | None:
         return None
     parent = os.getpid()
     receive, send = os.pipe()
-    # A ^C (sent to the whole process group) is held off while the child is made: landing in
-    # Python's after-fork hooks, it was printed there as "Exception ignored" and lost.
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    # A ^C (sent to the whole process group, and taken by whichever thread of this process
+    # the system picks) is noted, not raised, while the child is made: landing in Python's
+    # after-fork hooks, it was printed there as "Exception ignored" and lost. Once the child is
+    # handed over, it is delivered again as the caller had it handled (and stops the child).
+    noted: list[int] = []
+    handler = _note_interrupts(noted)
     try:
         with warnings.catch_warnings():
             # Python 3.12+ warns at a fork beside threads of its libraries (an allocator's, the
@@ -108,25 +111,50 @@ def aside(fn: Callable[[], T], *, rerun: bool = True) -> Pending[T] | None:
             warnings.filterwarnings("ignore", _MULTI_THREADED, DeprecationWarning)
             pid = os.fork()
     except OSError:  # no memory for the fork, a limit on processes: the caller does the work
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        _restore(handler)
         os.close(receive)
         os.close(send)
+        _interrupt_if(noted)
         return None
     if pid == 0:  # the child: never returns into the caller's code
         code = 1
         try:
             os.close(receive)
-            code = _child(fn, Connection(send, readable=False), parent, mask)
+            code = _child(fn, Connection(send, readable=False), parent, handler, noted)
         finally:
             os._exit(code)
     os.close(send)  # the child's end: only the child holds it now (EOF when it ends)
-    conn = Connection(receive, writable=False)
+    pending = Pending(fn if rerun else None, pid, Connection(receive, writable=False))
+    _restore(handler)
     try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a ^C held off is raised here
+        _interrupt_if(noted)
     except BaseException:
-        _stop(pid, conn)
+        pending.cancel()
         raise
-    return Pending(fn if rerun else None, pid, conn)
+    return pending
+
+
+def _note_interrupts(noted: list[int]):
+    """Note SIGINT in ``noted`` instead of handling it; the handler it replaced (None: left as
+    it was, which Python cannot restore: one installed outside Python, or not the main
+    thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is not None:
+        signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+    return handler
+
+
+def _restore(handler) -> None:
+    if handler is not None:
+        signal.signal(signal.SIGINT, handler)
+
+
+def _interrupt_if(noted: list[int]) -> None:
+    """Deliver again a ^C noted while a child was made (as this process handles it now)."""
+    if noted:
+        signal.raise_signal(signal.SIGINT)
 
 
 def aside_if_room(fn: Callable[[], T], *, share: float, rerun: bool = True) -> Pending[T] | None:
@@ -157,16 +185,19 @@ def cancelled_on_error(pending: Pending | None) -> Iterator[None]:
         raise
 
 
-def _child(fn: Callable[[], object], send: Connection, parent: int, mask) -> int:
+def _child(fn: Callable[[], object], send: Connection, parent: int, handler, noted: list[int]
+           ) -> int:  # fmt: skip
     """The forked process: run ``fn``, send (result, warnings), or nothing when it fails (the
-    caller then runs ``fn`` itself); the exit code. ``mask``: the signal mask to restore (a
-    ^C held off while the child was made then ends it here, quietly)."""
+    caller then runs ``fn`` itself); the exit code. ``handler``: the caller's SIGINT handler,
+    restored; a ^C ``noted`` while the child was made ends it here, quietly."""
     try:
+        _restore(handler)
+        if noted:
+            return 1
         in_forked_worker(parent)
         # The out-of-memory killer's first pick: the caller then does the work, rather than die.
         with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             value = fn()
