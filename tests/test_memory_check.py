@@ -186,3 +186,52 @@ def test_a_report_too_large_for_memory_exits_3_before_writing(store, tmp_path, m
     assert len(err) == 1 and "needs about" in err[0] and "Traceback" not in err[0]
     assert not (out / "2026-10").exists()
     assert T0  # the records above were received in October 2026
+
+
+_THP_PROBE = """
+import ctypes, subprocess, sys
+ctypes.CDLL(None).prctl(41, 0, 0, 0, 0)  # start with the system's policy, whatever pytest has
+from audit.cli.main import main
+main(["--version"])
+own = [l.split()[1] for l in open("/proc/self/status") if l.startswith("THP_enabled")]
+child = subprocess.run(["grep", "THP_enabled", "/proc/self/status"], capture_output=True,
+                       text=True).stdout.split()[1]
+print(own[0], child)
+"""
+
+
+def _thp_enabled(env: dict[str, str]) -> list[str]:
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _THP_PROBE], env={**os.environ, **env}, check=True,
+        capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return out.split()[-2:]
+
+
+def _thp_shown() -> bool:
+    """Whether /proc/<pid>/status shows the huge page switch (Linux 5.0+)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            return any(line.startswith("THP_enabled") for line in f)
+    except OSError:
+        return False
+
+
+needs_thp_status = pytest.mark.skipif(not _thp_shown(), reason="no THP_enabled in /proc")
+
+
+@needs_thp_status
+def test_the_audit_command_turns_huge_pages_off_for_itself_and_what_it_starts():
+    # Read back from the kernel: "THP_enabled: 0" in /proc/<pid>/status of the command's
+    # process and of a process it started afterwards.
+    assert _thp_enabled({"AUDIT_HUGE_PAGES": ""}) == ["0", "0"]
+
+
+@needs_thp_status
+def test_huge_pages_are_left_alone_when_asked():
+    assert _thp_enabled({"AUDIT_HUGE_PAGES": "1"}) == ["1", "1"]
+    assert audit.memory.small_pages({"AUDIT_HUGE_PAGES": "1"}) is False

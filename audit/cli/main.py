@@ -13,6 +13,7 @@ import warnings
 import click
 
 from audit.errors import AuditError
+from audit.memory import small_pages
 from audit.redaction import for_terminal, scrub
 
 EXIT_BAD_INPUT = 3
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None, *, obj: dict | None = None) -> int:
     commands build their client with ``f`` (see :mod:`audit.cli.client`).
     """
     warnings.showwarning = _show_warning
+    small_pages()  # before any large block is touched (docs/scale.md, "Twentieth pass")
     try:
         _register_named_secrets(list(sys.argv[1:] if argv is None else argv))
         rv = cli.main(args=argv, prog_name="audit", standalone_mode=False, obj=obj)
