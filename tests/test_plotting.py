@@ -779,6 +779,6 @@ def test_the_latency_figure_draws_the_events_of_its_period_as_the_latency_table_
     monkeypatch.setattr(
         audit.plotting, "plot_latency_distributions", lambda a, ev, **k: drawn.append(ev)
     )
-    monkeypatch.setattr(figures, "embed", lambda *a, **k: None)
+    monkeypatch.setattr(figures, "_embed", lambda *a, **k: None)
     figures.latency.__wrapped__(run)
     assert drawn[0]["emission_latency_s"].tolist() == [5.0]  # [start, end), as the table

@@ -10,7 +10,6 @@ import pandas as pd
 
 from audit.report.drawing import shared
 from audit.report.format import HTML
-from audit.report.plotting import embed, takedown_panels
 from audit.report.rundir import RunData
 from audit.spec import schedule_text
 
@@ -115,6 +114,15 @@ def _period_events(run: RunData) -> pd.DataFrame:
     return e[in_period(e["first_received_at"], period)]
 
 
+def _embed(fig, alt: str, caption: str | None = None) -> HTML:
+    """The figure as HTML (:func:`audit.report.plotting.embed`). matplotlib is imported when a
+    figure is drawn: the report's kernel takes most figures drawn by another process and need
+    not import it (0.3 s)."""
+    from audit.report.plotting import embed
+
+    return embed(fig, alt, caption)
+
+
 def _nothing(run: RunData, what: str) -> HTML | None:
     """A one-line note instead of an empty plot when the period has no valid delivery."""
     d = _period_deliveries(run)
@@ -132,7 +140,7 @@ def verdicts(run: RunData) -> HTML:
 
     counts = run.table("verdict_counts")
     listed = ", ".join(f"{r.verdict} {r.count:,}" for r in counts.itertuples()) or "none"
-    return embed(
+    return _embed(
         plot_verdict_counts(_period_deliveries(run)),
         f"Bar chart of the period's requests by signature verdict: {listed}.",
     )
@@ -145,7 +153,7 @@ def clock_skew(run: RunData) -> HTML:
         return note
     from audit.plotting import plot_clock_skew
 
-    return embed(
+    return _embed(
         plot_clock_skew(_period_deliveries(run)),
         "Scatter of clock skew (receipt time minus signed timestamp, seconds, symlog scale) "
         "of every request over the period, by verdict; the dashed lines mark the 5-minute "
@@ -160,7 +168,7 @@ def daily_failures(run: RunData) -> HTML:
         return note
     from audit.plotting import plot_daily_failure_rate
 
-    return embed(
+    return _embed(
         plot_daily_failure_rate(_period_deliveries(run)),
         "Line chart of the share of delivery attempts that failed, per day of the period.",
     )
@@ -178,7 +186,7 @@ def latency(run: RunData) -> HTML:
     if not lat.empty and "ack_latency_ms" in set(lat["metric"]):
         v = lat.set_index("metric").loc["ack_latency_ms", "p95"]
         p95 = f" The 95th percentile of acknowledgement latency is {v:,.0f} ms." if v == v else ""
-    return embed(
+    return _embed(
         plot_latency_distributions(_period_deliveries(run), _period_events(run)),
         "Histograms (log scale) of acknowledgement latency in milliseconds and emission "
         "latency in seconds, with the 5-second delivery timeout marked." + p95,
@@ -193,7 +201,7 @@ def retry_delays(run: RunData) -> HTML:
     from audit.plotting import plot_retry_delays
 
     off = len(run.table("off_schedule_attempts"))
-    return embed(
+    return _embed(
         plot_retry_delays(_period_deliveries(run)),
         "Scatter of the delay before each retry, by attempt number, against the published "
         f"schedule ({schedule_text()}); {off} attempt(s) off schedule.",
@@ -203,12 +211,14 @@ def retry_delays(run: RunData) -> HTML:
 @shared
 def takedown(run: RunData) -> HTML:
     """Kaplan-Meier small multiples by incident class."""
+    from audit.report.plotting import takedown_panels
+
     fig, alt = takedown_panels(
         run.table("takedown_km"),
         run.table("takedown_durations"),
         overall=run.table("takedown_km_all"),
     )
-    return embed(
+    return _embed(
         fig,
         alt,
         "Share of incidents not yet taken down, by class (blue, with its 95% band) against "

@@ -28,7 +28,7 @@ __all__ = ["WARM_IMPORTS", "WarmKernel", "kernel_manager_class", "sweep_kernel_f
 #: first cells import. Importing a module twice is free, so a custom notebook loses nothing.
 WARM_IMPORTS = (
     "from IPython.display import display",
-    "import audit.report.figures, audit.report.views, audit.plotting",
+    "import audit.report.figures, audit.report.views",
 )
 
 #: debugpy (loaded by ipykernel) warns about frozen modules on Python 3.11+: noise for a
