@@ -9,6 +9,7 @@ captures give.
 from __future__ import annotations
 
 import json
+import math
 import random
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -433,3 +434,34 @@ def test_records_received_at_one_instant_keep_one_order_however_the_files_are_na
             pd.testing.assert_frame_equal(
                 other.tables()[name].reset_index(drop=True), table.reset_index(drop=True)
             )
+
+
+def test_the_first_receipt_is_told_apart_by_the_nanosecond(tmp_path):
+    """Two copies of an event (other bodies) received under a microsecond apart (Unix times
+    one float step apart, about 240 ns), the later one listed first: the first receipt is the
+    earlier one, as the fold of every delivery orders them (a pick on microseconds would see a
+    tie and take the line listed first)."""
+    t = datetime(2026, 10, 5, tzinfo=UTC)
+    created = envelope("evt_1", "incident.created", t, "inc_1", status="pending_review")
+    closed = envelope("evt_1", "incident.created", t, "inc_1", status="closed")
+    at = t.timestamp() + 5
+    late, early = record(closed, t), record(created, t)
+    late["received_at"], early["received_at"] = math.nextafter(at, math.inf), at
+    late_tie, early_tie = dict(late), dict(early)  # the same pair as a tie: the line decides
+    write_jsonl(tmp_path / "a.jsonl", [late, early])
+    secrets = write_secrets(tmp_path / "s.json", {s: [{"secret": v}] for s, v in SECRETS.items()})
+    ingest([tmp_path / "a.jsonl"], secrets, tmp_path / "store")
+    first = load_first_receipts(tmp_path / "store")
+    assert first.counts["conflicting_bodies"] == 1
+    every = load_deliveries(tmp_path / "store", columns=ANALYSIS_COLUMNS)
+    ns = every["received_at"].astype("int64").tolist()
+    assert 0 < ns[0] - ns[1] < 1000 and ns[0] // 1000 == ns[1] // 1000  # one microsecond
+    as_of = pd.Timestamp("2026-11-01", tz="UTC")
+    got, _ = incidents_and_intervals(first, as_of=as_of)
+    want, _ = incidents_and_intervals(every, as_of=as_of)
+    assert got["status"].tolist() == want["status"].tolist() == ["pending_review"]
+    early_tie["received_at"] = late_tie["received_at"]
+    write_jsonl(tmp_path / "b.jsonl", [late_tie, early_tie])
+    ingest([tmp_path / "b.jsonl"], secrets, tmp_path / "store2")
+    got, _ = incidents_and_intervals(load_first_receipts(tmp_path / "store2"), as_of=as_of)
+    assert got["status"].tolist() == ["closed"]  # tied: the line listed first
