@@ -30,6 +30,7 @@ STAGES = {
     "audit.redaction": 0,
     "audit.lazy": 0,
     "audit.memory": 0,
+    "audit.interrupts": 0,
     # the flow
     "audit.ingest": 1,
     "audit.analysis": 2,
@@ -44,6 +45,7 @@ STAGES = {
     "audit.report.explore": 5,
     # on top
     "audit.cli": 6,
+    "audit.console": 6,  # the script: loads audit.cli, a ^C meanwhile is one line
     "audit": 7,  # the package top: the curated public API
 }
 #: Beside the flow: the flow's stages must not import them.

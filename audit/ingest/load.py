@@ -167,16 +167,54 @@ def _batch(columns: dict[str, list]) -> pa.RecordBatch:
 
 
 def fork_pool(workers: int) -> ProcessPoolExecutor:
-    """Worker processes forked from this one: they release its locks and die with it."""
+    """Worker processes forked from this one, started: they release its locks and die with it.
+
+    A ^C while they are forked is noted and delivered once they are made (the pool then shut
+    down): a worker still starting ends quietly, where it printed multiprocessing's traceback
+    (:mod:`audit.interrupts`)."""
     # fork: workers inherit the loaded modules and never re-import the caller's __main__
     # (spawn and forkserver would re-run an unguarded script). Only pure-Python parsing and
     # Arrow array building run in the children.
+    from audit.interrupts import deliver_noted, note, restore
+
+    noted: list[int] = []
+    handler = note(noted)
+    pool = None
+    try:
+        pool = ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_forked_worker,
+            initargs=(os.getpid(), handler, noted),
+        )
+        pool.submit(int)  # forks every worker now: the fork method starts them all at once
+    finally:
+        restore(handler)
+    try:
+        deliver_noted(noted)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    return pool
+
+
+def _forked_worker(parent: int, handler, noted: list[int]) -> None:
+    """A worker's initializer: a ^C noted while it was forked ends it quietly, and so does a
+    later one (the caller, which has it too, stops the pool: an idle worker, waiting for a
+    task, printed multiprocessing's traceback); then :func:`audit.locks.in_forked_worker`.
+    Where the caller ignores ^C (``handler``: ``SIG_IGN``), so does the worker."""
+    import signal
+
     from audit.locks import in_forked_worker
 
-    ctx = multiprocessing.get_context("fork")
-    return ProcessPoolExecutor(
-        max_workers=workers, mp_context=ctx, initializer=in_forked_worker, initargs=(os.getpid(),)
-    )
+    if noted:
+        os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN if handler is signal.SIG_IGN else _leave)
+    in_forked_worker(parent)
+
+
+def _leave(signum: int, frame) -> None:
+    os._exit(1)
 
 
 def default_workers() -> int:

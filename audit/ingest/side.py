@@ -32,6 +32,7 @@ from multiprocessing.connection import Connection
 from typing import Generic, TypeVar
 
 from audit.ingest.load import default_workers
+from audit.interrupts import deliver_noted, note, restore
 from audit.locks import in_forked_worker
 
 __all__ = ["Pending", "aside", "aside_if_room", "cancelled_on_error"]
@@ -102,7 +103,7 @@ def aside(fn: Callable[[], T], *, rerun: bool = True) -> Pending[T] | None:
     # after-fork hooks, it was printed there as "Exception ignored" and lost. Once the child is
     # handed over, it is delivered again as the caller had it handled (and stops the child).
     noted: list[int] = []
-    handler = _note_interrupts(noted)
+    handler = note(noted)
     try:
         with warnings.catch_warnings():
             # Python 3.12+ warns at a fork beside threads of its libraries (an allocator's, the
@@ -111,10 +112,10 @@ def aside(fn: Callable[[], T], *, rerun: bool = True) -> Pending[T] | None:
             warnings.filterwarnings("ignore", _MULTI_THREADED, DeprecationWarning)
             pid = os.fork()
     except OSError:  # no memory for the fork, a limit on processes: the caller does the work
-        _restore(handler)
+        restore(handler)
         os.close(receive)
         os.close(send)
-        _interrupt_if(noted)
+        deliver_noted(noted)
         return None
     if pid == 0:  # the child: never returns into the caller's code
         code = 1
@@ -125,36 +126,13 @@ def aside(fn: Callable[[], T], *, rerun: bool = True) -> Pending[T] | None:
             os._exit(code)
     os.close(send)  # the child's end: only the child holds it now (EOF when it ends)
     pending = Pending(fn if rerun else None, pid, Connection(receive, writable=False))
-    _restore(handler)
+    restore(handler)
     try:
-        _interrupt_if(noted)
+        deliver_noted(noted)
     except BaseException:
         pending.cancel()
         raise
     return pending
-
-
-def _note_interrupts(noted: list[int]):
-    """Note SIGINT in ``noted`` instead of handling it; the handler it replaced (None: left as
-    it was, which Python cannot restore: one installed outside Python, or not the main
-    thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    handler = signal.getsignal(signal.SIGINT)
-    if handler is not None:
-        signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
-    return handler
-
-
-def _restore(handler) -> None:
-    if handler is not None:
-        signal.signal(signal.SIGINT, handler)
-
-
-def _interrupt_if(noted: list[int]) -> None:
-    """Deliver again a ^C noted while a child was made (as this process handles it now)."""
-    if noted:
-        signal.raise_signal(signal.SIGINT)
 
 
 def aside_if_room(fn: Callable[[], T], *, share: float, rerun: bool = True) -> Pending[T] | None:
@@ -191,7 +169,7 @@ def _child(fn: Callable[[], object], send: Connection, parent: int, handler, not
     caller then runs ``fn`` itself); the exit code. ``handler``: the caller's SIGINT handler,
     restored; a ^C ``noted`` while the child was made ends it here, quietly."""
     try:
-        _restore(handler)
+        restore(handler)
         if noted:
             return 1
         in_forked_worker(parent)

@@ -1,0 +1,41 @@
+"""A ^C while child processes are forked: noted, then delivered once they are made.
+
+A ^C goes to the whole process group. Landing in a child that is still starting (Python's
+after-fork hooks, multiprocessing's bootstrap), it was printed there as a traceback or as
+"Exception ignored", and the child ran on or died mid-start. While children are forked, the
+caller's SIGINT handler is replaced by one that only notes the signal (:func:`note`); a child
+inherits it, restores the caller's handler (:func:`restore`) and, if a ^C was noted, ends
+quietly; the caller restores its handler and has the noted ^C delivered again
+(:func:`deliver_noted`), as it handles ^C (``KeyboardInterrupt``: "audit: aborted").
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+__all__ = ["deliver_noted", "note", "restore"]
+
+
+def note(noted: list[int]):
+    """Note SIGINT in ``noted`` instead of handling it; the handler it replaced (None: left as
+    it was, which Python cannot restore: one installed outside Python, or not the main
+    thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is not None:
+        signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+    return handler
+
+
+def restore(handler) -> None:
+    """Put back the handler :func:`note` replaced."""
+    if handler is not None:
+        signal.signal(signal.SIGINT, handler)
+
+
+def deliver_noted(noted: list[int]) -> None:
+    """Deliver again a ^C noted while children were made (as this process handles it now)."""
+    if noted:
+        signal.raise_signal(signal.SIGINT)
