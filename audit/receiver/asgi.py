@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
@@ -37,6 +38,11 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 #: Scope key (ASGI) / environ key (WSGI) holding the receipt time in Unix seconds, so that the
 #: application can verify against the same clock reading the capture line records.
 RECEIVED_AT_KEY = "audit.received_at"
+#: Captures encoded and written at once (each in a worker thread). The lines are written one at
+#: a time anyway (one lock, one fsync each), and the encoding holds the GIL; a flood of large
+#: requests then holds at most this many encoded lines (up to 6x a 10 MB body each, for a body
+#: of control characters) besides the bodies themselves, not one per worker thread (40).
+CAPTURES_AT_ONCE = 2
 
 log = logging.getLogger("audit.receiver")
 
@@ -84,6 +90,12 @@ class CaptureMiddleware:
         self.methods = frozenset(m.upper() for m in methods)
         self.subscription_id = subscription_id
         self.max_body_bytes = max_body_bytes
+        self._capturing = threading.BoundedSemaphore(CAPTURES_AT_ONCE)
+
+    def _append(self, record: CaptureRecord) -> None:
+        """Write a record (in a worker thread): at most :data:`CAPTURES_AT_ONCE` at a time."""
+        with self._capturing:
+            self.writer.append(record)
 
     def _wanted(self, scope: Scope) -> bool:
         return (
@@ -140,7 +152,7 @@ class CaptureMiddleware:
                 url=url,
             )
             # fsync blocks: keep it off the event loop so other requests go on meanwhile.
-            await anyio.to_thread.run_sync(self.writer.append, record)
+            await anyio.to_thread.run_sync(self._append, record)
 
         async def send_after_capture(message: Message) -> None:
             if message["type"] == "http.response.start" and not state["written"]:
@@ -169,7 +181,7 @@ class CaptureMiddleware:
         headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope["headers"]]
         record = oversized(received_at, headers, started, size, self.subscription_id, _url(scope))
         try:
-            await anyio.to_thread.run_sync(self.writer.append, record)
+            await anyio.to_thread.run_sync(self._append, record)
         except OSError as e:
             log.error("capture failed (%s)", e.strerror or e)
 

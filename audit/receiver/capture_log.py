@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import orjson
+
 __all__ = ["CaptureRecord", "CaptureWriter", "capture_line"]
 
 
@@ -111,15 +113,17 @@ def capture_line(record: CaptureRecord) -> bytes:
             out["body_b64"] = base64.b64encode(record.body).decode("ascii")
     out["response_status"] = int(record.response_status)
     out["response_ms"] = round(float(record.response_ms), 3)
-    text = json.dumps(out, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    # ensure_ascii=False keeps the line readable; a lone surrogate (only possible in a header
-    # value from a broken server) would not encode, so fall back to escaped ASCII then.
+    if out["response_ms"] != out["response_ms"] or abs(out["response_ms"]) == float("inf"):
+        raise ValueError("response_ms must be a finite number")
+    # orjson writes the UTF-8 line itself, newline included (json.dumps' text, then its
+    # encoding, then the newline added, held up to 13x a body of control characters at once:
+    # 130 MB for a 10 MB body; now 7x), the same bytes as json.dumps with ensure_ascii=False.
+    # A lone surrogate (only possible in a header value from a broken server) is not UTF-8:
+    # escaped ASCII then.
     try:
-        line = text.encode("utf-8")
-    except UnicodeEncodeError:
+        return orjson.dumps(out, option=orjson.OPT_APPEND_NEWLINE)
+    except orjson.JSONEncodeError:
         return json.dumps(out, separators=(",", ":")).encode("ascii") + b"\n"
-    del text, out  # a 10 MB body escaped is up to 60 MB: hold two such copies at most, not three
-    return line + b"\n"
 
 
 class CaptureWriter:
