@@ -112,6 +112,13 @@ def main(argv: list[str] | None = None, *, obj: dict | None = None) -> int:
         if type(e) is RuntimeError and str(e) == "Query interrupted":  # DuckDB's word for a ^C
             click.echo("audit: interrupted", err=True)
             return EXIT_BAD_INPUT
+        if type(e).__name__ == "BrokenProcessPool":  # a worker killed (out of memory, a signal)
+            click.echo(
+                "audit: error: a worker process ended before its work was done (killed, or out "
+                "of memory?); run again",
+                err=True,
+            )
+            return EXIT_BAD_INPUT
         if _damaged_file(e):
             first = _say(e).splitlines()[0]
             if "No files found that match" in first:  # a part replaced while it was read

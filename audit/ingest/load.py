@@ -17,6 +17,7 @@ The formats are documented in ``docs/formats.md``; the columns in ``docs/tables.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import math
@@ -171,45 +172,60 @@ def fork_pool(workers: int) -> ProcessPoolExecutor:
 
     A ^C while they are forked is noted and delivered once they are made (the pool then shut
     down): a worker still starting ends quietly, where it printed multiprocessing's traceback
-    (:mod:`audit.interrupts`)."""
+    (:mod:`audit.interrupts`). A worker follows the caller's way with ^C: where the caller
+    raises ``KeyboardInterrupt`` (Python's default), a worker's ^C ends it at once and quietly;
+    where the caller ignores ^C or handles it its own way (finishing a batch first), workers
+    ignore it and work on."""
     # fork: workers inherit the loaded modules and never re-import the caller's __main__
     # (spawn and forkserver would re-run an unguarded script). Only pure-Python parsing and
     # Arrow array building run in the children.
+    import signal
+
     from audit.interrupts import deliver_noted, note, restore
 
+    leave = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # any thread may ask
     noted: list[int] = []
-    handler = note(noted)
     pool = None
     try:
-        pool = ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=multiprocessing.get_context("fork"),
-            initializer=_forked_worker,
-            initargs=(os.getpid(), handler, noted),
-        )
-        pool.submit(int)  # forks every worker now: the fork method starts them all at once
-    finally:
-        restore(handler)
-    try:
+        handler = note(noted)
+        try:
+            pool = ProcessPoolExecutor(
+                max_workers=workers,
+                mp_context=multiprocessing.get_context("fork"),
+                initializer=_forked_worker,
+                initargs=(os.getpid(), leave, noted),
+            )
+            pool.submit(int)  # forks every worker now: the fork method starts them all at once
+        finally:
+            restore(handler)
         deliver_noted(noted)
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+    except BaseException:  # a ^C, or a fork refused half way: no worker is left behind
+        if pool is not None:
+            _stop(pool)
         raise
     return pool
 
 
-def _forked_worker(parent: int, handler, noted: list[int]) -> None:
-    """A worker's initializer: a ^C noted while it was forked ends it quietly, and so does a
-    later one (the caller, which has it too, stops the pool: an idle worker, waiting for a
-    task, printed multiprocessing's traceback); then :func:`audit.locks.in_forked_worker`.
-    Where the caller ignores ^C (``handler``: ``SIG_IGN``), so does the worker."""
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End a pool's workers now (a pool left running keeps the interpreter from exiting)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(OSError, ValueError):
+            process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _forked_worker(parent: int, leave: bool, noted: list[int]) -> None:
+    """A worker's initializer. ``leave`` (the caller raises ``KeyboardInterrupt`` on ^C): a ^C
+    noted while it was forked, or a later one, ends it at once and quietly (the caller, which
+    has it too, stops the pool; an idle worker, waiting for a task, printed multiprocessing's
+    traceback). Otherwise it ignores ^C. Then :func:`audit.locks.in_forked_worker`."""
     import signal
 
     from audit.locks import in_forked_worker
 
-    if noted:
+    signal.signal(signal.SIGINT, _leave if leave else signal.SIG_IGN)
+    if leave and noted:
         os._exit(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN if handler is signal.SIG_IGN else _leave)
     in_forked_worker(parent)
 
 
