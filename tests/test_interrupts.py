@@ -79,7 +79,7 @@ def test_the_entry_point_runs_the_command_line():
 
 
 @needs_fork
-def test_a_ctrl_c_landing_in_a_worker_as_it_is_forked_ends_it_quietly(capfd):
+def test_a_ctrl_c_landing_in_a_worker_as_it_is_forked_is_ignored_quietly(capfd):
     _AT_FORK[0] = "child"
     try:
         pool = fork_pool(2)
@@ -87,13 +87,10 @@ def test_a_ctrl_c_landing_in_a_worker_as_it_is_forked_ends_it_quietly(capfd):
         _AT_FORK[0] = ""
     try:
         assert len(pool._processes) == 2  # forked at once
-        assert _workers_gone(pool)  # each ended in its start-up, without a word
-        # 1: the worker ended itself; -SIGTERM: the pool's manager stopped the other once the
-        # first was gone
-        assert {p.exitcode for p in pool._processes.values()} <= {1, -signal.SIGTERM}
+        assert [pool.submit(int, str(i)).result(timeout=30) for i in range(4)] == [0, 1, 2, 3]
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-    assert capfd.readouterr().err == ""
+        pool.shutdown(wait=True)
+    assert capfd.readouterr().err == ""  # before: multiprocessing's traceback, or "ignored"
 
 
 @needs_fork
@@ -109,53 +106,17 @@ def test_a_ctrl_c_of_the_caller_while_the_workers_are_forked_reaches_it_after(ca
 
 
 @needs_fork
-def test_a_ctrl_c_reaching_an_idle_worker_ends_it_quietly(capfd):
-    pool = fork_pool(2)
-    try:
-        assert pool.submit(int, "7").result(timeout=30) == 7  # started, now waiting for work
-        for pid in list(pool._processes):
-            os.kill(pid, signal.SIGINT)
-        assert _workers_gone(pool)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-    assert capfd.readouterr().err == ""  # before: multiprocessing's traceback from each
-
-
-@needs_fork
-def test_a_worker_of_a_caller_that_ignores_ctrl_c_ignores_it_too():
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under nohup
+@pytest.mark.parametrize("handler", ["default", "ignore", "own"])
+def test_a_ctrl_c_reaching_the_workers_is_left_to_the_caller(handler, capfd):
+    """Whatever the caller does with ^C (raise, ignore it as a script's background job does,
+    finish a batch first), the workers ignore it: an idle one printed multiprocessing's
+    traceback, and one that ended on it broke the pool."""
+    before = signal.signal(
+        signal.SIGINT,
+        {"default": signal.default_int_handler, "ignore": signal.SIG_IGN, "own": _own}[handler],
+    )
     try:
         pool = fork_pool(2)
-        try:
-            assert pool.submit(int, "1").result(timeout=30) == 1
-            for pid in list(pool._processes):
-                os.kill(pid, signal.SIGINT)
-            time.sleep(0.3)
-            assert pool.submit(int, "2").result(timeout=30) == 2  # still working
-        finally:
-            pool.shutdown(wait=True)
-    finally:
-        signal.signal(signal.SIGINT, before)
-
-
-def _own_handler(signum, frame) -> None:
-    _STOP_ASKED.append(signum)
-
-
-_STOP_ASKED: list[int] = []
-
-
-@needs_fork
-@pytest.mark.parametrize("handler", ["ignore", "own"])
-def test_a_caller_that_does_not_raise_on_ctrl_c_keeps_its_workers_through_one(handler):
-    """A caller that ignores ^C (a script's background job) or handles it its own way
-    (finishing a batch first) keeps its workers: a ^C landing as they are forked, or later,
-    does not end them (it broke the pool: BrokenProcessPool)."""
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN if handler == "ignore" else _own_handler)
-    _AT_FORK[0] = "child"
-    try:
-        pool = fork_pool(2)
-        _AT_FORK[0] = ""
         try:
             assert pool.submit(int, "1").result(timeout=30) == 1
             for pid in list(pool._processes):
@@ -165,35 +126,62 @@ def test_a_caller_that_does_not_raise_on_ctrl_c_keeps_its_workers_through_one(ha
         finally:
             pool.shutdown(wait=True)
     finally:
-        _AT_FORK[0] = ""
         signal.signal(signal.SIGINT, before)
+    assert capfd.readouterr().err == ""
+
+
+def _own(signum, frame) -> None:
+    pass
 
 
 @needs_fork
-def test_workers_forked_from_another_thread_of_a_caller_that_ignores_ctrl_c_ignore_it():
-    import threading
+def test_a_caller_interrupted_cancels_the_tasks_not_started():
+    from audit.ingest.load import forked_workers
 
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    got: list = []
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), forked_workers(2) as pool:
+        futures = [pool.submit(time.sleep, 0.3) for _ in range(20)]  # 3 s of work
+        futures[0].result(timeout=30)
+        workers = list(pool._processes.values())
+        raise KeyboardInterrupt
+    assert time.monotonic() - started < 2.5  # the pieces held, not all twenty
+    assert sum(f.cancelled() for f in futures) >= 10
+    assert all(w.exitcode is not None for w in workers)  # ended, none left behind
 
-    def work() -> None:
-        pool = fork_pool(2)
-        try:
-            pool.submit(int, "1").result(timeout=30)
-            for pid in list(pool._processes):
+
+_LARGE_RESULTS = """
+import os, signal, sys, threading, time
+from audit.ingest.load import forked_workers
+stop = threading.Event()
+def pester(pids):
+    while not stop.is_set():
+        for pid in pids:
+            try:
                 os.kill(pid, signal.SIGINT)
-            time.sleep(0.3)
-            got.append(pool.submit(int, "2").result(timeout=30))
-        finally:
-            pool.shutdown(wait=True)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.0005)
+with forked_workers(2) as pool:
+    pool.submit(int).result()
+    t = threading.Thread(target=pester, args=(list(pool._processes),))
+    t.start()
+    sizes = [len(f.result()) for f in [pool.submit(bytes, 20_000_000) for _ in range(12)]]
+    stop.set()
+    t.join()
+print(sizes == [20_000_000] * 12)
+"""
 
-    try:
-        thread = threading.Thread(target=work)
-        thread.start()
-        thread.join(60)
-    finally:
-        signal.signal(signal.SIGINT, before)
-    assert got == [2]
+
+@needs_fork
+def test_workers_pestered_with_ctrl_c_send_every_large_result_whole():
+    """A worker that ended on ^C half way through sending a result left the pool's manager
+    thread waiting for the rest for ever, and the command with it (found by hand: `audit
+    verify` hung at 0.6 s after a ^C, 2 times in 11)."""
+    got = subprocess.run(
+        [sys.executable, "-c", _LARGE_RESULTS], cwd=ROOT, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert (got.stdout, got.stderr) == ("True\n", "")
 
 
 @needs_fork

@@ -26,7 +26,7 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,22 +168,20 @@ def _batch(columns: dict[str, list]) -> pa.RecordBatch:
 
 
 def fork_pool(workers: int) -> ProcessPoolExecutor:
-    """Worker processes forked from this one, started: they release its locks and die with it.
+    """Worker processes forked from this one, started: they release its locks, die with it and
+    ignore ^C (use :func:`forked_workers`, which stops them when the caller is interrupted).
 
-    A ^C while they are forked is noted and delivered once they are made (the pool then shut
-    down): a worker still starting ends quietly, where it printed multiprocessing's traceback
-    (:mod:`audit.interrupts`). A worker follows the caller's way with ^C: where the caller
-    raises ``KeyboardInterrupt`` (Python's default), a worker's ^C ends it at once and quietly;
-    where the caller ignores ^C or handles it its own way (finishing a batch first), workers
-    ignore it and work on."""
+    A ^C goes to the whole process group. A worker that ended on it could end half way through
+    sending a result: the pool's manager thread then waited for the rest of it for ever (the
+    caller holds the pipe open), and so did the caller. A worker that raised on it printed
+    multiprocessing's traceback. So workers ignore it and the caller handles it: it cancels the
+    tasks not started, and each worker ends the piece it holds. A ^C while the workers are
+    forked is noted and delivered once they are made (:mod:`audit.interrupts`)."""
     # fork: workers inherit the loaded modules and never re-import the caller's __main__
     # (spawn and forkserver would re-run an unguarded script). Only pure-Python parsing and
     # Arrow array building run in the children.
-    import signal
-
     from audit.interrupts import deliver_noted, note, restore
 
-    leave = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # any thread may ask
     noted: list[int] = []
     pool = None
     try:
@@ -193,7 +191,7 @@ def fork_pool(workers: int) -> ProcessPoolExecutor:
                 max_workers=workers,
                 mp_context=multiprocessing.get_context("fork"),
                 initializer=_forked_worker,
-                initargs=(os.getpid(), leave, noted),
+                initargs=(os.getpid(),),
             )
             pool.submit(int)  # forks every worker now: the fork method starts them all at once
         finally:
@@ -206,31 +204,37 @@ def fork_pool(workers: int) -> ProcessPoolExecutor:
     return pool
 
 
+@contextlib.contextmanager
+def forked_workers(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """:func:`fork_pool` for a block: left normally, it waits for the tasks; left by an error
+    (a ^C), it cancels the tasks not started and waits only for those the workers hold."""
+    pool = fork_pool(workers)
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
 def _stop(pool: ProcessPoolExecutor) -> None:
-    """End a pool's workers now (a pool left running keeps the interpreter from exiting)."""
+    """End a pool's workers now (a pool left running keeps the interpreter from exiting); only
+    while they start, before any of them sends a result."""
     for process in list((getattr(pool, "_processes", None) or {}).values()):
         with contextlib.suppress(OSError, ValueError):
             process.terminate()
     pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _forked_worker(parent: int, leave: bool, noted: list[int]) -> None:
-    """A worker's initializer. ``leave`` (the caller raises ``KeyboardInterrupt`` on ^C): a ^C
-    noted while it was forked, or a later one, ends it at once and quietly (the caller, which
-    has it too, stops the pool; an idle worker, waiting for a task, printed multiprocessing's
-    traceback). Otherwise it ignores ^C. Then :func:`audit.locks.in_forked_worker`."""
+def _forked_worker(parent: int) -> None:
+    """A worker's initializer: ^C ignored (the caller stops the pool: :func:`fork_pool`), then
+    :func:`audit.locks.in_forked_worker`."""
     import signal
 
     from audit.locks import in_forked_worker
 
-    signal.signal(signal.SIGINT, _leave if leave else signal.SIG_IGN)
-    if leave and noted:
-        os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     in_forked_worker(parent)
-
-
-def _leave(signum: int, frame) -> None:
-    os._exit(1)
 
 
 def default_workers() -> int:
@@ -314,7 +318,7 @@ def load_captures(
         with _FORK_LOCK:
             _FORK_INPUTS[:] = [data for _, _, data in contents]
             try:
-                with fork_pool(min(workers, len(tasks))) as pool:
+                with forked_workers(min(workers, len(tasks))) as pool:
                     futures: list[Future] = [pool.submit(_work, task) for _, task in tasks]
                     hashes = [hashlib.sha256(blob).hexdigest() for _, blob, _ in contents]
                     results = [f.result() for f in futures]

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from audit.ingest import records
 from audit.ingest.fast import _keyed, verify_jsonl
-from audit.ingest.load import default_workers, fork_pool
+from audit.ingest.load import default_workers, forked_workers
 from audit.ingest.secrets import SecretStore
 
 __all__ = ["Piece", "map_pieces", "plan_pieces"]
@@ -132,7 +132,7 @@ def map_pieces(
             if workers == 1:
                 yield from map(fn, pieces)
                 return
-            with fork_pool(workers) as pool:
+            with forked_workers(workers) as pool:
                 pending = []
                 for piece in pieces:
                     pending.append(pool.submit(fn, piece))
