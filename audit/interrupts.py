@@ -3,10 +3,12 @@
 A ^C goes to the whole process group. Landing in a child that is still starting (Python's
 after-fork hooks, multiprocessing's bootstrap), it was printed there as a traceback or as
 "Exception ignored", and the child ran on or died mid-start. While children are forked, the
-caller's SIGINT handler is replaced by one that only notes the signal (:func:`note`); a child
-inherits it, restores the caller's handler (:func:`restore`) and, if a ^C was noted, ends
-quietly; the caller restores its handler and has the noted ^C delivered again
-(:func:`deliver_noted`), as it handles ^C (``KeyboardInterrupt``: "audit: aborted").
+caller's SIGINT handler is replaced by one that only notes the signal (:func:`note`). A child
+inherits it: a forked side process (:func:`audit.ingest.side.aside`) restores the caller's
+handler (:func:`restore`) and, if a ^C was noted, ends quietly; a pool's worker
+(:func:`audit.ingest.load.fork_pool`) ignores ^C from then on. The caller restores its handler
+and has the noted ^C delivered again (:func:`deliver_noted`), as it handles ^C
+(``KeyboardInterrupt``: "audit: aborted").
 """
 
 from __future__ import annotations
