@@ -200,6 +200,7 @@ def fork_pool(workers: int) -> ProcessPoolExecutor:
     except BaseException:  # a ^C, or a fork refused half way: no worker is left behind
         if pool is not None:
             _stop(pool)
+        deliver_noted(noted)  # a ^C noted before a fork failed is the caller's first news
         raise
     return pool
 
@@ -212,9 +213,26 @@ def forked_workers(workers: int) -> Iterator[ProcessPoolExecutor]:
     try:
         yield pool
     except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
+        _wait_for(pool, cancel=True)
         raise
-    pool.shutdown(wait=True)
+    _wait_for(pool, cancel=False)
+
+
+def _wait_for(pool: ProcessPoolExecutor, *, cancel: bool) -> None:
+    """``pool.shutdown(wait=True)``, a ^C meanwhile noted and delivered once it is done (the
+    wait lasts as long as the pieces the workers hold). Interrupted, Python 3.11-3.12's join of
+    the pool's manager thread took the thread for stopped: the interpreter's exit then closed
+    the queue the thread still had to use, and waited for the workers for ever (a second ^C
+    hung the command)."""
+    from audit.interrupts import deliver_noted, note, restore
+
+    noted: list[int] = []
+    handler = note(noted)
+    try:
+        pool.shutdown(wait=True, cancel_futures=cancel)
+    finally:
+        restore(handler)
+    deliver_noted(noted)
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
