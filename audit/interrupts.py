@@ -6,7 +6,7 @@ after-fork hooks, multiprocessing's bootstrap), it was printed there as a traceb
 caller's SIGINT handler is replaced by one that only notes the signal (:func:`note`). A child
 inherits it: a forked side process (:func:`audit.ingest.side.aside`) restores the caller's
 handler (:func:`restore`) and, if a ^C was noted, ends quietly; a pool's worker
-(:func:`audit.ingest.load.fork_pool`) ignores ^C from then on. The caller restores its handler
+(:func:`audit.ingest.workers.fork_pool`) ignores ^C from then on. The caller restores its handler
 and has the noted ^C delivered again (:func:`deliver_noted`), as it handles ^C
 (``KeyboardInterrupt``: "audit: aborted").
 """

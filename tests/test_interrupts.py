@@ -1,6 +1,6 @@
 """A ^C (sent to the whole process group) while the command line loads, or while the verifying
 workers are forked or wait for work, ends in one line, not in a traceback of a worker or an
-import (audit.console, audit.ingest.load.fork_pool, audit.interrupts)."""
+import (audit.console, audit.ingest.workers.fork_pool, audit.interrupts)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.ingest.load import fork_pool
+from audit.ingest.workers import fork_pool
 
 ROOT = Path(__file__).parents[1]
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
@@ -136,7 +136,7 @@ def _own(signum, frame) -> None:
 
 @needs_fork
 def test_a_caller_interrupted_cancels_the_tasks_not_started():
-    from audit.ingest.load import forked_workers
+    from audit.ingest.workers import forked_workers
 
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt), forked_workers(2) as pool:
@@ -151,7 +151,7 @@ def test_a_caller_interrupted_cancels_the_tasks_not_started():
 
 _LARGE_RESULTS = """
 import os, signal, sys, threading, time
-from audit.ingest.load import forked_workers
+from audit.ingest.workers import forked_workers
 stop = threading.Event()
 def pester(pids):
     while not stop.is_set():
@@ -233,7 +233,7 @@ def test_a_worker_that_died_is_one_line_not_an_internal_error(tmp_path, monkeypa
 
 _TWICE = """
 import os, signal, threading, time
-from audit.ingest.load import forked_workers
+from audit.ingest.workers import forked_workers
 threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()  # the second ^C
 try:
     with forked_workers(2) as pool:

@@ -108,11 +108,11 @@ def test_cgroup_v1_limits_are_read_too(tmp_path):
 def test_workers_follow_a_cpu_quota(monkeypatch):
     """A container limited to one CPU got a worker per visible CPU (and a forked fold beside
     the store's read): more memory for no speed (found in review)."""
-    import audit.ingest.load as load
+    import audit.ingest.workers as workers
 
-    monkeypatch.setattr(load, "cpu_limit", lambda: 1.0)
+    monkeypatch.setattr(workers, "cpu_limit", lambda: 1.0)
     assert default_workers() == 1
-    monkeypatch.setattr(load, "cpu_limit", lambda: 1.5)
+    monkeypatch.setattr(workers, "cpu_limit", lambda: 1.5)
     assert default_workers() == 2
 
 

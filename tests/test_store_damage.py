@@ -257,7 +257,7 @@ def test_workers_of_a_killed_ingest_neither_hold_its_lock_nor_outlive_it(tmp_pat
     script = (
         "import multiprocessing, os, signal, sys, time\n"
         "from pathlib import Path\n"
-        "from audit.ingest.load import fork_pool\n"
+        "from audit.ingest.workers import fork_pool\n"
         "from audit.ingest.store import Store\n"
         "with Store(Path(sys.argv[1])).lock():\n"
         "    pool = fork_pool(2)\n"

@@ -20,8 +20,8 @@ import pyarrow as pa
 
 from audit.ingest import records
 from audit.ingest.fast import _keyed, verify_jsonl
-from audit.ingest.load import default_workers, forked_workers
 from audit.ingest.secrets import SecretStore
+from audit.ingest.workers import default_workers, forked_workers
 
 __all__ = ["Piece", "map_pieces", "plan_pieces"]
 

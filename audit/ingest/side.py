@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Generic, TypeVar
 
-from audit.ingest.load import default_workers
+from audit.ingest.workers import default_workers
 from audit.interrupts import deliver_noted, note, restore
 from audit.locks import in_forked_worker
 
