@@ -11,10 +11,13 @@ import contextlib
 import math
 import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 
+from audit.interrupts import deliver_noted, note, restore
+from audit.locks import in_forked_worker
 from audit.memory import cpu_limit
 
 __all__ = ["default_workers", "fork_pool", "forked_workers"]
@@ -33,8 +36,6 @@ def fork_pool(workers: int) -> ProcessPoolExecutor:
     # fork: workers inherit the loaded modules and never re-import the caller's __main__
     # (spawn and forkserver would re-run an unguarded script). Only pure-Python parsing and
     # Arrow array building run in the children.
-    from audit.interrupts import deliver_noted, note, restore
-
     noted: list[int] = []
     pool = None
     try:
@@ -77,8 +78,6 @@ def _wait_for(pool: ProcessPoolExecutor, *, cancel: bool) -> None:
     the pool's manager thread took the thread for stopped: the interpreter's exit then closed
     the queue the thread still had to use, and waited for the workers for ever (a second ^C
     hung the command)."""
-    from audit.interrupts import deliver_noted, note, restore
-
     noted: list[int] = []
     handler = note(noted)
     try:
@@ -100,10 +99,6 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 def _forked_worker(parent: int) -> None:
     """A worker's initializer: ^C ignored (the caller stops the pool: :func:`fork_pool`), then
     :func:`audit.locks.in_forked_worker`."""
-    import signal
-
-    from audit.locks import in_forked_worker
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     in_forked_worker(parent)
 
