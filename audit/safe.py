@@ -100,8 +100,9 @@ def _live(s: pd.Series) -> np.ndarray:
     """:func:`neutralise_cell`'s test on a text column: True where a cell would change."""
     found = pc.match_substring_regex(pa.array(s, type=pa.large_string()), pattern=_LIVE_RE2)
     live = np.array(pc.fill_null(found, False), dtype=bool)
-    for i in np.flatnonzero(live):  # few: a plain number (-1.5) stays, unless after TAB/CR
-        live[i] = _NUMBER.fullmatch(s.iat[i]) is None
+    found = np.flatnonzero(live)  # few: a plain number (-1.5) stays, unless after TAB/CR
+    for i, value in zip(found, s.iloc[found].tolist(), strict=True):
+        live[i] = _NUMBER.fullmatch(value) is None
     return live
 
 
@@ -133,8 +134,17 @@ def write_csv(df: pd.DataFrame, path: str | os.PathLike) -> None:
 
 def write_csv_rows(df: pd.DataFrame, f, *, header: bool) -> None:
     """Write a frame's rows as :func:`write_csv` does, into the open text file ``f`` (opened
-    with ``newline=""``): a table written part by part, the header with the first part only."""
-    frame = _times_as_text(neutralise_frame(df))
+    with ``newline=""``): a table written part by part, the header with the first part only.
+
+    Frames of plain columns (text, numbers, booleans, times) are written by Arrow, a block of
+    rows at a time (:func:`_arrow_csv`): the bytes pandas' writer gives, in a fifth of the
+    time. Any other frame goes through pandas' writer."""
+    frame = neutralise_frame(df)
+    blocks = _arrow_csv(frame, header=header)
+    if blocks is not None:
+        _write_blocks(f, blocks)
+        return
+    frame = _times_as_text(frame)
     frame.to_csv(
         f,
         index=False,
@@ -145,6 +155,148 @@ def write_csv_rows(df: pd.DataFrame, f, *, header: bool) -> None:
     )
 
 
+#: Rows of a frame turned into CSV text at once by :func:`_arrow_csv`.
+_CSV_BLOCK_ROWS = 65_536
+
+
+def _arrow_csv(frame: pd.DataFrame, *, header: bool):
+    """The CSV of ``frame`` as blocks of UTF-8 bytes, exactly as ``to_csv`` in
+    :func:`write_csv_rows` writes it (``QUOTE_NONNUMERIC``: text quoted with its quotes doubled,
+    a missing value ``""``, numbers bare, floats as Python's ``repr``, booleans ``True`` and
+    ``False``, times as in :func:`_times_as_text`); None when a column is of another kind
+    (object, Python-backed text, categorical, durations, floats narrower than 64 bits, nullable
+    numbers other than ``Int64``, ``Float64`` and ``boolean``) or a label is not text."""
+    cells = []
+    for name, s in frame.items():
+        cell = _cell_maker(s)
+        if cell is None or not isinstance(name, str):
+            return None
+        cells.append(cell)
+    if not cells:
+        return None
+
+    def blocks():
+        if header:
+            yield (",".join(_quoted(str(n)) for n in frame.columns) + "\n").encode("utf-8")
+        for start in range(0, len(frame), _CSV_BLOCK_ROWS):
+            rows = slice(start, start + _CSV_BLOCK_ROWS)
+            line = pc.binary_join_element_wise(*(cell(rows) for cell in cells), _large(","))
+            yield _string_bytes(pc.binary_join_element_wise(line, _large(""), _large("\n")))
+
+    return blocks()
+
+
+def _large(value: str | None) -> pa.Scalar:
+    """A large-string scalar (Arrow's string kernels want their arguments of one type)."""
+    return pa.scalar(value, pa.large_string())
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"'
+
+
+def _cell_maker(s: pd.Series):
+    """A function of a row slice giving the column's CSV cells (an Arrow string array), or None
+    for a column kind :func:`_arrow_csv` leaves to pandas."""
+    dtype = s.dtype
+    if pd.api.types.is_datetime64_any_dtype(dtype):
+        return lambda rows: _time_cells(_wall_us(s.iloc[rows]))
+    if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":  # (no lone surrogate)
+        return lambda rows: _text_cells(pa.array(s.iloc[rows], type=pa.large_string()))
+    kind = getattr(dtype, "kind", "")
+    if not isinstance(dtype, np.dtype | pd.BooleanDtype | pd.Int64Dtype | pd.Float64Dtype):
+        return None  # other nullable widths, categories, objects: pandas' writer
+    if kind not in "biuf":
+        return None
+    missing = s.isna().to_numpy() if not isinstance(dtype, np.dtype) else None
+    if kind == "f":  # NaN is missing, as isna() says
+        if dtype not in (np.float64, pd.Float64Dtype()):  # numpy's own repr (float32: 1e+06)
+            return None
+        values = s.to_numpy(dtype="float64", na_value=np.nan)
+        return lambda rows: pa.array(
+            [repr(v) if v == v else '""' for v in values[rows].tolist()], type=pa.large_string()
+        )
+    values = s.to_numpy(dtype=dtype.numpy_dtype if missing is not None else dtype, na_value=0)
+
+    def cells(rows: slice) -> pa.Array:
+        if kind == "b":
+            return pc.if_else(pa.array(values[rows]), _large("True"), _large("False"))
+        return pc.cast(pa.array(values[rows]), pa.large_string())
+
+    if missing is None:
+        return cells
+    return lambda rows: pc.if_else(pa.array(missing[rows]), _large('""'), cells(rows))
+
+
+def _text_cells(text: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Text quoted, its quotes doubled; a missing value an empty quoted cell."""
+    if isinstance(text, pa.ChunkedArray):  # a column read or concatenated in parts
+        text = text.combine_chunks()
+    doubled = pc.replace_substring(pc.fill_null(text, _large("")), '"', '""')
+    return pc.binary_join_element_wise(_large('"'), doubled, _large('"'), _large(""))
+
+
+def _time_cells(us: np.ndarray) -> pa.Array:
+    """``datetime64[us]`` times as :func:`_times_as_text` writes them, quoted
+    (``"2026-10-01T00:00:00.000000Z"``), a missing time ``""``; the digits are computed at once
+    (Arrow's ``strftime`` takes ten times longer)."""
+    n = len(us)
+    nat = np.isnat(us)
+    ticks = np.where(nat, 0, us.view(np.int64))
+    days = np.floor_divide(ticks, 86_400_000_000)
+    day_us = ticks - days * 86_400_000_000
+    date = days.astype("datetime64[D]")
+    month_start = date.astype("datetime64[M]")
+    year = date.astype("datetime64[Y]").astype(np.int64) + 1970
+    if n and (year.min() < 0 or year.max() > 9999):  # numpy's own spelling (+10000, -0001)
+        text = np.char.add(np.datetime_as_string(us, unit="us"), 'Z"')
+        text = pa.array(np.char.add('"', text), type=pa.large_string())
+        return pc.if_else(pa.array(nat), _large('""'), text)
+    fields = (
+        (year, 4),
+        (month_start.astype(np.int64) % 12 + 1, 2),
+        ((date - month_start).astype(np.int64) + 1, 2),
+        (day_us // 3_600_000_000, 2),
+        (day_us // 60_000_000 % 60, 2),
+        (day_us // 1_000_000 % 60, 2),
+        (day_us % 1_000_000, 6),
+    )
+    out = np.frombuffer(bytearray(b'"0000-00-00T00:00:00.000000Z"' * n), np.uint8).reshape(n, 29)
+    col = 1
+    for value, width in fields:
+        for k in range(width):
+            out[:, col + k] += (value // 10 ** (width - 1 - k) % 10).astype(np.uint8)
+        col += width + 1
+    offsets = np.arange(0, 29 * n + 1, 29, dtype=np.int64)
+    text = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out))
+    return pc.if_else(pa.array(nat), _large('""'), text) if nat.any() else text
+
+
+def _string_bytes(lines: pa.Array) -> memoryview:
+    """The characters of a string array, end to end (no copy)."""
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)
+    first, last = offsets[lines.offset], offsets[lines.offset + len(lines)]
+    return memoryview(lines.buffers()[2])[first:last]
+
+
+def _write_blocks(f, blocks) -> None:
+    """Write byte blocks into the text file ``f`` (through its binary buffer when it has one)."""
+    raw = getattr(f, "buffer", None)
+    if raw is not None:
+        f.flush()
+    for block in blocks:
+        if raw is not None:
+            raw.write(block)
+        else:
+            f.write(bytes(block).decode("utf-8"))
+
+
+def _wall_us(s: pd.Series) -> np.ndarray:
+    """A time column's wall time in its own zone, as ``datetime64[us]`` (truncated)."""
+    wall = s.dt.tz_localize(None) if isinstance(s.dtype, pd.DatetimeTZDtype) else s
+    return wall.to_numpy(dtype="datetime64[ns]").astype("datetime64[us]")
+
+
 def _times_as_text(df: pd.DataFrame) -> pd.DataFrame:
     """Datetime columns as ``CSV_DATE_FORMAT`` text, as ``to_csv(date_format=...)`` writes them
     (the wall time in the column's own zone, microseconds truncated, NaT empty), formatted by
@@ -153,8 +305,7 @@ def _times_as_text(df: pd.DataFrame) -> pd.DataFrame:
         s = df[col]
         if not pd.api.types.is_datetime64_any_dtype(s):
             continue
-        wall = s.dt.tz_localize(None) if isinstance(s.dtype, pd.DatetimeTZDtype) else s
-        us = wall.to_numpy(dtype="datetime64[ns]").astype("datetime64[us]")
+        us = _wall_us(s)
         text = np.char.add(np.datetime_as_string(us, unit="us"), "Z").astype(object)
         text[np.isnat(us)] = None
         df[col] = pd.Series(text, index=s.index, dtype="str")
