@@ -4,10 +4,17 @@ The command line loads click, the commands and their modules first (0.2-0.3 s); 
 was Python's traceback of whichever import it landed in. It ends here in one line and exit 3,
 as a ^C in a command does (:func:`audit.cli.main.main`). Nothing heavy is imported before the
 ``try``: ``audit/__init__`` loads its names on use.
+
+:func:`script` is what the ``audit`` command runs: :func:`main`, and once Python's exit handlers
+have run, the end of the process without tearing the interpreter down (freeing the hundreds of
+modules a report loads took 0.13-0.18 s after its last line).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
 import sys
 
 #: The exit code of a ^C, as :data:`audit.cli.main.EXIT_BAD_INPUT`.
@@ -22,3 +29,23 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("audit: aborted\n")
         return EXIT_ABORTED
     return run(argv)
+
+
+def script() -> int:
+    """The ``audit`` command: :func:`main`; then, after every exit handler registered meanwhile
+    (temporary folders, kernels, worker pools, logging) and with stdout and stderr flushed, the
+    process ends with :func:`os._exit`. Everything a command writes is closed (and fsynced)
+    before it returns; what is left is the interpreter freeing its modules and objects."""
+    code: list[int | None] = [None]
+    atexit.register(_end_now, code)  # the first registered: run last
+    code[0] = main()
+    return code[0]
+
+
+def _end_now(code: list[int | None]) -> None:
+    if code[0] is None:  # the command did not return (an exception): Python's own exit
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe: nothing more can be said
+            stream.flush()
+    os._exit(code[0])
