@@ -201,6 +201,23 @@ def test_rates_and_latency_summaries():
     assert lat.loc["ack_latency_ms", "p50"] == 30.0  # median of 10, 30, 50
 
 
+def test_rates_by_subscription_event_and_day():
+    # e1 on wh_1 day 0: first attempt 503, retry 204 (delivered); e2 on wh_2 day 1: 204 once.
+    a1 = frame([(0, 503, 10), (30, 204, 30)], event_id="e1")
+    a2 = frame([(86_400, 204, 50)], event_id="e2").assign(
+        subscription_id="wh_2", event="incident.updated"
+    )
+    a = infer_attempts(pd.concat([a1, a2], ignore_index=True), as_of=FAR)
+    e = events_table(a, as_of=FAR)
+    want = {"first_attempts": [1, 1], "first_attempt_success": [0.0, 1.0],
+            "events": [1, 1], "event_success": [1.0, 1.0]}  # fmt: skip
+    day = T0.strftime("%Y-%m-%d"), (T0 + pd.Timedelta(days=1)).strftime("%Y-%m-%d")
+    for by, groups in [("subscription", ["wh_1", "wh_2"]), ("day", list(day)),
+                       ("event", ["incident.created", "incident.updated"])]:  # fmt: skip
+        rates = success_rates(a, e, by=by)
+        assert rates.to_dict("list") == {"group": groups, **want}, by
+
+
 def test_test_traffic_is_one_column_and_every_rate_leaves_it_out():
     real = frame([(0, 204, 10)], event_id="e1")
     test_incident = frame([(0, 503, 10)], event_id="e2").assign(incident_id="test_9")

@@ -20,12 +20,7 @@ import pandas as pd
 from audit.analysis.rows import key_runs
 from audit.analysis.schedule import Tolerance, expected_delay, number_attempts
 from audit.errors import ParameterError
-from audit.spec import (
-    DELIVERY_TIMEOUT_MS,
-    MAX_ATTEMPTS,
-    TEST_EVENT,
-    TEST_INCIDENT_PREFIX,
-)
+from audit.spec import DELIVERY_TIMEOUT_MS, MAX_ATTEMPTS, TEST_EVENT, TEST_INCIDENT_PREFIX
 from audit.tables import ATTEMPTS, EVENTS
 from audit.timeutil import as_utc
 
@@ -340,6 +335,11 @@ def success_rates(
     First attempts are attempts numbered 1 with a known answer; an event succeeds when its
     outcome is ``delivered`` (pending and unknown events are left out). Test events excluded.
     """
+    column = {"day": None, "subscription": "subscription_id", "event": "event"}.get(by, by)
+    # Only the columns read are cut (at 1M rows, cutting every column took most of the time).
+    events = events[[c for c in ("is_test", "outcome", "first_received_at", column) if c in events]]
+    attempts = attempts[[c for c in ("attempt_no", "success", "is_test", "received_at", column)
+                         if c in attempts]]  # fmt: skip
     real = events[~events["is_test"]]
     firsts = attempts[(attempts["attempt_no"] == 1) & attempts["success"].notna()]
     firsts = firsts[~firsts["is_test"].astype(bool)]
