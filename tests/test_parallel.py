@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import warnings
@@ -16,6 +17,7 @@ from audit.ingest.query import load_deliveries
 from audit.ingest.store import ingest
 from audit.ingest.verdicts import verify_logs
 from audit.ingest.verification import VERDICT_COLUMNS, audit_signatures
+from audit.spec import header_names
 from tests.test_fast_path import valid
 from tests.test_signatures import SECRET
 
@@ -93,3 +95,71 @@ def test_parallel_ingest_equals_the_loader(mixed, tmp_path):
         expected = audit_signatures([folder], secrets).deliveries[VERDICT_COLUMNS]
     got = load_deliveries(tmp_path / "store", columns=VERDICT_COLUMNS)[VERDICT_COLUMNS]
     pd.testing.assert_frame_equal(got, expected)
+
+
+def test_a_failure_between_results_leaves_no_pool_nor_lock_behind(mixed, monkeypatch):
+    """A ^C (or any error) in the caller's loop over the results, while the generator of
+    results waits at a yield, with the traceback kept alive (IPython keeps the last one in
+    ``sys.last_traceback``): the workers are stopped and the next verification runs. The
+    generator used to keep the module's lock and its pool until it was collected, so the
+    next call in that process (a notebook's next cell) waited for ever."""
+    import multiprocessing
+    import threading
+
+    from audit.ingest import parallel, verdicts
+
+    folder, secrets = mixed
+    calls = []
+
+    def interrupted(self):
+        calls.append(1)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(verdicts._Hashes, "start", interrupted)
+        try:
+            verify_logs([folder], secrets, workers=2, piece_bytes=500)
+        except KeyboardInterrupt as e:
+            kept = e.__traceback__  # what IPython keeps: every frame of the failed call
+    assert calls and kept is not None
+    assert not parallel._LOCK.locked()
+    assert not [p for p in multiprocessing.active_children() if p.is_alive()]
+    got = []
+    again = threading.Thread(target=lambda: got.append(verify_logs([folder], secrets, workers=2)))
+    again.start()
+    again.join(timeout=60)
+    assert not again.is_alive(), "the next verification waited for the abandoned one"
+    assert (got[0]["verdict"] == "valid").sum() == 79
+    del kept
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_generator_of_results_left_unclosed_holds_no_lock(mixed, workers):
+    """A caller that stops reading the results and keeps the generator (unclosed) does not
+    block the next verification: the lock is held only while the workers are forked, or
+    while one piece is done in process, never at a yield."""
+    from audit.ingest import parallel
+    from audit.ingest.secrets import read_secrets
+
+    folder, secrets = mixed
+    path = folder / "a.jsonl"
+    kw = {
+        "sources": {str(path): str(path)},
+        "wanted": {v: k for k, v in header_names("X-PhishFort").items()},
+        "secrets": read_secrets(secrets),
+        "tolerance_s": 300.0,
+        "workers": workers,
+        "extra": {"names": list(VERDICT_COLUMNS)},
+    }
+    left = parallel.map_pieces(
+        parallel.verdict_batch, parallel.plan_pieces(path, piece_bytes=500), **kw
+    )
+    try:
+        next(left)  # then left waiting at a yield
+        assert not parallel._LOCK.locked()
+        pieces = parallel.plan_pieces(path, piece_bytes=500)
+        with contextlib.closing(parallel.map_pieces(parallel.verdict_batch, pieces, **kw)) as again:
+            rows = sum(table.num_rows for _, (table, *_rest) in again)
+        assert rows == 40
+    finally:
+        left.close()

@@ -10,6 +10,7 @@ JSON document) are verified in-process by the exact path.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -81,7 +82,8 @@ def plan_pieces(
         yield Piece(str(path), line, start, size)
 
 
-#: What forked workers inherit (set only while a pool runs, under _LOCK): hashlib states
+#: What forked workers inherit (set, under _LOCK, only while a pool's workers are forked or a
+#: piece is done in process): hashlib states
 #: cannot be pickled, and inheriting them costs nothing.
 _CONTEXT: dict = {}
 _LOCK = threading.Lock()
@@ -116,30 +118,48 @@ def map_pieces(
     extra: dict | None = None,
 ) -> Iterator[object]:
     """``fn(piece)`` for every piece, in order, on ``workers`` forked processes (at most two
-    pieces in flight per worker, so memory stays bounded)."""
+    pieces in flight per worker, so memory stays bounded).
+
+    Close the generator when the loop over it stops early (``contextlib.closing``): the workers
+    are stopped then, not when it is collected. The module's lock is never held at a yield (only
+    while the workers are forked with the context, or while one piece is done in process), so
+    a generator left waiting (a ^C in the caller's loop, its traceback kept by IPython) never
+    blocks the next call."""
     workers = default_workers() if workers is None else max(1, workers)
+    context = dict(
+        source=sources,
+        wanted=wanted,
+        secrets=secrets,
+        tolerance_s=tolerance_s,
+        keyed=_keyed(secrets),
+        **(extra or {}),
+    )
+    if workers == 1:
+        for piece in pieces:
+            with _inherited(context):
+                got = fn(piece)
+            yield got
+        return
+    with contextlib.ExitStack() as stack:
+        with _inherited(context):  # the workers are all forked with it, then it is cleared
+            pool = stack.enter_context(forked_workers(workers))
+        pending = []
+        for piece in pieces:
+            pending.append(pool.submit(fn, piece))
+            if len(pending) >= 2 * workers:
+                yield pending.pop(0).result()
+        for fut in pending:
+            yield fut.result()
+
+
+@contextlib.contextmanager
+def _inherited(context: dict) -> Iterator[None]:
+    """:data:`_CONTEXT` set to ``context`` for a block, under the module's lock."""
     with _LOCK:
         _CONTEXT.clear()
-        _CONTEXT.update(
-            source=sources,
-            wanted=wanted,
-            secrets=secrets,
-            tolerance_s=tolerance_s,
-            keyed=_keyed(secrets),
-            **(extra or {}),
-        )
+        _CONTEXT.update(context)
         try:
-            if workers == 1:
-                yield from map(fn, pieces)
-                return
-            with forked_workers(workers) as pool:
-                pending = []
-                for piece in pieces:
-                    pending.append(pool.submit(fn, piece))
-                    if len(pending) >= 2 * workers:
-                        yield pending.pop(0).result()
-                for fut in pending:
-                    yield fut.result()
+            yield
         finally:
             _CONTEXT.clear()
 

@@ -327,7 +327,7 @@ def _ingest_file(path, seen, contents, store, manifest, result, staging, obsolet
             path, piece_bytes=kw["chunk_bytes"], skip_bytes=skip, first_line=first_line
         )
         outcomes = []
-        for done, *numbers in parallel.map_pieces(
+        results = parallel.map_pieces(
             _ingest_piece,
             pieces,
             sources={str(path): str(path)},
@@ -336,9 +336,11 @@ def _ingest_file(path, seen, contents, store, manifest, result, staging, obsolet
             tolerance_s=kw["tolerance_s"],
             workers=kw["workers"],
             extra={"staging": staging, "file_sha256": sha},
-        ):
-            written.extend(done)
-            outcomes.append(numbers)
+        )
+        with contextlib.closing(results):  # an error here stops the workers at once
+            for done, *numbers in results:
+                written.extend(done)
+                outcomes.append(numbers)
     for rows, unreadable, naive, newlines in outcomes:
         counts[0] += rows
         counts[1] += unreadable

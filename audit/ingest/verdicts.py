@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -141,7 +142,7 @@ def _read(
     lines = [f for f, w in zip(files, whole, strict=True) if not w]
     pieces = (p for f in lines for p in parallel.plan_pieces(f, piece_bytes=size))
     names = list(columns)
-    results = parallel.map_pieces(
+    results = parallel.map_pieces(  # closed below, however the loop ends
         parallel.verdict_batch,
         pieces,
         sources={str(f): str(f) for f in lines},
@@ -160,15 +161,16 @@ def _read(
     counts = {str(f): [0, 0] for f in files}
     naive = 0
     hashes = _Hashes(files, enabled=hash_files)
-    for piece, (table, naive_one, unreadable, not_valid) in results:
-        hashes.start()  # after the first result: the workers are forked by then
-        by_file[piece.path].append(table)
-        proof[piece.path].append(not_valid)
-        counts[piece.path][0] += table.num_rows
-        counts[piece.path][1] += unreadable
-        naive += naive_one
-        if upto is not None:
-            by_file[piece.path][-1] = _received_upto(table, upto)
+    with contextlib.closing(results):
+        for piece, (table, naive_one, unreadable, not_valid) in results:
+            hashes.start()  # after the first result: the workers are forked by then
+            by_file[piece.path].append(table)
+            proof[piece.path].append(not_valid)
+            counts[piece.path][0] += table.num_rows
+            counts[piece.path][1] += unreadable
+            naive += naive_one
+            if upto is not None:
+                by_file[piece.path][-1] = _received_upto(table, upto)
     for f, w in zip(files, whole, strict=True):
         if w:
             table, unreadable, naive_one, not_valid = _whole(
