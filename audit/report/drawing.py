@@ -11,7 +11,10 @@ no child may be forked, by a thread of the ``audit report`` process while the ke
 * the kernel takes each lock, waiting while the other side draws that figure, then uses
   the kept HTML or draws the figure itself;
 * the other side only takes a free lock: the thread stops at the first figure the kernel
-  holds or has drawn (the kernel has the rest), the child then turns to the last ones.
+  holds or has drawn (the kernel has the rest), the child then turns to the last ones;
+* the child takes the next figure's lock before it releases the last one's (hand over hand),
+  so that a kernel close behind it waits for each figure rather than take the next one's free
+  lock in the moment between and draw it itself.
 
 A process that dies releases its lock (``flock``), so nothing waits on it; a figure it did not
 finish is drawn by the other. Without a ``.figures`` folder of this user (a notebook run by
@@ -71,30 +74,73 @@ def drawn_once(folder: Path, name: str, draw: Callable[[], HTML], *, wait: bool 
     be taken at all (a file system without ``flock``), the kernel draws every figure itself and
     the report process none.
     """
+    if not wait:
+        lock = _taken(folder, name)
+        if lock is None:
+            return None
+        with lock:
+            try:
+                html = draw()
+                _keep(folder, name, html)
+                return html
+            finally:
+                unlock_file(lock)
     done = folder / f"{name}.html"
     try:
         fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
     except OSError:
-        return draw() if wait else None
+        return draw()
     with os.fdopen(fd, "r+b") as lock:
         try:
-            if wait:
-                lock_file(lock)
-            elif not try_lock_file(lock):
-                return None
+            lock_file(lock)
         except OSError:  # ENOLCK, EOPNOTSUPP...: no sharing
-            return draw() if wait else None
+            return draw()
         try:
             kept = _kept(done)
             if kept is not None:
-                return kept if wait else None
+                return kept
             html = draw()
-            tmp = folder / f".{name}.html.tmp"
-            with os.fdopen(os.open(tmp, _WRITE, 0o600), "w", encoding="utf-8") as f:
-                f.write(str(html))
-            os.replace(tmp, done)
+            _keep(folder, name, html)
             return html
         finally:
+            unlock_file(lock)
+
+
+def _taken(folder: Path, name: str):
+    """The lock of the figure ``name``, taken without waiting (an open file, to unlock and
+    close), or None when the other process holds it or has drawn the figure, or where it
+    cannot be taken at all."""
+    try:
+        fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
+    except OSError:
+        return None
+    lock = os.fdopen(fd, "r+b")
+    try:
+        if not try_lock_file(lock):
+            lock.close()
+            return None
+    except OSError:  # ENOLCK, EOPNOTSUPP...: no sharing
+        lock.close()
+        return None
+    if _kept(folder / f"{name}.html") is not None:
+        unlock_file(lock)
+        lock.close()
+        return None
+    return lock
+
+
+def _keep(folder: Path, name: str, html: HTML) -> None:
+    """Keep the figure ``name`` in ``folder`` (its lock held): written aside, then renamed."""
+    tmp = folder / f".{name}.html.tmp"
+    with os.fdopen(os.open(tmp, _WRITE, 0o600), "w", encoding="utf-8") as f:
+        f.write(str(html))
+    os.replace(tmp, folder / f"{name}.html")
+
+
+def _released(lock) -> None:
+    """Unlock and close a lock of :func:`_taken` (None: nothing to do)."""
+    if lock is not None:
+        with lock, contextlib.suppress(OSError):
             unlock_file(lock)
 
 
@@ -313,16 +359,31 @@ def _drawn_then_left(folder: Path, names: Sequence[str] | None, run, poll_s: flo
         drawn[name] = draw(name)()
     while not _ours(folder):  # this process is stopped if the folder never comes
         time.sleep(poll_s)
-    left = [
-        name
-        for name, html in drawn.items()
-        if drawn_once(folder, name, lambda h=html: h, wait=False) is not None
-    ]
-    rest = [n for n in names if n not in drawn]
-    for k, name in enumerate(rest):
-        if drawn_once(folder, name, draw(name), wait=False) is None:
-            return left + draw_from_last(folder, rest[k + 1 :], run)
-        left.append(name)
+    # Hand over hand: the next figure's lock is taken before this one's is released. The
+    # kernel, waiting for this one, then waits for the next one too, rather than take its
+    # free lock in the moment between and draw it itself (importing matplotlib and reading
+    # the run folder's tables to do so: about 1.7 s at 1M deliveries, in 4 runs of 6).
+    # The figures drawn already are the first ones of ``names``.
+    left: list[str] = []
+    held = _taken(folder, names[0]) if names else None
+    for k, name in enumerate(names):
+        following = None
+        if held is None:  # the kernel holds it or has drawn it
+            if name not in drawn:  # it caught up: the rest from the last, to meet it
+                return left + draw_from_last(folder, names[k + 1 :], run)
+            following = _taken(folder, names[k + 1]) if k + 1 < len(names) else None
+        else:
+            try:
+                html = drawn.pop(name) if name in drawn else draw(name)()
+                following = _taken(folder, names[k + 1]) if k + 1 < len(names) else None
+                _keep(folder, name, html)
+            except BaseException:
+                _released(following)
+                raise
+            finally:
+                _released(held)
+            left.append(name)
+        held = following
     return left
 
 
