@@ -621,3 +621,40 @@ def test_the_csv_copies_are_written_while_the_late_parquet_files_are(tmp_path, m
     writes = rundir.LateWrites({"deliveries": frame}, folder, parquet=["deliveries"])
     with pytest.raises(rundir.OutputError, match="No space left"):
         writes.wait()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread priority is Linux's")
+def test_the_late_writes_run_behind_the_figures_process(tmp_path, monkeypatch):
+    """The late Parquet files (by a pool of threads) and the CSV copies are written at a
+    lower CPU priority (nice 10): the figures' process, which the kernel waits for, takes the
+    core first. The caller's own priority is unchanged."""
+    import os
+    import threading
+
+    import audit.report.rundir as rundir
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    before, seen = nice(), {}
+    real_csv = rundir.write_csv
+
+    def csv(frame, path):
+        seen["csv"] = nice()
+        return real_csv(frame, path)
+
+    def parquet(self, path, **kw):
+        seen["parquet"] = nice()
+        return real_parquet(self, path, **kw)
+
+    real_parquet = pd.DataFrame.to_parquet
+    monkeypatch.setattr(rundir, "write_csv", csv)
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", parquet)
+    frame = pd.DataFrame({"incident_id": ["inc_1"], "n": [1]})
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    rundir.LateWrites(
+        {"deliveries": frame, "incidents": frame}, folder, parquet=["deliveries"]
+    ).wait()
+    assert seen == {"csv": max(before, 10), "parquet": max(before, 10)}
+    assert nice() == before

@@ -20,6 +20,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -98,6 +99,21 @@ def write_tables(tables: Mapping[str, pd.DataFrame], folder: Path, *, csv: bool 
 FIGURE_ONLY_TABLES = ("deliveries", "events")
 
 
+#: The scheduling priority (nice value) of the late writes: the figures' process, which the
+#: kernel waits for, then takes the core first (docs/scale.md, "Twenty-first pass").
+LATE_NICE = 10
+
+
+def _behind() -> None:
+    """Lower this thread's CPU priority to :data:`LATE_NICE` (Linux: per thread, and the
+    threads it starts inherit it); elsewhere, or where it is refused, nothing changes."""
+    if sys.platform != "linux":  # elsewhere the id of a thread is not a process id to setpriority
+        return
+    with contextlib.suppress(AttributeError, OSError):
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, max(LATE_NICE, os.getpriority(os.PRIO_PROCESS, tid)))
+
+
 class LateWrites:
     """What a thread writes into a run's ``folder`` (its ``tables``) while the notebook renders:
     the Parquet files of ``parquet`` (tables only the figures read, drawn aside already:
@@ -126,6 +142,7 @@ class LateWrites:
         self._thread.start()
 
     def _write(self, late: dict, frames: dict[str, pd.DataFrame], folder: Path, held) -> None:
+        _behind()  # this thread and the writers it starts
         # The CSV copies are written beside the Parquet files, by a thread of their own (the
         # Parquet encoding releases the GIL): at the end of a rendering both cores are free.
         csvs = threading.Thread(
