@@ -32,7 +32,7 @@ lab: install
 	$(BIN)/jupyter lab notebooks
 
 bench: install
-	$(BIN)/python benchmarks/bench_verify.py --records 200000 --runs 3 --analysis
+	$(BIN)/python benchmarks/bench_store.py verify --records 200000 --runs 3
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache .ruff_cache build *.egg-info
