@@ -53,7 +53,6 @@ __all__ = [
     "drawing_aside",
     "drawn_once",
     "figures_folder",
-    "in_memory",
     "in_report_style",
     "remove_figures_folder",
     "shared",
@@ -78,13 +77,12 @@ def drawn_once(folder: Path, name: str, draw: Callable[[], HTML], *, wait: bool 
         lock = _taken(folder, name)
         if lock is None:
             return None
-        with lock:
-            try:
-                html = draw()
-                _keep(folder, name, html)
-                return html
-            finally:
-                unlock_file(lock)
+        try:
+            html = draw()
+            _keep(folder, name, html)
+            return html
+        finally:
+            _released(lock)
     done = folder / f"{name}.html"
     try:
         fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
@@ -116,15 +114,14 @@ def _taken(folder: Path, name: str):
         return None
     lock = os.fdopen(fd, "r+b")
     try:
-        if not try_lock_file(lock):
-            lock.close()
-            return None
+        taken = try_lock_file(lock)
     except OSError:  # ENOLCK, EOPNOTSUPP...: no sharing
+        taken = False
+    if not taken:
         lock.close()
         return None
-    if _kept(folder / f"{name}.html") is not None:
-        unlock_file(lock)
-        lock.close()
+    if _kept(folder / f"{name}.html") is not None:  # drawn already
+        _released(lock)
         return None
     return lock
 
@@ -394,15 +391,3 @@ def _ours(folder: Path) -> bool:
     except OSError:
         return False
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
-
-
-def in_memory(run_dir: Path, manifest: dict, computed):
-    """A :class:`~audit.report.rundir.RunData` of what the figures read of a run's computed
-    tables (copies, :func:`audit.report.figures.drawn_tables`), for :class:`DrawingAhead` to
-    draw the figures of ``run_dir`` from while the run's other frames go."""
-    from audit.report.figures import drawn_tables
-    from audit.report.rundir import RunData
-
-    tables = drawn_tables(computed.tables)
-    return RunData(manifest=dict(manifest), findings=computed.findings, run_dir=run_dir,
-                   tables=tables)  # fmt: skip

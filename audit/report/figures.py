@@ -18,6 +18,7 @@ __all__ = [
     "clock_skew",
     "daily_failures",
     "drawn_tables",
+    "in_memory",
     "latency",
     "retry_delays",
     "takedown",
@@ -71,6 +72,14 @@ def drawn_tables(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
             keep = list(frame.columns) if columns is None else [c for c in columns if c in frame]
             out[name] = frame[keep].copy()
     return out
+
+
+def in_memory(run_dir, manifest: dict, computed) -> RunData:
+    """A :class:`~audit.report.rundir.RunData` of what the figures read of a run's computed
+    tables (copies, :func:`drawn_tables`), for :class:`~audit.report.drawing.DrawingAhead` to
+    draw the figures of ``run_dir`` from while the run's other frames go."""
+    return RunData(manifest=dict(manifest), findings=computed.findings, run_dir=run_dir,
+                   tables=drawn_tables(computed.tables))  # fmt: skip
 
 
 def _period(run: RunData):

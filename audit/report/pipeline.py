@@ -230,7 +230,8 @@ def run_report(
     del d  # compute takes the frame over, to free it
     run_id = f"{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     tmp = root / period.label / f".tmp-{run_id}"
-    from audit.report.drawing import drawing_aside, in_memory
+    from audit.report.drawing import drawing_aside
+    from audit.report.figures import in_memory
     from audit.report.render import default_notebook, preload
 
     figures = nb_path == default_notebook()  # the packaged notebook's figures are drawn ahead
