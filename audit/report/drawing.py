@@ -339,9 +339,11 @@ def _drawn_then_left(folder: Path, names: Sequence[str] | None, run, poll_s: flo
                      ) -> list[str]:  # fmt: skip
     """The child of :func:`drawing_aside`: the figures ``names`` (None: the report's,
     :data:`audit.report.figures.FIGURES`) drawn in the kernel's order
-    (it comes later and needs the first ones first), each left in ``folder`` once it exists;
-    at the first figure the kernel holds or has drawn (it caught up), the rest from the last,
-    to meet it in the middle. The names it left there, in the order drawn."""
+    (it comes later and needs the first ones first), each left in ``folder`` once it exists,
+    hand over hand (the next one's lock taken before the last one's is released: the kernel
+    waits for each). Only a kernel that started before the child left its first figures can
+    hold or have drawn one the child has not: at the first such, the rest from the last, to
+    meet it in the middle. The names it left there, in the order drawn."""
     from audit.report import figures
 
     names = figures.FIGURES if names is None else names
