@@ -467,13 +467,17 @@ def test_the_child_takes_the_next_figure_before_it_lets_the_last_one_go(tmp_path
 
 
 def test_a_kernel_close_behind_the_child_draws_no_figure_itself(tmp_path, monkeypatch):
+    """The kernel starts once the child draws the first figure (it holds its lock then; the
+    lock file alone exists a moment before it is locked), and takes them in order."""
     names = ("fa", "fb", "fc", "fd")
-    _fake_figures(monkeypatch, names, seconds=0.15)
+    child_drew: list[str] = []
+    _fake_figures(monkeypatch, names, seconds=0.15, calls=child_drew)
     folder = drawing.figures_folder(tmp_path)
     kernel_drew: list[str] = []
     child = threading.Thread(target=drawing._drawn_then_left, args=(folder, names, None))
     child.start()
-    while not (folder / "fa.lock").exists():
+    deadline = time.monotonic() + 30
+    while not child_drew and time.monotonic() < deadline:
         time.sleep(0.001)
     got = [
         str(drawn_once(folder, n, _counting(kernel_drew, f"<p>{n} by the kernel</p>")))
