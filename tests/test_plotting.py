@@ -449,6 +449,9 @@ def test_plot_latency_distributions_draws_the_summary_it_is_given():
     # A summary without those rows (a table from elsewhere) is not used.
     fig = P.plot_latency_distributions(*latency_frames(), summary=summary.iloc[2:])
     assert legend_texts(fig.axes[0])[1:] == ["median 550 ms", "p95 5250 ms"]
+    # Nor an empty one (a quiet period's table).
+    fig = P.plot_latency_distributions(*latency_frames(), summary=pd.DataFrame())
+    assert legend_texts(fig.axes[0])[1:] == ["median 550 ms", "p95 5250 ms"]
     render(fig)
 
 

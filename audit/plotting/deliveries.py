@@ -260,7 +260,8 @@ def plot_latency_distributions(
     drawn = ["is_test", "emission_latency_s"]
     real = events.loc[~events["is_test"].astype(bool), drawn] if has_e else events
     emit, emit_dropped = _positive(real["emission_latency_s"]) if has_e else (np.array([]), 0)
-    if summary is None or not {"ack_latency_ms", "emission_latency_s"} <= set(summary["metric"]):
+    wanted = {"ack_latency_ms", "emission_latency_s"}
+    if summary is None or "metric" not in summary or not wanted <= set(summary["metric"]):
         summary = latency_summary(attempts if has_a else _EMPTY_ATT, real if has_e else _EMPTY_EV)
     summary = summary.set_index("metric").astype({"p50": float, "p95": float})
     _histogram(

@@ -83,18 +83,16 @@ def drawn_once(folder: Path, name: str, draw: Callable[[], HTML], *, wait: bool 
             return html
         finally:
             _released(lock)
-    done = folder / f"{name}.html"
-    try:
-        fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
-    except OSError:
+    lock = _lock_file_of(folder, name)
+    if lock is None:
         return draw()
-    with os.fdopen(fd, "r+b") as lock:
+    with lock:
         try:
             lock_file(lock)
         except OSError:  # ENOLCK, EOPNOTSUPP...: no sharing
             return draw()
         try:
-            kept = _kept(done)
+            kept = _kept(folder / f"{name}.html")
             if kept is not None:
                 return kept
             html = draw()
@@ -105,14 +103,11 @@ def drawn_once(folder: Path, name: str, draw: Callable[[], HTML], *, wait: bool 
 
 
 def _taken(folder: Path, name: str):
-    """The lock of the figure ``name``, taken without waiting (an open file, to unlock and
-    close), or None when the other process holds it or has drawn the figure, or where it
-    cannot be taken at all."""
-    try:
-        fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
-    except OSError:
+    """The figure's lock taken without waiting (an open file: :func:`_released`), or None when
+    the other side holds it or has drawn the figure, or where no lock can be taken."""
+    lock = _lock_file_of(folder, name)
+    if lock is None:
         return None
-    lock = os.fdopen(fd, "r+b")
     try:
         taken = try_lock_file(lock)
     except OSError:  # ENOLCK, EOPNOTSUPP...: no sharing
@@ -124,6 +119,15 @@ def _taken(folder: Path, name: str):
         _released(lock)
         return None
     return lock
+
+
+def _lock_file_of(folder: Path, name: str):
+    """The figure's lock file, open (made if need be, never through a link), or None."""
+    try:
+        fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
+    except OSError:
+        return None
+    return os.fdopen(fd, "r+b")
 
 
 def _keep(folder: Path, name: str, html: HTML) -> None:
@@ -358,11 +362,12 @@ def _drawn_then_left(folder: Path, names: Sequence[str] | None, run, poll_s: flo
         drawn[name] = draw(name)()
     while not _ours(folder):  # this process is stopped if the folder never comes
         time.sleep(poll_s)
-    # Hand over hand: the next figure's lock is taken before this one's is released. The
-    # kernel, waiting for this one, then waits for the next one too, rather than take its
-    # free lock in the moment between and draw it itself (importing matplotlib and reading
-    # the run folder's tables to do so: about 1.7 s at 1M deliveries, in 4 runs of 6).
-    # The figures drawn already are the first ones of ``names``.
+
+    # Hand over hand (the kernel waits for each figure rather than take the next free lock in
+    # between and draw it itself); the figures drawn already are the first ones of ``names``.
+    def next_lock(k: int):
+        return _taken(folder, names[k + 1]) if k + 1 < len(names) else None
+
     left: list[str] = []
     held = _taken(folder, names[0]) if names else None
     for k, name in enumerate(names):
@@ -370,11 +375,11 @@ def _drawn_then_left(folder: Path, names: Sequence[str] | None, run, poll_s: flo
         if held is None:  # the kernel holds it or has drawn it
             if name not in drawn:  # it caught up: the rest from the last, to meet it
                 return left + draw_from_last(folder, names[k + 1 :], run)
-            following = _taken(folder, names[k + 1]) if k + 1 < len(names) else None
+            following = next_lock(k)
         else:
             try:
                 html = drawn.pop(name) if name in drawn else draw(name)()
-                following = _taken(folder, names[k + 1]) if k + 1 < len(names) else None
+                following = next_lock(k)
                 _keep(folder, name, html)
             except BaseException:
                 _released(following)

@@ -196,9 +196,7 @@ def latency(run: RunData) -> HTML:
         v = lat.set_index("metric").loc["ack_latency_ms", "p95"]
         p95 = f" The 95th percentile of acknowledgement latency is {v:,.0f} ms." if v == v else ""
     return _embed(
-        plot_latency_distributions(
-            _period_deliveries(run), _period_events(run), summary=lat if not lat.empty else None
-        ),
+        plot_latency_distributions(_period_deliveries(run), _period_events(run), summary=lat),
         "Histograms (log scale) of acknowledgement latency in milliseconds and emission "
         "latency in seconds, with the 5-second delivery timeout marked." + p95,
     )
