@@ -580,3 +580,22 @@ def test_a_flood_of_requests_encodes_at_most_two_captures_at_once(tmp_path):
 
     asyncio.run(flood())
     assert CAPTURES_AT_ONCE == 2 and most[0] == 2
+
+
+def test_a_lone_surrogate_in_a_header_or_url_leaves_the_line_readable(tmp_path, secrets_file):
+    # A server that decodes header bytes with surrogateescape (not PEP 3333's Latin-1) hands
+    # over "\udcff" for the byte 0xff. Written as a JSON escape, the reader called the whole
+    # line unreadable: the request's signature was never checked.
+    body = b'{"id":"evt_s","event":"incident.created"}'
+    received = time.time()
+    headers = [*_signed(body, int(received)).items(), ("X-Odd\udcfe", "a\udcffb\ud800")]
+    rec = CaptureRecord(received, headers, body, 204, 1.0, SUB, "https://h/p\udce9")
+    CaptureWriter(tmp_path / "caps", fsync=False).append(rec)
+    (line,) = _lines(tmp_path / "caps")
+    record = json.loads(line)
+    # Each \udcXX (0x80-0xff) is the byte 0xXX, read as Latin-1 as PEP 3333 servers read every
+    # header byte; any other lone surrogate is U+FFFD.
+    assert record["headers"][-1] == ["X-Odd\u00fe", "a\u00ffb\ufffd"]
+    assert record["url"] == "https://h/p\u00e9"
+    d = load_captures([tmp_path / "caps"], secrets=read_secrets(secrets_file)).deliveries
+    assert list(d["verdict"]) == ["valid"]

@@ -19,6 +19,7 @@ import base64
 import fcntl
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable
@@ -100,10 +101,10 @@ def capture_line(record: CaptureRecord) -> bytes:
     """
     out: dict[str, object] = {"received_at": _iso(record.received_at)}
     if record.subscription_id:
-        out["subscription_id"] = record.subscription_id
+        out["subscription_id"] = _utf8(str(record.subscription_id))
     if record.url:
-        out["url"] = record.url
-    out["headers"] = [[str(n), str(v)] for n, v in record.headers]
+        out["url"] = _utf8(str(record.url))
+    out["headers"] = [[_utf8(str(n)), _utf8(str(v))] for n, v in record.headers]
     if record.omitted_bytes is not None:
         out["body_omitted_bytes"] = int(record.omitted_bytes)
     else:
@@ -118,12 +119,33 @@ def capture_line(record: CaptureRecord) -> bytes:
     # orjson writes the UTF-8 line itself, newline included (json.dumps' text, then its
     # encoding, then the newline added, held up to 13x a body of control characters at once:
     # 130 MB for a 10 MB body; now 7x), the same bytes as json.dumps with ensure_ascii=False.
-    # A lone surrogate (only possible in a header value from a broken server) is not UTF-8:
-    # escaped ASCII then.
+    # Text is UTF-8 by now (_utf8); escaped ASCII is the last resort of an unforeseen case.
     try:
         return orjson.dumps(out, option=orjson.OPT_APPEND_NEWLINE)
     except orjson.JSONEncodeError:
         return json.dumps(out, separators=(",", ":")).encode("ascii") + b"\n"
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _utf8(text: str) -> str:
+    """``text`` as UTF-8 can hold it: a lone surrogate (from a server that decoded a header or
+    path with ``surrogateescape``, not PEP 3333's Latin-1) becomes the byte it stands for read
+    as Latin-1, as PEP 3333 servers give every byte (``\\udcff`` → ``ÿ``), and any other one
+    U+FFFD. Written as a JSON escape, it made the whole line unreadable to the loader.
+
+    >>> _utf8("a\\udcffb"), _utf8("\\ud800"), _utf8("plain é")
+    ('aÿb', '\ufffd', 'plain é')
+    """
+    if text.isascii() or _SURROGATES.search(text) is None:
+        return text
+    return _SURROGATES.sub(_byte_of, text)
+
+
+def _byte_of(match: re.Match) -> str:
+    code = ord(match.group())
+    return chr(code - 0xDC00) if 0xDC80 <= code <= 0xDCFF else "\ufffd"
 
 
 class CaptureWriter:
