@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import hashlib
+import io
 import json
 import multiprocessing
 import os
@@ -354,6 +355,25 @@ def test_failed_write_is_cut_back_so_the_next_line_is_whole(tmp_path, monkeypatc
     assert [json.loads(line)["body"] for line in _lines(tmp_path)] == ["first", "third"]
 
 
+def test_a_torn_tail_left_by_a_killed_writer_is_not_joined_to_the_next_line(tmp_path):
+    # A writer killed mid-line (SIGKILL, power loss) leaves half a line that no cut-back
+    # removed; the next line used to be written straight onto it, and both were unreadable.
+    writer = CaptureWriter(tmp_path, fsync=False)
+    path = writer.append(CaptureRecord(1767225600.0, [], b"first", 204, 1.0))
+    torn = capture_log.capture_line(CaptureRecord(1767225601.0, [], b"second" * 100, 204, 1.0))[
+        :150
+    ]
+    with path.open("ab") as f:
+        f.write(torn)
+    writer.append(CaptureRecord(1767225602.0, [], b"third", 204, 1.0))
+    lines = path.read_bytes().split(b"\n")
+    assert lines[1] == torn and lines[-1] == b""
+    assert [json.loads(lines[0])["body"], json.loads(lines[2])["body"]] == ["first", "third"]
+    d = load_captures([tmp_path]).deliveries
+    assert list(d["verdict"] == "unreadable") == [False, True, False]
+    assert list(d["line"]) == [1, 2, 3]
+
+
 def test_line_format_headers_repeats_and_daily_files(tmp_path):
     writer = CaptureWriter(tmp_path, fsync=False)
     before_midnight = 1767225599.999  # 2025-12-31T23:59:59.999Z
@@ -599,3 +619,83 @@ def test_a_lone_surrogate_in_a_header_or_url_leaves_the_line_readable(tmp_path, 
     assert record["url"] == "https://h/p\u00e9"
     d = load_captures([tmp_path / "caps"], secrets=read_secrets(secrets_file)).deliveries
     assert list(d["verdict"]) == ["valid"]
+
+
+# -- WSGI applications as PEP 3333 allows them, and a sender that leaves mid-body
+
+
+def _wsgi_call(middleware, body: bytes, length: int | None = None) -> tuple[list, bytes]:
+    """Call a WSGI middleware as a server does: the answers given to start_response, and the
+    body read from the iterable it returns (then closed)."""
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/hook",
+        "SERVER_NAME": "h",
+        "SERVER_PORT": "80",
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(body),
+        "CONTENT_LENGTH": str(len(body) if length is None else length),
+    }
+    answers: list = []
+    result = middleware(environ, lambda status, headers, exc_info=None: answers.append(status))
+    try:
+        sent = b"".join(result)
+    finally:
+        getattr(result, "close", lambda: None)()
+    return answers, sent
+
+
+def test_wsgi_body_cut_short_is_answered_400_and_never_reaches_the_app(tmp_path, caplog):
+    # A sender that declared 200 bytes and left after 21: the app used to answer the 21 bytes
+    # (a 401 "signature mismatch" captured for a request that never arrived whole).
+    called = []
+
+    def app(environ, start_response):
+        called.append(environ["wsgi.input"].read())
+        start_response("401 Unauthorized", [])
+        return [b""]
+
+    mw = WSGICaptureMiddleware(app, tmp_path / "caps", paths=["/hook"])
+    answers, _ = _wsgi_call(mw, b'{"id":"evt_cut","e":1}'[:21], length=200)
+    assert answers == ["400 Bad Request"] and called == []
+    assert not (tmp_path / "caps").exists() or _lines(tmp_path / "caps") == []
+    assert "cut short (21 of 200 bytes)" in caplog.text
+
+
+def _late_answer(fail_first: bool):
+    """A generator application: it answers (start_response) only once it is first read."""
+
+    def app(environ, start_response):
+        environ["wsgi.input"].read()
+        if fail_first:
+            raise RuntimeError("boom before answering")
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        yield b"accepted"
+
+    return app
+
+
+def test_wsgi_generator_app_that_raises_before_answering_is_captured_as_500(tmp_path):
+    mw = WSGICaptureMiddleware(_late_answer(True), tmp_path / "caps", paths=["/hook"])
+    with pytest.raises(RuntimeError, match="boom"):
+        _wsgi_call(mw, b"{}")
+    (record,) = [json.loads(line) for line in _lines(tmp_path / "caps")]
+    assert record["response_status"] == 500 and record["body"] == "{}"
+
+
+def test_wsgi_generator_app_answers_and_is_captured(tmp_path):
+    mw = WSGICaptureMiddleware(_late_answer(False), tmp_path / "caps", paths=["/hook"])
+    answers, sent = _wsgi_call(mw, b"{}")
+    assert answers == ["200 OK"] and sent == b"accepted"
+    (record,) = [json.loads(line) for line in _lines(tmp_path / "caps")]
+    assert record["response_status"] == 200
+
+
+def test_wsgi_generator_app_whose_capture_fails_sends_503_without_its_body(tmp_path, caplog):
+    in_the_way = tmp_path / "file"
+    in_the_way.write_text("not a folder")
+    mw = WSGICaptureMiddleware(_late_answer(False), in_the_way, paths=["/hook"])
+    answers, sent = _wsgi_call(mw, b"{}")
+    assert answers == ["503 Service Unavailable"] and sent == b""
+    # The log names what could not be written (it said only "File exists").
+    assert f"capture failed ({in_the_way}: File exists)" in caplog.text

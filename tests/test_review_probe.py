@@ -4,6 +4,7 @@ filled memory: 22 GB before the probe was killed), and adversarial inputs give o
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from audit.cli import main
 from audit.receiver.probe import run_probe
@@ -41,7 +42,17 @@ def test_unknown_check_id_is_a_one_line_error(tmp_path, capsys):
     assert err.startswith("audit: error:") and "no_such_check" in err and err.count("\n") == 1
 
 
-def test_a_token_in_the_target_query_reaches_the_receiver_but_no_output(tmp_path):
+@pytest.mark.parametrize(
+    ("query", "shown"),
+    [
+        ("?token=tok3n-value", "?token=REDACTED"),
+        # A token that is the query item itself (no "="), or a fragment: the item's name was
+        # kept as it was, and with it the token.
+        ("?tok3n-value", "?REDACTED"),
+        ("?a=1&tok3n-value#tok3n-frag", "?a=REDACTED&REDACTED#REDACTED"),
+    ],
+)
+def test_a_token_in_the_target_query_reaches_the_receiver_but_no_output(tmp_path, query, shown):
     # Before: the target URL was written as given, so ?token=... landed in probe.json,
     # findings, junit.xml and probe.html.
     from audit.receiver.probe_report import write_outputs
@@ -54,15 +65,15 @@ def test_a_token_in_the_target_query_reaches_the_receiver_but_no_output(tmp_path
         return httpx.Response(204)
 
     result = run_probe(
-        "http://127.0.0.1:9/hook?token=tok3n-value",
+        "http://127.0.0.1:9/hook" + query,
         secrets,
         "wh_1",
         only=["valid_accepted"],
         transport=httpx.MockTransport(handler),
     )
-    assert seen == ["http://127.0.0.1:9/hook?token=tok3n-value"]
+    assert seen == ["http://127.0.0.1:9/hook" + query]
     paths = write_outputs(result, tmp_path / "out")
     assert paths
     for path in paths:
         assert "tok3n" not in path.read_text(encoding="utf-8"), path.name
-    assert result.target == "http://127.0.0.1:9/hook?token=REDACTED"
+    assert result.target == "http://127.0.0.1:9/hook" + shown

@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from audit.receiver.capture_log import CaptureRecord, CaptureWriter, oversized
+from audit.receiver.capture_log import CaptureRecord, CaptureWriter, oversized, why_not_written
 from audit.spec import MAX_REQUEST_BYTES
 
 __all__ = ["RECEIVED_AT_KEY", "CaptureMiddleware"]
@@ -113,8 +113,10 @@ class CaptureMiddleware:
         size, more = 0, True
         while more:
             message = await receive()
-            if message["type"] == "http.disconnect":
-                return  # the sender left before the body arrived: there is nothing to answer
+            if message["type"] == "http.disconnect":  # nothing to answer, said in the log
+                log.warning("sender left before its body arrived (%d bytes read): not captured",
+                            size)  # fmt: skip
+                return
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:  # kept as evidence: headers and size, no body
@@ -161,7 +163,7 @@ class CaptureMiddleware:
                     await capture(int(message["status"]))
                 except OSError as e:
                     state["failed"] = True
-                    log.error("capture failed (%s); answering 503 instead", e.strerror or e)
+                    log.error("capture failed (%s); answering 503 instead", why_not_written(e))
                     await _answer(send, 503)
                     return
             if not state["failed"]:
@@ -183,7 +185,7 @@ class CaptureMiddleware:
         try:
             await anyio.to_thread.run_sync(self._append, record)
         except OSError as e:
-            log.error("capture failed (%s)", e.strerror or e)
+            log.error("capture failed (%s)", why_not_written(e))
 
     @staticmethod
     async def _capture_500(state: dict, capture: Callable[[int], Awaitable[None]]) -> None:
@@ -193,7 +195,7 @@ class CaptureMiddleware:
         try:
             await capture(500)
         except OSError as e:
-            log.error("capture failed (%s)", e.strerror or e)
+            log.error("capture failed (%s)", why_not_written(e))
 
 
 async def _answer(send: Send, status: int) -> None:

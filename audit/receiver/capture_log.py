@@ -10,7 +10,8 @@ needs no second record kind.
 Each line goes to ``<folder>/<YYYY-MM-DD>.jsonl`` (the UTC day of receipt) with one
 ``os.write`` of the whole line under a thread lock and an exclusive ``flock`` (several worker
 processes may share a folder), then ``fsync``. A failed write is cut back to the previous end
-of the file, so a later line never joins a torn one.
+of the file, and a torn tail left by a writer that was killed mid-line is ended with a newline
+before the next line, so a later line never joins a torn one.
 """
 
 from __future__ import annotations
@@ -126,6 +127,13 @@ def capture_line(record: CaptureRecord) -> bytes:
         return json.dumps(out, separators=(",", ":")).encode("ascii") + b"\n"
 
 
+def why_not_written(e: OSError) -> str:
+    """What a failed capture logs: the file and the reason (``captures/2026-10-01.jsonl: No
+    space left on device``), never the line's content."""
+    why = e.strerror or str(e)
+    return f"{e.filename}: {why}" if e.filename else why
+
+
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
@@ -190,12 +198,16 @@ class CaptureWriter:
         with self._lock:
             self.folder.mkdir(parents=True, exist_ok=True)
             created = not path.exists()
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)  # RDWR: pread
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 start = os.fstat(fd).st_size
+                # A writer killed mid-line (SIGKILL, power loss) left a torn tail that no
+                # cut-back removed: end it, so that it stays one unreadable line of its own
+                # and this line is not joined to it.
+                torn = start > 0 and os.pread(fd, 1, start - 1) != b"\n"
                 try:
-                    _write_all(fd, data)
+                    _write_all(fd, b"\n" + data if torn else data)
                     if self.fsync:
                         os.fsync(fd)
                 except BaseException:

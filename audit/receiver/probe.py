@@ -127,17 +127,23 @@ def check_target(url: str) -> str:
 
 
 def shown_url(url: str) -> str:
-    """The URL as outputs show it: query values (often a token) replaced by ``REDACTED``.
+    """The URL as outputs show it: query values (often a token) replaced by ``REDACTED``, a
+    query item without ``=`` (the token itself) and a fragment too.
 
     >>> shown_url("https://hooks.example/wh?token=s3cr3t&x=1")
     'https://hooks.example/wh?token=REDACTED&x=REDACTED'
+    >>> shown_url("https://hooks.example/wh?s3cr3tTOKEN&x=1#also")
+    'https://hooks.example/wh?REDACTED&x=REDACTED#REDACTED'
     >>> shown_url("http://127.0.0.1:8000/hook")
     'http://127.0.0.1:8000/hook'
     """
     u = httpx.URL(url)
-    if not u.query:
+    if not u.query and not u.fragment:
         return url
-    return str(u.copy_with(params={k: "REDACTED" for k in u.params}))
+    items = u.query.split(b"&") if u.query else []
+    query = b"&".join(i.split(b"=", 1)[0] + b"=REDACTED" if b"=" in i else b"REDACTED"
+                      for i in items if i)  # fmt: skip
+    return str(u.copy_with(query=query or None, fragment="REDACTED" if u.fragment else None))
 
 
 def plan(

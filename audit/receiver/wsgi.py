@@ -18,12 +18,12 @@ import io
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from wsgiref.util import request_uri
 
 from audit.receiver.asgi import RECEIVED_AT_KEY
-from audit.receiver.capture_log import CaptureRecord, CaptureWriter, oversized
+from audit.receiver.capture_log import CaptureRecord, CaptureWriter, oversized, why_not_written
 from audit.spec import MAX_REQUEST_BYTES
 
 __all__ = ["WSGICaptureMiddleware"]
@@ -32,7 +32,11 @@ WSGIApp = Callable[[dict, Callable[..., Any]], Iterable[bytes]]
 
 log = logging.getLogger("audit.receiver")
 
-_STATUS_TEXT = {413: "413 Content Too Large", 503: "503 Service Unavailable"}
+_STATUS_TEXT = {
+    400: "400 Bad Request",
+    413: "413 Content Too Large",
+    503: "503 Service Unavailable",
+}
 
 
 class WSGICaptureMiddleware:
@@ -70,7 +74,13 @@ class WSGICaptureMiddleware:
         if not self._wanted(environ):
             return self.app(environ, start_response)
         received_at, started = time.time(), time.perf_counter()
-        body, size = _read_body(environ, self.max_body_bytes)
+        try:
+            body, size = _read_body(environ, self.max_body_bytes)
+        except _CutShort as e:  # the application would answer a request that never arrived
+            log.warning("request body cut short (%d of %d bytes): answered 400, not captured",
+                        e.size, e.length)  # fmt: skip
+            start_response(_STATUS_TEXT[400], [("Content-Length", "0")])
+            return [b""]
         headers = _headers(environ)
         if body is None:  # kept as evidence: headers and size, no body
             log.warning("request body over %d bytes answered 413", self.max_body_bytes)
@@ -80,7 +90,7 @@ class WSGICaptureMiddleware:
                     oversized(received_at, headers, started, size, self.subscription_id, url)
                 )
             except OSError as e:
-                log.error("capture failed (%s)", e.strerror or e)
+                log.error("capture failed (%s)", why_not_written(e))
             start_response(_STATUS_TEXT[413], [("Content-Length", "0")])
             return [b""]
         environ["wsgi.input"] = io.BytesIO(body)
@@ -109,27 +119,72 @@ class WSGICaptureMiddleware:
                     capture(int(status.split(" ", 1)[0]))
                 except OSError as e:
                     state["failed"] = True
-                    log.error("capture failed (%s); answering 503 instead", e.strerror or e)
+                    log.error("capture failed (%s); answering 503 instead", why_not_written(e))
                     start_response(_STATUS_TEXT[503], [("Content-Length", "0")], exc_info)
                     return lambda data: None
             return start_response(status, response_headers, exc_info)
 
-        try:
-            result = self.app(environ, start_after_capture)
-        except Exception:
+        def capture_500() -> None:
             if not state["written"]:
                 state["written"] = True
                 try:
                     capture(500)
                 except OSError as e:
-                    log.error("capture failed (%s)", e.strerror or e)
+                    log.error("capture failed (%s)", why_not_written(e))
+
+        try:
+            result = self.app(environ, start_after_capture)
+        except Exception:
+            capture_500()
             raise
         if state["failed"]:
-            close = getattr(result, "close", None)
-            if close is not None:
-                close()
+            _close(result)
             return [b""]
-        return result
+        if state["written"]:
+            return result
+        # PEP 3333 lets an application answer only once its iterable is first read (a
+        # generator): what it yields is watched until then.
+        return _Answer(result, state, capture_500)
+
+
+class _Answer:
+    """An application's iterable that has not answered yet: an error before its answer is
+    captured as 500 (and propagates); after a failed capture (the server sends 503) nothing of
+    the application's body follows. ``close`` closes the application's iterable."""
+
+    def __init__(self, result: Iterable[bytes], state: dict, capture_500: Callable[[], None]):
+        self._result = result
+        self._state = state
+        self._capture_500 = capture_500
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for chunk in self._result:
+                if self._state["failed"]:
+                    return
+                yield chunk
+        except Exception:
+            self._capture_500()
+            raise
+        # An application that ends without answering gets a 500 from the server.
+        self._capture_500()
+
+    def close(self) -> None:
+        _close(self._result)
+
+
+def _close(result: Iterable[bytes]) -> None:
+    close = getattr(result, "close", None)
+    if close is not None:
+        close()
+
+
+class _CutShort(Exception):
+    """The body ended before its declared length: the sender is gone."""
+
+    def __init__(self, size: int, length: int) -> None:
+        super().__init__(size, length)
+        self.size, self.length = size, length
 
 
 def _read_body(environ: dict, limit: int) -> tuple[bytes | None, int]:
@@ -155,6 +210,8 @@ def _read_body(environ: dict, limit: int) -> tuple[bytes | None, int]:
         size += len(chunk)
         if size > limit:
             return None, size
+    if 0 <= size < length:
+        raise _CutShort(size, length)
     return b"".join(parts), size
 
 
