@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import csv
 import hashlib
 import io
@@ -699,3 +700,20 @@ def test_wsgi_generator_app_whose_capture_fails_sends_503_without_its_body(tmp_p
     assert answers == ["503 Service Unavailable"] and sent == b""
     # The log names what could not be written (it said only "File exists").
     assert f"capture failed ({in_the_way}: File exists)" in caplog.text
+
+
+def test_a_body_whose_escapes_would_pass_the_readers_limit_is_kept_as_base64(tmp_path):
+    # 10 MiB of control characters escape to 60 MiB (\u0001 each); with big headers the text
+    # line passed the loader's 64 MiB limit and a request answered 204 read back unreadable.
+    from audit.ingest.formats.jsonl import MAX_RECORD_BYTES
+
+    body = b"\x01" * 10_485_760
+    headers = [(f"X-Pad-{i}", "\x01" * 8000) for i in range(90)]
+    line = capture_log.capture_line(CaptureRecord(1767225600.0, headers, body, 204, 1.0))
+    assert len(line) <= MAX_RECORD_BYTES
+    record = json.loads(line)
+    assert "body" not in record and base64.b64decode(record["body_b64"]) == body
+    (tmp_path / "caps").mkdir()
+    (tmp_path / "caps" / "2026-01-01.jsonl").write_bytes(line)
+    d = load_captures([tmp_path / "caps"]).deliveries
+    assert list(d["verdict"]) != ["unreadable"] and d["body"][0] == body

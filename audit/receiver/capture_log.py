@@ -30,6 +30,8 @@ from pathlib import Path
 
 import orjson
 
+from audit.ingest.formats.jsonl import MAX_RECORD_BYTES
+
 __all__ = ["CaptureRecord", "CaptureWriter", "capture_line"]
 
 
@@ -96,10 +98,22 @@ def oversized(
 def capture_line(record: CaptureRecord) -> bytes:
     """The record as one JSON line (ending in ``\\n``) in the documented capture format.
 
+    The body is ``body`` (text) when it is UTF-8, else ``body_b64``; also ``body_b64`` when
+    JSON escaping makes the text line longer than the loader reads
+    (:data:`audit.ingest.formats.jsonl.MAX_RECORD_BYTES`: 10 MiB of control characters escape
+    to 60 MiB, and the headers add theirs).
+
     >>> r = CaptureRecord(0.5, [("X-A", "1")], b"\\xff", 204, 1.25, "wh_1")
     >>> capture_line(r)
     b'{"received_at":"1970-01-01T00:00:00.500000+00:00","subscription_id":"wh_1","headers":[["X-A","1"]],"body_b64":"/w==","response_status":204,"response_ms":1.25}\\n'
     """
+    line = _line(record, as_text=True)
+    if len(line) > MAX_RECORD_BYTES and record.omitted_bytes is None:
+        line = _line(record, as_text=False)
+    return line
+
+
+def _line(record: CaptureRecord, *, as_text: bool) -> bytes:
     out: dict[str, object] = {"received_at": _iso(record.received_at)}
     if record.subscription_id:
         out["subscription_id"] = _utf8(str(record.subscription_id))
@@ -109,10 +123,11 @@ def capture_line(record: CaptureRecord) -> bytes:
     if record.omitted_bytes is not None:
         out["body_omitted_bytes"] = int(record.omitted_bytes)
     else:
-        try:
-            out["body"] = record.body.decode("utf-8")
-        except UnicodeDecodeError:
+        text = _utf8_text(record.body) if as_text else None
+        if text is None:
             out["body_b64"] = base64.b64encode(record.body).decode("ascii")
+        else:
+            out["body"] = text
     out["response_status"] = int(record.response_status)
     out["response_ms"] = round(float(record.response_ms), 3)
     if out["response_ms"] != out["response_ms"] or abs(out["response_ms"]) == float("inf"):
@@ -125,6 +140,13 @@ def capture_line(record: CaptureRecord) -> bytes:
         return orjson.dumps(out, option=orjson.OPT_APPEND_NEWLINE)
     except orjson.JSONEncodeError:
         return json.dumps(out, separators=(",", ":")).encode("ascii") + b"\n"
+
+
+def _utf8_text(body: bytes) -> str | None:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def why_not_written(e: OSError) -> str:
