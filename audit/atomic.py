@@ -325,10 +325,18 @@ def write_json_atomic(path: str | os.PathLike, data: object, *, mode: int = 0o64
     """Write ``data`` as indented JSON beside ``path`` (with ``mode``), fsync, rename over it.
 
     The temporary file is removed if anything fails; the result is the file written (the
-    final target when ``path`` is a symbolic link).
+    final target when ``path`` is a symbolic link). Text is UTF-8, but for a lone surrogate (a
+    file name that is not UTF-8, as ``str(path)`` holds it): then the whole file is ASCII with
+    ``\\u`` escapes, which :func:`json.loads` reads back as the same text.
     """
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = json.dumps(data, indent=2)
     with atomic_output(path, mode=mode) as f:
-        json.dump(data, f, indent=2, ensure_ascii=False)
+        f.write(text)
         f.write("\n")
     return real_target(path)
 

@@ -39,7 +39,14 @@ from pathlib import Path
 
 from audit.errors import InputError
 
-__all__ = ["MAX_SMALL_FILE_BYTES", "PathWarning", "expand", "name_pattern", "read_regular"]
+__all__ = [
+    "MAX_SMALL_FILE_BYTES",
+    "PathWarning",
+    "expand",
+    "name_pattern",
+    "read_regular",
+    "source_name",
+]
 
 _MAGIC = re.compile(r"[*?[]")
 #: At most this many names are spelled out in the skipped-files warning.
@@ -86,6 +93,26 @@ def _size(n: int) -> str:
 class PathWarning(UserWarning):
     """Files in a searched folder or matched by a glob were not read (other names, FIFOs and
     devices, dangling links, loops)."""
+
+
+def source_name(path: str | os.PathLike) -> str:
+    """A path as the ``source`` column, messages and manifests give it: UTF-8 text, a byte of a
+    name that is not UTF-8 (a Latin-1 system's ``café``) written ``\\xe9``. ``str(path)`` held
+    it as a lone surrogate, which no Arrow column, JSON file or UTF-8 output can hold.
+
+    >>> source_name(os.fsdecode(b"logs/caf\\xe9.jsonl")), source_name("logs/café.jsonl")
+    ('logs/caf\\\\xe9.jsonl', 'logs/café.jsonl')
+    """
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        return text.decode("utf-8", "backslashreplace")
+    if text.isascii():
+        return text
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no file system decoding made: shown escaped
+        raw = text.encode("utf-8", "backslashreplace")
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def name_pattern(suffixes: Iterable[str]) -> re.Pattern[str]:

@@ -38,7 +38,7 @@ from audit.ingest.formats.base import NAT
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import verify_parsed
 from audit.ingest.workers import default_workers, forked_workers
-from audit.paths import expand
+from audit.paths import expand, source_name
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 
 if TYPE_CHECKING:
@@ -215,7 +215,7 @@ def load_captures(
     pieces = workers * 2 if workers > 1 and total >= PARALLEL_MIN_BYTES else 1
     tasks: list[tuple[int, tuple]] = []  # (file index, task)
     for k, (path, _, data) in enumerate(contents):
-        source = str(path)
+        source = source_name(path)
         fmt = format_of(path.name)
         if not fmt.SPLITS_AT_LINES:
             task = (fmt.NAME, k, 0, len(data), source, 1, wanted, secrets, tolerance_s)

@@ -29,6 +29,7 @@ from audit.ingest.scan import (
 )
 from audit.ingest.side import Pending, aside, cancelled_on_error
 from audit.ingest.store import DATASET, Store
+from audit.paths import source_name
 from audit.tables import EVIDENCE_COLUMNS, STORED_DELIVERIES
 from audit.timeutil import as_utc
 
@@ -213,7 +214,7 @@ def store_inputs(store: Store | str | os.PathLike) -> pd.DataFrame:
     entries = open_store(store).manifest()["files"]
     return pd.DataFrame(
         {
-            "source": pd.Series([e["path"] for e in entries], dtype="str"),
+            "source": pd.Series([source_name(e["path"]) for e in entries], dtype="str"),
             "size": pd.Series([e["size"] for e in entries], dtype="int64"),
             "sha256": pd.Series([e["sha256"] for e in entries], dtype="str"),
             "records": pd.Series([e["records"] for e in entries], dtype="int64"),

@@ -60,6 +60,7 @@ from audit.ingest.store_folder import (
     staging_folder,
 )
 from audit.locks import folder_held, lock_file, try_lock_file, unlock_file
+from audit.paths import source_name
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 
 __all__ = ["IngestResult", "Store", "ingest", "secrets_fingerprints"]
@@ -311,7 +312,7 @@ def _ingest_file(path, seen, contents, store, manifest, result, staging, obsolet
         table, naive = records.verify_chunk(
             records.read_whole(path),
             kind=fmt.NAME,
-            source=str(path),
+            source=source_name(path),
             first_line=1,
             wanted=kw["wanted"],
             secrets=kw["secrets"],
@@ -330,7 +331,7 @@ def _ingest_file(path, seen, contents, store, manifest, result, staging, obsolet
         results = parallel.map_pieces(
             _ingest_piece,
             pieces,
-            sources={str(path): str(path)},
+            sources={str(path): source_name(path)},
             wanted=kw["wanted"],
             secrets=kw["secrets"],
             tolerance_s=kw["tolerance_s"],

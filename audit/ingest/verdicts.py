@@ -21,6 +21,7 @@ from audit.ingest.load import LoadWarning, expand_paths
 from audit.ingest.secrets import SecretStore, read_secrets
 from audit.ingest.signatures import subscription_logged, verify_parsed
 from audit.ingest.verification import VERDICT_COLUMNS
+from audit.paths import source_name
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 from audit.tables import STORED_DELIVERIES
 
@@ -91,7 +92,7 @@ def read_logs(
     files = got.files
     inputs = pd.DataFrame(
         {
-            "source": pd.Series([str(f) for f in files], dtype="str"),
+            "source": pd.Series([source_name(f) for f in files], dtype="str"),
             "size": pd.Series([f.stat().st_size for f in files], dtype="int64"),
             "sha256": pd.Series(got.hashes, dtype="str"),
             "records": pd.Series([got.counts[str(f)][0] for f in files], dtype="int64"),
@@ -145,7 +146,7 @@ def _read(
     results = parallel.map_pieces(  # closed below, however the loop ends
         parallel.verdict_batch,
         pieces,
-        sources={str(f): str(f) for f in lines},
+        sources={str(f): source_name(f) for f in lines},
         wanted=wanted,
         secrets=secrets,
         tolerance_s=tolerance_s,
@@ -315,7 +316,7 @@ def _sha256(path) -> str:
 def _whole(
     path, wanted, secrets, tolerance_s, names, evidence=False
 ) -> tuple[pa.Table, int, int, pa.Table | None]:
-    buf = format_of(path.name).parse(records.read_whole(path), str(path), wanted)
+    buf = format_of(path.name).parse(records.read_whole(path), source_name(path), wanted)
     cols = buf.columns()
     cols["subscription_logged"] = subscription_logged(cols)
     cols.update(verify_parsed(cols, secrets, tolerance_s=tolerance_s))
