@@ -496,6 +496,23 @@ def test_success_body_that_is_not_json_is_an_error():
         c.list_webhooks()
 
 
+def test_a_body_with_half_a_utf16_pair_is_refused_as_not_text():
+    # json.loads turns "\ud800" into a str that no report, table or request can hold: the
+    # service's text then ended in an internal error far from here.
+    body = b'{"data": [{"id": "wh_1", "description": "x\\ud800"}]}'
+    c, _ = client_for(Service(httpx.Response(200, content=body)))
+    with pytest.raises(ServiceError, match="200 OK with a body that is not text"):
+        c.list_webhooks()
+
+
+def test_an_argument_in_another_encoding_is_an_input_error_before_anything_is_sent():
+    service = Service(ok(sub(1)))
+    c, _ = client_for(service)
+    with pytest.raises(InputError, match="a value given is not UTF-8 text"):
+        c.update_webhook("wh_1", description="bad\udcff")  # $'bad\xff' on a command line
+    assert service.requests == []
+
+
 @pytest.mark.parametrize(
     ("value", "seconds"),
     [

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from audit.errors import LoadError
 from audit.paths import expand, read_regular
 from audit.tables import SUBSCRIPTIONS
+from audit.text import NOT_TEXT, holds_lone_surrogate
 from audit.timeutil import FIRST_YEAR, LAST_YEAR, ns_in_range, parse_iso_ns
 
 if TYPE_CHECKING:  # pandas only where a frame is built: `audit snapshot` never needs it
@@ -145,6 +146,8 @@ def _read_snapshot(path: Path) -> tuple[int, list[dict[str, Any]]]:
         raise LoadError(
             f"{path}: not a snapshot: invalid JSON (line {e.lineno}, column {e.colno})"
         ) from None
+    if holds_lone_surrogate(doc):  # the service's text: one bad description broke every report
+        raise LoadError(f"{path}: not a snapshot: {NOT_TEXT}")
     if not isinstance(doc, dict):
         raise LoadError(f"{path}: not a snapshot: expected an object, found {_kind(doc)}")
     missing = [k for k in ("fetched_at", "base_url", "response") if k not in doc]

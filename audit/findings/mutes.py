@@ -13,6 +13,7 @@ from audit.findings.controls.base import evidence_json
 from audit.ingest.secrets import load_json_noting_repeats, repeated_keys
 from audit.paths import read_regular
 from audit.redaction import refuse_known_secrets
+from audit.text import NOT_TEXT, holds_lone_surrogate
 from audit.timeutil import FIRST_YEAR, NS_MAX, ns_in_range, parse_iso_ns
 
 __all__ = ["MUTE_COLUMNS", "apply_mutes", "read_mutes"]
@@ -60,6 +61,8 @@ def read_mutes(path: str | Path) -> pd.DataFrame:
         raise InputError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno})") from None
     except RecursionError:
         raise InputError(f"{p}: JSON nested too deeply") from None
+    if holds_lone_surrogate(raw):
+        raise InputError(f"{p}: {NOT_TEXT}")
     if not isinstance(raw, list):
         raise InputError(f"{p}: the mutes file must be a JSON list of objects")
     known = load_catalogue()

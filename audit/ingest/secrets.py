@@ -30,6 +30,7 @@ from pathlib import Path
 from audit.errors import SecretsError
 from audit.paths import read_regular
 from audit.redaction import register_sensitive
+from audit.text import NOT_TEXT, holds_lone_surrogate
 from audit.timeutil import parse_iso_ns
 
 __all__ = [
@@ -86,6 +87,8 @@ def load_secrets_json(text: str, p: Path) -> object:
         raise SecretsError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno})") from None
     except RecursionError:
         raise SecretsError(f"{p}: JSON nested too deeply") from None
+    if holds_lone_surrogate(raw):
+        raise SecretsError(f"{p}: {NOT_TEXT}")
     if isinstance(raw, _Object):
         if raw.repeated:
             raise SecretsError(
@@ -274,6 +277,8 @@ def _parse(raw: object, *, where: str, environ: Mapping[str, str]) -> SecretStor
                 value = environ.get(name)
                 if not value:
                     raise SecretsError(f"{at}: environment variable {name} is not set")
+                if holds_lone_surrogate(value):  # os.environ holds bytes that are not UTF-8 so
+                    raise SecretsError(f"{at}: environment variable {name} is not UTF-8 text")
                 keys.append((value.encode("utf-8"), f"env:{name}"))
             vf = item.get("valid_from")
             if vf is None:

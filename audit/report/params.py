@@ -232,17 +232,21 @@ def read_params(path: str | os.PathLike | None) -> dict[str, object]:
     import yaml
 
     from audit.paths import read_regular
+    from audit.text import NOT_TEXT, holds_lone_surrogate, pairs_joined
 
     p = Path(path)
     try:
         text = read_regular(p, what="parameters file", error=ParameterError).decode("utf-8")
         data = yaml.load(text, Loader=_loader(p))  # a SafeLoader subclass
+        data = pairs_joined(data)  # YAML leaves an escaped pair as two surrogates; JSON joins them
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ParameterError(f"{p}: cannot read parameters ({type(e).__name__})") from None
     except RecursionError:
         raise ParameterError(f"{p}: parameters nested too deeply") from None
     if data is None:
         return {}
+    if holds_lone_surrogate(data):
+        raise ParameterError(f"{p}: {NOT_TEXT}")
     if not isinstance(data, dict):
         raise ParameterError(f"{p}: parameters must be a mapping")
     return {k: v.isoformat() if isinstance(v, dt.date) else v for k, v in data.items()}

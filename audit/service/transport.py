@@ -50,6 +50,7 @@ from audit.service.retry import (
     parse_retry_after,
 )
 from audit.spec import API_VERSION_PATH, TERMINAL_STATUSES
+from audit.text import NOT_TEXT, holds_lone_surrogate
 from audit.version import package_version
 
 __all__ = ["Transport", "json_body", "unwrap", "user_agent"]
@@ -137,6 +138,8 @@ class Transport:
         repeatable: bool = True,
     ) -> tuple[httpx.Response, datetime]:
         """Send with the retry rules; return the 2xx response and the time it arrived."""
+        if holds_lone_surrogate([path, json, data]):  # an argument in another encoding than UTF-8
+            raise InputError(f"{method} {API_VERSION_PATH}: a value given is not UTF-8 text")
         where = f"{method} {API_VERSION_PATH}{path}"
         policy = self.retry
         deadline = time.monotonic() + self.deadline_s
@@ -340,7 +343,7 @@ def json_body(response: httpx.Response, where: str, *, allow_empty: bool = False
             f"{where}: {_status_text(response)} with an empty body", status=response.status_code
         )
     try:
-        return json.loads(response.content)
+        body = json.loads(response.content)
     except (ValueError, UnicodeDecodeError):
         raise ServiceError(
             f"{where}: {_status_text(response)} with a body that is not JSON",
@@ -351,6 +354,12 @@ def json_body(response: httpx.Response, where: str, *, allow_empty: bool = False
             f"{where}: {_status_text(response)} with a JSON body nested too deeply to read",
             status=response.status_code,
         ) from None
+    if holds_lone_surrogate(body):
+        raise ServiceError(
+            f"{where}: {_status_text(response)} with a body that is not text ({NOT_TEXT})",
+            status=response.status_code,
+        )
+    return body
 
 
 def _reason(response: httpx.Response) -> str:
