@@ -294,3 +294,28 @@ def test_round_trip_any_shape(tmp_path_factory, subs, shape):
         if "createdAt" in sub:
             assert row["created_at"] == pd.Timestamp(sub["createdAt"])
         assert bool(row["secret_exposed"]) == bool(sub.get("secret"))
+
+
+def test_a_known_secret_quoted_in_a_listing_reaches_no_output(tmp_path):
+    # Only secret-named fields were redacted: a description quoting a secret of the secrets
+    # file went as it was into subscriptions.csv/.parquet (and the report, its tables and
+    # findings), though the process knew the value as sensitive.
+    from audit.cli import main
+    from audit.ingest.signatures import sign
+    from tests.builders import capture, write_jsonl, write_secrets
+
+    secret = "whsec_quoted_in_a_description_1"
+    body = '{"id":"evt_q","event":"incident.created","data":{"incidentId":"inc_1"}}'
+    (tmp_path / "caps").mkdir()
+    rec = capture(body, signature=sign(secret, 1790812800, body.encode()))
+    write_jsonl(tmp_path / "caps" / "log.jsonl", [rec])
+    secrets = write_secrets(tmp_path / "s.json", {"wh_1": [{"secret": secret}]})
+    item = {"id": "wh_1", "url": "https://hooks.example/1", "description": f"key {secret} here"}
+    snap = _write(tmp_path / "snap.json", _snapshot({"data": [item]}))
+    out = tmp_path / "out"
+    args = ["analyze", str(tmp_path / "caps"), "--secrets", str(secrets)]
+    assert main([*args, "--subscriptions", str(snap), "--out", str(out)]) == 0
+    written = list(out.iterdir())
+    assert written and not [p.name for p in written if secret.encode() in p.read_bytes()]
+    got = pd.read_parquet(out / "subscriptions.parquet")
+    assert list(got["description"]) == ["key [redacted] here"]

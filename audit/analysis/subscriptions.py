@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from audit.errors import LoadError
 from audit.paths import expand, read_regular
+from audit.redaction import redact_secrets
 from audit.tables import SUBSCRIPTIONS
 from audit.text import NOT_TEXT, holds_lone_surrogate
 from audit.timeutil import FIRST_YEAR, LAST_YEAR, ns_in_range, parse_iso_ns
@@ -168,6 +169,9 @@ def _read_snapshot(path: Path) -> tuple[int, list[dict[str, Any]]]:
         items = unwrap_listing(doc["response"])
     except ValueError as e:
         raise LoadError(f"{path}: not a snapshot: {e}") from None
+    # A secret known to this process (the secrets file, the API key) is cut out of every
+    # field: a description may quote one, and descriptions reach the report and its tables.
+    items, _ = redact_secrets(items)
     return fetched_ns, items
 
 
