@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from audit.cli.data import _STORE, _need_logs
+from audit.cli.params import TEXT_PATH, NonEmptyPath
 from audit.cli.store import check_out_folder
 from audit.spec import DEFAULT_HEADER_PREFIX, DELIVERY_TIMEOUT_S
 
@@ -20,12 +21,13 @@ def _command(fn: click.Command) -> click.Command:
 
 @_command
 @click.command()
-@click.argument("logs", nargs=-1)
-@click.option("--secrets", "secrets_path", help="Secrets file (JSON).")
+@click.argument("logs", nargs=-1, type=TEXT_PATH)
+@click.option("--secrets", "secrets_path", type=TEXT_PATH, help="Secrets file (JSON).")
 @click.option(
     "--subscriptions",
     "snapshots",
     multiple=True,
+    type=TEXT_PATH,
     help="GET /webhooks snapshot file, folder or glob (repeatable).",
 )
 @click.option(
@@ -39,7 +41,7 @@ def _command(fn: click.Command) -> click.Command:
     help="Where time to takedown starts: incident creation or burn (takedown) start.",
 )
 @click.option("--header-prefix", default=DEFAULT_HEADER_PREFIX, show_default=True)
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", required=True, type=NonEmptyPath(file_okay=False, path_type=Path))
 @click.option(
     "--format",
     "fmt",

@@ -22,6 +22,7 @@ import click
 from audit.analysis.subscriptions import secret_exposed
 from audit.atomic import real_target
 from audit.cli.connect import service_client, service_options
+from audit.cli.params import NonEmptyPath
 from audit.errors import AuditError, SecretsError
 from audit.ingest.secrets import load_secrets_json
 from audit.ingest.secrets_file import _locked, _merge, add_secret
@@ -147,7 +148,7 @@ _secrets_option = click.option(
     "--secrets",
     "secrets_file",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NonEmptyPath(dir_okay=False, path_type=Path),
     help="Secrets file that receives the new secret (written atomically, mode 0600).",
 )
 _events_option = click.option(
@@ -341,7 +342,7 @@ def rotate_cmd(
     "--out",
     "out_dir",
     required=True,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=NonEmptyPath(file_okay=False, path_type=Path),
     help="Folder that receives webhooks-<UTC timestamp>.json.",
 )
 def snapshot(

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from audit.cli.params import TEXT_PATH, NonEmptyPath
 from audit.cli.store import check_out_folder
 from audit.findings.catalogue import SEVERITIES
 from audit.ingest.verification import VERDICT_COLUMNS, verdict_count_rows
@@ -32,7 +33,7 @@ def _print_counts(counts: dict[str, int]) -> None:
 _STORE = click.option(
     "--store",
     "store_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=NonEmptyPath(file_okay=False, path_type=Path),
     help="Evidence store: LOGS are ingested into it first (verified once), then read from it.",
 )
 
@@ -44,17 +45,18 @@ def _need_logs(logs: tuple[str, ...], store_dir: Path | None) -> None:
 
 @_command
 @click.command()
-@click.argument("logs", nargs=-1)
+@click.argument("logs", nargs=-1, type=TEXT_PATH)
 @click.option(
     "--secrets",
     "secrets_path",
+    type=TEXT_PATH,
     help="Secrets file (JSON): subscription id -> secrets in issue order.",
 )
 @click.option(
     "--out",
     default="verdicts.csv",
     show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NonEmptyPath(dir_okay=False, path_type=Path),
     help="Where to write one row per input record: .csv or .parquet.",
 )
 @click.option(
@@ -115,7 +117,7 @@ def _parse_date(_ctx, _param, value: str | None):
 
 @_command
 @click.command()
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", required=True, type=NonEmptyPath(file_okay=False, path_type=Path))
 @click.option("--seed", default=7, show_default=True, type=int)
 @click.option("--start", default="2026-10-01", show_default=True, callback=_parse_date)
 @click.option("--days", default=31, show_default=True, type=click.IntRange(7, 366))
@@ -146,7 +148,7 @@ def _print_simulation(result) -> None:
     "--out",
     default="demo-data",
     show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=NonEmptyPath(file_okay=False, path_type=Path),
     help="Folder for the demo data and the reports.",
 )
 @click.option("--seed", default=7, show_default=True, type=int)
@@ -239,9 +241,17 @@ def _strings(obj: object, seen: set[int]) -> list[str]:
 
 @_command
 @click.command()
-@click.argument("logs", nargs=-1)
-@click.option("--secrets", "secrets_path", required=True, help="Secrets file (JSON).")
-@click.option("--subscriptions", "snapshots", multiple=True, help="Snapshot file/folder/glob.")
+@click.argument("logs", nargs=-1, type=TEXT_PATH)
+@click.option(
+    "--secrets", "secrets_path", required=True, type=TEXT_PATH, help="Secrets file (JSON)."
+)
+@click.option(
+    "--subscriptions",
+    "snapshots",
+    multiple=True,
+    type=TEXT_PATH,
+    help="Snapshot file/folder/glob.",
+)
 @_STORE
 @click.option(
     "--period",
@@ -251,12 +261,15 @@ def _strings(obj: object, seen: set[int]) -> list[str]:
 @click.option(
     "--params",
     "params_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NonEmptyPath(dir_okay=False, path_type=Path),
     help="YAML/JSON: as_of, client_id, clock_start, header_prefix, thresholds.",
 )
-@click.option("--mutes", "mutes_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--mutes", "mutes_path", type=NonEmptyPath(dir_okay=False, path_type=Path))
 @click.option(
-    "--out", default="reports", show_default=True, type=click.Path(file_okay=False, path_type=Path)
+    "--out",
+    default="reports",
+    show_default=True,
+    type=NonEmptyPath(file_okay=False, path_type=Path),
 )
 @click.option(
     "--fail-on",
@@ -270,7 +283,7 @@ def _strings(obj: object, seen: set[int]) -> list[str]:
 @click.option(
     "--notebook",
     "notebook",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NonEmptyPath(dir_okay=False, path_type=Path),
     help="Render this notebook instead of the packaged one (it gets one parameter, run_dir).",
 )
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")

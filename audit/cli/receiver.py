@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from audit.cli.params import NonEmptyPath
 from audit.spec import DEFAULT_HEADER_PREFIX
 
 if TYPE_CHECKING:  # the receiver package (httpx, anyio) is imported when a command runs
@@ -45,13 +46,13 @@ _prefix_option = click.option(
     "--secrets",
     "secrets_path",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NonEmptyPath(dir_okay=False, path_type=Path),
     help="Secrets file (JSON): the subscription's current and previous secrets sign.",
 )
 @click.option("--subscription", "subscription_id", required=True, help="Subscription id.")
 @click.option(
     "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=NonEmptyPath(file_okay=False, path_type=Path),
     help="Write probe.json, findings.json/.csv, junit.xml and probe.html here.",
 )
 @click.option(
@@ -128,7 +129,7 @@ def _print_result(result: ProbeResult) -> None:
     "--secrets",
     "secrets_path",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NonEmptyPath(dir_okay=False, path_type=Path),
     help="Secrets file (JSON); re-read when it changes (rotation).",
 )
 @click.option(
@@ -139,7 +140,7 @@ def _print_result(result: ProbeResult) -> None:
 @click.option(
     "--out",
     required=True,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=NonEmptyPath(file_okay=False, path_type=Path),
     help="Folder of the daily capture files (YYYY-MM-DD.jsonl).",
 )
 @_prefix_option

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from audit.cli.params import TEXT_PATH, NonEmptyPath
 from audit.errors import InputError, ParameterError
 from audit.spec import DEFAULT_HEADER_PREFIX
 
@@ -72,13 +73,15 @@ def write_table(df: pd.DataFrame | pa.Table, path: Path) -> None:
 
 
 @click.command()
-@click.argument("logs", nargs=-1, required=True)
-@click.option("--secrets", "secrets_path", required=True, help="Secrets file (JSON).")
+@click.argument("logs", nargs=-1, required=True, type=TEXT_PATH)
+@click.option(
+    "--secrets", "secrets_path", required=True, type=TEXT_PATH, help="Secrets file (JSON)."
+)
 @click.option(
     "--store",
     "store_dir",
     required=True,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=NonEmptyPath(file_okay=False, path_type=Path),
     help="Evidence store folder (created when missing).",
 )
 @click.option("--header-prefix", default=DEFAULT_HEADER_PREFIX, show_default=True)
