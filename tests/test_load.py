@@ -165,7 +165,8 @@ def test_folders_globs_and_files_load_as_one_frame(tmp_path):
     write_jsonl(tmp_path / "a" / "one.jsonl", [capture(BODY)])
     write_jsonl(tmp_path / "a" / "sub" / "two.jsonl", [capture(BODY), capture(BODY)])
     (tmp_path / "a" / "notes.txt").write_text("ignored: not a log")
-    write_jsonl(tmp_path / "three.jsonl", [capture(BODY)])
+    # Not one.jsonl's content: a copy is read once (tests/test_copies.py).
+    write_jsonl(tmp_path / "three.jsonl", [capture(BODY, received_at="2026-10-01T00:00:06Z")])
     caps = load_captures([tmp_path / "a", str(tmp_path / "thr*.jsonl"), tmp_path / "three.jsonl"])
     names = [s.rsplit("/", 1)[-1] for s in caps.deliveries["source"]]
     assert names == ["one.jsonl", "two.jsonl", "two.jsonl", "three.jsonl"]  # no duplicates

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,15 @@ from audit.ingest.compressed import _check as check_expansion
 from audit.ingest.formats import format_of
 from audit.ingest.records import is_gzip
 
-__all__ = ["Seen", "content_sha256", "file_identity", "follow", "identify", "moved_away"]
+__all__ = [
+    "Seen",
+    "content_sha256",
+    "distinct_contents",
+    "file_identity",
+    "follow",
+    "identify",
+    "moved_away",
+]
 
 _BLOCK = 4 * 2**20
 
@@ -48,6 +57,49 @@ def file_identity(
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
     return h.hexdigest(), done, prefix_hex, at_newline
+
+
+def distinct_contents(files: list[Path]) -> tuple[list[Path], list[tuple[Path, Path]]]:
+    """``files`` without those whose content (:func:`content_sha256`: a gzip file's inflated
+    content) equals an earlier one's, and the (left out, earlier) pairs: read from raw
+    captures, a backup copy beside its log was counted twice, where the evidence store, which
+    knows a file by its content, keeps it once.
+
+    Only files of the same content size are hashed: a plain file's size, a gzip file's
+    inflated size from its trailer (modulo 2**32; a multi-member gzip file gives its last
+    member's, so its copy as a plain file is not found).
+    """
+    keyed: dict[int, list[int]] = {}
+    gz = []
+    for i, path in enumerate(files):
+        gz.append(is_gzip(path))
+        keyed.setdefault(_content_size(path, gz[i]), []).append(i)
+    first: dict[str, Path] = {}
+    left_out: dict[int, Path] = {}
+    for group in keyed.values():
+        if len(group) < 2:
+            continue
+        for i in group:
+            sha = content_sha256(files[i], gz=gz[i])
+            if sha in first:
+                left_out[i] = first[sha]
+            else:
+                first[sha] = files[i]
+    kept = [f for i, f in enumerate(files) if i not in left_out]
+    return kept, [(files[i], left_out[i]) for i in sorted(left_out)]
+
+
+def _content_size(path: Path, gz: bool) -> int:
+    """A plain file's size, or a gzip file's inflated size modulo 2**32 (its trailer)."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if not gz or size < 4:  # a gzip file too short for a trailer: the reader says why
+                return size % 2**32
+            f.seek(-4, os.SEEK_END)
+            return int.from_bytes(f.read(4), "little")
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
 
 
 def content_sha256(path: Path, *, gz: bool) -> str:

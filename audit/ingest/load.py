@@ -93,6 +93,22 @@ def expand_paths(
     return sorted(found, key=lambda p: str(p.resolve()))
 
 
+def distinct_logs(files: list[Path]) -> list[Path]:
+    """``files`` without a copy of an earlier one's content (:func:`audit.ingest.identity.
+    distinct_contents`), each left out named in a :class:`LoadWarning`: the evidence store keeps
+    such a copy once, and a report from raw captures must count what one from the store does."""
+    from audit.ingest.identity import distinct_contents
+
+    kept, left_out = distinct_contents(files)
+    for copy, first in left_out:
+        warnings.warn(
+            f"{source_name(copy)}: the same content as {source_name(first)}; read once",
+            LoadWarning,
+            stacklevel=3,
+        )
+    return kept
+
+
 def _read(path: Path, limits: ExpansionLimits | None = None) -> tuple[bytes, bytes]:
     """Return (file bytes, content): gzip is recognised by its magic bytes, inflated bounded."""
     try:
@@ -206,7 +222,7 @@ def load_captures(
     """
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
-    files = expand_paths(paths)
+    files = distinct_logs(expand_paths(paths))
     wanted = {v: k for k, v in header_names(header_prefix).items()}
     workers = default_workers() if workers is None else max(1, workers)
     limits = ExpansionLimits(max_expanded_bytes, max_expansion_ratio)

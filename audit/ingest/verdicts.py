@@ -17,7 +17,7 @@ import pyarrow as pa
 from audit.ingest import parallel, records
 from audit.ingest.extract import EXTRACTED, body_columns
 from audit.ingest.formats import format_of, jsonl
-from audit.ingest.load import LoadWarning, expand_paths
+from audit.ingest.load import LoadWarning, distinct_logs, expand_paths
 from audit.ingest.secrets import SecretStore, read_secrets
 from audit.ingest.signatures import subscription_logged, verify_parsed
 from audit.ingest.verification import VERDICT_COLUMNS
@@ -132,7 +132,7 @@ def _read(
     evidence: bool = False,
 ) -> _Read:
     """:func:`read_logs` without pandas: the rows in the store's Arrow types."""
-    files = expand_paths(logs)
+    files = distinct_logs(expand_paths(logs))
     secrets = secrets_path if isinstance(secrets_path, SecretStore) else read_secrets(secrets_path)
     wanted = {v: k for k, v in header_names(header_prefix).items()}
     workers = parallel.cpu_workers() if workers is None else max(1, workers)
