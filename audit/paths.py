@@ -121,9 +121,13 @@ def name_pattern(suffixes: Iterable[str]) -> re.Pattern[str]:
     >>> p = name_pattern(["jsonl", "har"])
     >>> [bool(p.fullmatch(n)) for n in ("x.har.2.gz", "x.JSONL-20261001", "x.json", "x.jsonl.")]
     [True, True, False, False]
+    >>> bool(p.fullmatch("new\\nline.jsonl"))  # any character in a name, a newline too
+    True
     """
     alternatives = "|".join(re.escape(s.lstrip(".")) for s in suffixes)
-    return re.compile(rf".+\.({alternatives})(\.[0-9]+|-[0-9]{{8,10}})?(\.gz)?", re.IGNORECASE)
+    return re.compile(
+        rf".+\.({alternatives})(\.[0-9]+|-[0-9]{{8,10}})?(\.gz)?", re.IGNORECASE | re.DOTALL
+    )
 
 
 class _Walk:

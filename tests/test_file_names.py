@@ -73,3 +73,14 @@ def test_the_store_ingests_it_once_and_reads_it_back(latin1_log, tmp_path):
         main(["analyze", "--store", str(store), "--secrets", str(secrets), "--out", str(analysis)])
         == 0
     )
+
+
+def test_a_name_with_a_newline_is_found_in_a_folder(tmp_path):
+    # The name pattern's ".+" stopped at the newline: the file was skipped as "not a capture
+    # log name".
+    from audit.ingest.load import expand_paths
+
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    log = write_jsonl(folder / "new\nline.jsonl", [capture(BODY)])
+    assert expand_paths([folder]) == [log]
