@@ -166,6 +166,10 @@ def test_report_writes_artefacts_and_reruns_side_by_side(hostile, tmp_path, caps
     by_source = {i["source"]: i for i in manifest["inputs"]}
     assert by_source[str(logs)]["sha256"] == hashlib.sha256(logs.read_bytes()).hexdigest()
     assert by_source[str(logs)]["records"] == 2
+    # Whole numbers (not 2.0), and none for a file that is not a capture log.
+    assert type(by_source[str(logs)]["records"]) is int
+    assert type(by_source[str(logs)]["unreadable"]) is int
+    assert by_source[str(secrets.resolve())]["records"] is None
     assert by_source[str(secrets.resolve())]["size"] == secrets.stat().st_size
     assert f"report:    {run / 'report.html'}" in printed
     code2, _, _ = _run(_report_args(logs, secrets, out), capsys)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from audit.errors import InputError
+from audit.paths import source_name
 
 if TYPE_CHECKING:
     from audit.analysis.analyze import Takedown
@@ -161,7 +162,7 @@ def load_inputs(
             pd.DataFrame(
                 [
                     {
-                        "source": str(path),
+                        "source": source_name(path),
                         "size": len(blob),
                         "sha256": _sha256(blob) if hashed else "",
                         "kind": kind,
@@ -170,6 +171,8 @@ def load_inputs(
             )
         )
     files = pd.concat(rows, ignore_index=True)
+    # Counts of capture logs only: whole numbers, empty for the other files (not 150.0).
+    files = files.astype({"records": "Int64", "unreadable": "Int64"})
     return Inputs(
         deliveries, subs, files, secrets.latest_valid_from(), mutes, evidence, first, ahead
     )
