@@ -43,12 +43,13 @@ def test_demo_runs_twice_and_prints_paths(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    ("start", "days"), [("1969-12-31", 7), ("1678-01-01", 31), ("2261-12-20", 31)]
+    ("start", "days"),
+    [("1969-12-31", 7), ("1678-01-01", 31), ("2261-12-20", 31), ("9999-12-20", 31)],
 )
 def test_simulate_refuses_a_month_no_signed_timestamp_can_hold(tmp_path, capsys, start, days):
     # Before 1970 the timestamp header came out negative ("-9214555404"): the data failed its
     # own verification (5,177 of 5,181 malformed_timestamp).
     out = tmp_path / "sim"
     assert main(["simulate", "--out", str(out), "--start", start, "--days", str(days)]) == 3
-    assert "is outside 1970-01-01..2261-12-31" in capsys.readouterr().err
+    assert f"start {start} and {days} days: 1970 to 2261 only" in capsys.readouterr().err
     assert not out.exists()

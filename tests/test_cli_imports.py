@@ -49,7 +49,10 @@ def write_logs(tmp_path: Path) -> tuple[Path, Path]:
     records = [valid(received_at=1790812801 + i) for i in range(20)]
     records += ["{broken", valid(received_at="2026-10-01T00:00:07"), capture("{}", signature="x")]
     write_jsonl(folder / "a.jsonl", records)
-    (folder / "b.jsonl.gz").write_bytes(gzip.compress((folder / "a.jsonl").read_bytes()))
+    # Other records than a.jsonl's (a copy of it would be read once: tests/test_copies.py).
+    write_jsonl(folder / "b.jsonl.gz", [valid(received_at=1790812901 + i) for i in range(20)]
+                + records[20:])  # fmt: skip
+    (folder / "b.jsonl.gz").write_bytes(gzip.compress((folder / "b.jsonl.gz").read_bytes()))
     rec = valid()
     entry = {
         "startedDateTime": "2026-10-01T00:00:10Z",

@@ -78,3 +78,11 @@ def test_raw_and_store_give_the_same_rows(logs, tmp_path):
             return list(csv.DictReader(f))
 
     assert rows(raw) == rows(stored) and len(rows(raw)) == 8
+
+
+def test_empty_logs_are_not_copies_of_each_other(tmp_path):
+    # Every empty daily file hashes alike; none holds a record to count twice.
+    files = [tmp_path / "2026-10-02.jsonl", tmp_path / "2026-10-03.jsonl"]
+    for f in files:
+        f.write_bytes(b"")
+    assert distinct_contents(files) == (files, [])

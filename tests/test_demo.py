@@ -422,5 +422,5 @@ def test_simulate_refuses_what_it_cannot_write_up_front(tmp_path: Path, capsys) 
     assert main(["simulate", "--out", out, "--incidents", "5"]) == 3
     assert "20<=x<=100000" in capsys.readouterr().err
     assert main(["simulate", "--out", out, "--start", "2261-12-01", "--days", "366"]) == 3
-    assert "years 1678 to 2261 only" in capsys.readouterr().err
+    assert "start 2261-12-01 and 366 days: 1970 to 2261 only" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()

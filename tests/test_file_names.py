@@ -84,3 +84,21 @@ def test_a_name_with_a_newline_is_found_in_a_folder(tmp_path):
     folder.mkdir()
     log = write_jsonl(folder / "new\nline.jsonl", [capture(BODY)])
     assert expand_paths([folder]) == [log]
+
+
+def test_a_snapshot_and_the_inputs_table_name_it_escaped(latin1_log, tmp_path):
+    import json
+
+    from audit.ingest.load import load_captures
+
+    snaps = tmp_path / "snaps"
+    snaps.mkdir()
+    doc = {"fetched_at": "2026-10-01T00:00:00Z", "base_url": "https://x",
+           "response": {"data": [{"id": "wh_1", "url": "https://hooks.example/1"}]}}  # fmt: skip
+    (snaps / os.fsdecode(b"list\xe9.json")).write_text(json.dumps(doc))
+    secrets = write_secrets(tmp_path / "s.json", {"wh_1": [{"secret": SECRET}]})
+    out = tmp_path / "a"
+    args = ["analyze", str(latin1_log.parent), "--secrets", str(secrets)]
+    assert main([*args, "--subscriptions", str(snaps), "--out", str(out)]) == 0
+    inputs = load_captures([latin1_log.parent]).inputs
+    assert list(inputs["source"]) == [str(latin1_log.parent / "caf\\xe9.jsonl")]

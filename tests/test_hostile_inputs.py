@@ -115,17 +115,17 @@ def test_a_truncated_gzip_names_the_file(tmp_path, cut):
 # -- folders, names, links -------------------------------------------------------------------
 
 
-def _log(path: Path) -> Path:
+def _log(path: Path, second: int = 5) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    return write_jsonl(path, [capture(BODY)])
+    return write_jsonl(path, [capture(BODY, received_at=f"2026-10-01T00:00:{second:02d}Z")])
 
 
 def test_rotated_logs_are_read_and_everything_else_is_listed_in_one_warning(tmp_path):
     root = tmp_path / "caps"
     names = ["a.jsonl", "a.jsonl.1", "a.jsonl.2.gz", "b.ndjson-20261001", "c.har.1"]
-    for n in names[:4]:
-        _log(root / n)
-    (root / "a.jsonl.2.gz").write_bytes(gzip.compress((root / "a.jsonl").read_bytes()))
+    for i, n in enumerate(names[:4]):  # rotations of a log hold other records than the log
+        _log(root / n, second=i)
+    (root / "a.jsonl.2.gz").write_bytes(gzip.compress((root / "a.jsonl.2.gz").read_bytes()))
     (root / "c.har.1").write_text(json.dumps({"log": {"entries": []}}))
     (root / "notes.json").write_text("{}")
     (root / "app.log").write_text("x")

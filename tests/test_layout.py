@@ -31,6 +31,7 @@ STAGES = {
     "audit.lazy": 0,
     "audit.memory": 0,
     "audit.interrupts": 0,
+    "audit.text": 0,
     # the flow
     "audit.ingest": 1,
     "audit.analysis": 2,

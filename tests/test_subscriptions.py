@@ -319,3 +319,24 @@ def test_a_known_secret_quoted_in_a_listing_reaches_no_output(tmp_path):
     assert written and not [p.name for p in written if secret.encode() in p.read_bytes()]
     got = pd.read_parquet(out / "subscriptions.parquet")
     assert list(got["description"]) == ["key [redacted] here"]
+
+
+def test_the_library_cuts_a_known_secret_from_a_listing_too(tmp_path):
+    # analyze() read the snapshots before the secrets file: no secret was known yet, and a
+    # description quoting one went through (the CLI read --secrets first and hid this).
+    from audit.analysis.analyze import analyze
+    from audit.ingest.signatures import sign
+    from tests.builders import capture, write_jsonl, write_secrets
+
+    secret = "whsec_library_order_quoted_2"  # in no other test: not registered before
+    body = '{"id":"evt_l","event":"incident.created","data":{"incidentId":"inc_1"}}'
+    (tmp_path / "caps").mkdir()
+    write_jsonl(
+        tmp_path / "caps" / "log.jsonl",
+        [capture(body, signature=sign(secret, 1790812800, body.encode()))],
+    )
+    secrets = write_secrets(tmp_path / "s.json", {"wh_1": [{"secret": secret}]})
+    item = {"id": "wh_1", "url": "https://hooks.example/1", "description": f"key {secret} here"}
+    snap = _write(tmp_path / "snap.json", _snapshot({"data": [item]}))
+    result = analyze([tmp_path / "caps"], secrets, snapshots=[snap])
+    assert list(result.subscriptions["description"]) == ["key [redacted] here"]

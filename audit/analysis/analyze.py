@@ -25,6 +25,7 @@ from audit.atomic import Stage, staged_files, write_parquet_atomic
 from audit.errors import ParameterError
 from audit.ingest.extract import EXTRACTED
 from audit.ingest.receipts import FirstReceipts
+from audit.ingest.secrets import read_secrets
 from audit.ingest.side import Pending, cancelled_on_error
 from audit.ingest.verification import VERDICT_COLUMNS
 from audit.memory import release_free_memory
@@ -357,6 +358,8 @@ def analyze(
     >>> result.events["outcome"].value_counts()  # doctest: +SKIP
     """
     when = parse_as_of(as_of)
+    # The secrets first: once read they are known, and cut out of a listing that quotes one.
+    secrets = None if secrets_path is None else read_secrets(secrets_path)
     subs = load_snapshots(snapshots) if snapshots else None  # a bad one is told before the read
     if store is not None:
         from audit.analysis.store_analysis import store_as_of
@@ -373,14 +376,9 @@ def analyze(
         from audit.ingest.query import ANALYSIS_COLUMNS
         from audit.ingest.verdicts import read_logs
 
-        got = read_logs(
-            logs,
-            secrets_path,
-            columns=ANALYSIS_COLUMNS,
-            header_prefix=header_prefix,
-            tolerance_s=tolerance_s,
-            upto=when,
-        )
+        given = secrets_path if secrets is None else secrets  # read once, above
+        got = read_logs(logs, given, columns=ANALYSIS_COLUMNS, header_prefix=header_prefix,
+                        tolerance_s=tolerance_s, upto=when)  # fmt: skip
         deliveries, inputs, first, ahead = got.rows, got.inputs, None, None
     del got  # no second reference: the frame below replaces it, not doubles it
     if when is None:

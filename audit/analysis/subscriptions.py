@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from audit.errors import LoadError
-from audit.paths import expand, read_regular
+from audit.paths import expand, read_regular, source_name
 from audit.redaction import redact_secrets
 from audit.tables import SUBSCRIPTIONS
 from audit.text import NOT_TEXT, holds_lone_surrogate
@@ -266,7 +266,7 @@ def load_snapshots(paths: Iterable[str | Path] | str | Path) -> pd.DataFrame:
             notes: list[str] = []
             row = _row(item, notes)
             odd.extend(f"item {i + 1}: {n}" for n in notes)
-            row["source"] = str(path)
+            row["source"] = source_name(path)
             rows.append(row)
             fetched.append(fetched_ns)
         if odd:

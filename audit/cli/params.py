@@ -22,4 +22,4 @@ class NonEmptyPath(click.Path):
 
 #: A path kept as given (a file, folder or glob; ``-`` is not special): LOGS, ``--secrets``,
 #: ``--subscriptions``.
-TEXT_PATH = NonEmptyPath(path_type=str, allow_dash=False)
+TEXT_PATH = NonEmptyPath(path_type=str, allow_dash=False, readable=False)  # the reader says why

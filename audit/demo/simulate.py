@@ -31,7 +31,7 @@ from audit.demo.write import (
 )
 from audit.errors import InputError, ParameterError
 from audit.service.wire import iso
-from audit.timeutil import FIRST_YEAR, LAST_YEAR
+from audit.timeutil import LAST_YEAR
 
 __all__ = ["FaultPlan", "SimulationResult", "plan_faults", "simulate"]
 
@@ -85,11 +85,13 @@ def simulate(
     out = Path(out_dir)
     if incidents < 20:
         raise ParameterError(f"incidents must be at least 20 (got {incidents})")
-    last = start + timedelta(days=days + 2)  # retries run past the end
-    if start.year < FIRST_YEAR or last.year > LAST_YEAR:
-        raise ParameterError(
-            f"start {start} and {days} days: years {FIRST_YEAR} to {LAST_YEAR} only"
-        )
+    # Signed timestamps are Unix seconds in digits: none before 1970 (the data failed its own
+    # verification). Retries run two days past the end, which must stay within LAST_YEAR.
+    if (
+        not date(1970, 1, 1) <= start <= date(LAST_YEAR, 1, 1)
+        or (start + timedelta(days=days + 2)).year > LAST_YEAR
+    ):
+        raise ParameterError(f"start {start} and {days} days: 1970 to {LAST_YEAR} only")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError(f"{out}: the output folder must be empty or missing")
     plan = plan_faults(start, days)

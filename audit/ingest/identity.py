@@ -65,9 +65,9 @@ def distinct_contents(files: list[Path]) -> tuple[list[Path], list[tuple[Path, P
     captures, a backup copy beside its log was counted twice, where the evidence store, which
     knows a file by its content, keeps it once.
 
-    Only files of the same content size are hashed: a plain file's size, a gzip file's
-    inflated size from its trailer (modulo 2**32; a multi-member gzip file gives its last
-    member's, so its copy as a plain file is not found).
+    Empty files are all kept. Only files of the same content size are hashed: a plain file's
+    size, a gzip file's inflated size from its trailer (modulo 2**32; a multi-member gzip file
+    gives its last member's, so its copy as a plain file is not found).
     """
     keyed: dict[int, list[int]] = {}
     gz = []
@@ -76,8 +76,8 @@ def distinct_contents(files: list[Path]) -> tuple[list[Path], list[tuple[Path, P
         keyed.setdefault(_content_size(path, gz[i]), []).append(i)
     first: dict[str, Path] = {}
     left_out: dict[int, Path] = {}
-    for group in keyed.values():
-        if len(group) < 2:
+    for size, group in keyed.items():
+        if len(group) < 2 or size == 0:  # empty logs hold nothing to count twice
             continue
         for i in group:
             sha = content_sha256(files[i], gz=gz[i])

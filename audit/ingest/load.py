@@ -274,7 +274,7 @@ def _assemble(files, contents, hashes, tasks, results) -> Captures:
 
     inputs = pd.DataFrame(
         {
-            "source": pd.Series([str(p) for p in files], dtype="str"),
+            "source": pd.Series([source_name(p) for p in files], dtype="str"),
             "size": pd.Series([len(blob) for _, blob, _ in contents], dtype="int64"),
             "sha256": pd.Series(hashes, dtype="str"),
             "records": pd.Series([r for r, _ in per_file], dtype="int64"),
