@@ -37,6 +37,8 @@ __all__ = [
 MIN_SENSITIVE_LEN = 6
 _SENSITIVE: set[str] = set()
 _LOCK = threading.Lock()
+_VERSION = 0  # of _SENSITIVE: the last _Cutter made is used again until it changes
+_LAST: list = [None, None]  # [(version, also), cutter]
 # C0 controls except none, DEL, C1 controls, and bidi overrides/isolates that reorder text.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -46,8 +48,10 @@ def register_sensitive(values: Iterable[str] | str) -> None:
     """Remember values (an API key, secrets) that :func:`scrub` must cut out of any text."""
     if isinstance(values, str):
         values = [values]
+    global _VERSION
     with _LOCK:
         _SENSITIVE.update(v for v in values if isinstance(v, str) and len(v) >= MIN_SENSITIVE_LEN)
+        _VERSION += 1
 
 
 class ScrubFilter(logging.Filter):
@@ -90,7 +94,12 @@ def scrub(text: str, also: Iterable[str] = ()) -> str:
     >>> scrub("401 bad key k3y-abcdef")
     '401 bad key [redacted]'
     """
-    return _Cutter(also).cut(text)
+    key = (_VERSION, tuple(also))
+    last_key, cutter = _LAST
+    if last_key != key or cutter is None:  # one made per listing, not per cell (300k rows)
+        cutter = _Cutter(key[1])
+        _LAST[:] = [key, cutter]
+    return cutter.cut(text)
 
 
 class _Cutter:

@@ -363,3 +363,15 @@ def test_secrets_file_of_the_wrong_shape_is_refused_before_rotating(served, fake
     assert code == 3
     assert "expected an object mapping subscription id to a list" in err
     assert fake.current_secret("wh_1") == first  # the service was not asked to rotate
+
+
+def test_a_timeout_or_deadline_that_is_not_a_finite_number_is_refused(monkeypatch, capsys):
+    # --timeout nan ended in "internal error" (click's range lets NaN through); a deadline of
+    # inf meant none at all.
+    monkeypatch.setenv("AUDIT_API_KEY", "ak_test_finite_1")
+    args = ["webhooks", "list", "--base-url", "http://127.0.0.1:9"]
+    assert main([*args, "--timeout", "nan"]) == 3
+    assert "Invalid value for '--timeout': not a number" in capsys.readouterr().err
+    monkeypatch.setenv("AUDIT_DEADLINE_S", "inf")
+    assert main(args) == 3
+    assert "AUDIT_DEADLINE_S must be a positive finite number" in capsys.readouterr().err

@@ -887,3 +887,58 @@ def test_a_short_retry_after_is_raised_to_the_drawn_backoff():
     c, sleeps = client_for(service, retry=RetryPolicy(base_delay_s=4.0))
     c.list_webhooks()
     assert sleeps == [4.0]  # MaxRng draws the top of [0, 4]
+
+
+@pytest.mark.parametrize(
+    ("secret", "said"),
+    [
+        ("A" * 9_000_000, "a secret of 9,000,000 characters"),  # three made the file unreadable
+        ("whsec_\x1b[31mred", "characters other than printable ASCII"),
+        ("whsec with space", "characters other than printable ASCII"),
+    ],
+)
+def test_an_implausible_rotated_secret_is_not_handed_over(secret, said):
+    c, _ = client_for(Service(ok({"secret": secret, "message": "saved?"})))
+    with pytest.raises(ServiceError, match=said) as got:
+        c.rotate_secret("wh_1")
+    assert "previous secret may already be invalid" in str(got.value)
+    assert secret[:20] not in str(got.value)
+
+
+def test_a_rotation_whose_answers_were_all_lost_says_the_secret_may_have_changed():
+    lost = httpx.RemoteProtocolError("Server disconnected without sending a response.")
+    c, _ = client_for(Service(lost, lost, lost, lost))
+    with pytest.raises(RetryableError, match="the service may have rotated the secret"):
+        c.rotate_secret("wh_1")
+
+
+def test_a_delete_retried_after_a_lost_answer_says_a_404_most_likely_means_deleted():
+    lost = httpx.RemoteProtocolError("Server disconnected without sending a response.")
+    gone = httpx.Response(404, json={"message": "Webhook not found"})
+    c, _ = client_for(Service(lost, gone))
+    with pytest.raises(TerminalError, match="on a retry: an attempt that got no answer most"):
+        c.delete_webhook("wh_1")
+    c, _ = client_for(Service(httpx.Response(404, json={"message": "Webhook not found"})))
+    with pytest.raises(TerminalError) as first:  # a first answer of 404 is just that
+        c.delete_webhook("wh_1")
+    assert "retry" not in str(first.value)
+
+
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e400"])
+def test_a_listing_with_a_number_json_has_not_is_not_json(number):
+    body = b'{"data": [{"id": "wh_1", "retries": ' + number + b"}]}"
+    c, _ = client_for(Service(httpx.Response(200, content=body)))
+    with pytest.raises(ServiceError, match="200 OK with a body that is not JSON"):
+        c.list_webhooks()
+
+
+@pytest.mark.parametrize("url", ["https://xn--/", "https://api.example:99999", "https://h:0/"])
+def test_a_base_url_no_connection_can_use_is_an_input_error(url):
+    with pytest.raises(InputError, match="not a valid base URL"):
+        ServiceClient(base_url=url, api_key=KEY)
+
+
+@pytest.mark.parametrize("deadline", [float("inf"), float("nan"), 0])
+def test_a_deadline_must_be_finite(deadline):
+    with pytest.raises(InputError, match="positive finite number"):
+        ServiceClient(base_url=BASE, api_key=KEY, deadline_s=deadline)

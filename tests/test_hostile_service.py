@@ -436,3 +436,15 @@ def test_many_known_values_are_cut_as_few_are():
     assert out["data"][0]["description"] == f"a {REDACTED} b {REDACTED} c {REDACTED} d {REDACTED}x"
     few, _ = redact_secrets(doc, also=[many[42], inner, "k3y", many[1999]])
     assert few == out
+
+
+def test_an_environment_proxy_never_gets_a_plain_http_request(monkeypatch):
+    # httpx trusted HTTP_PROXY: a plain-HTTP request to the loopback fake, API key included,
+    # went in clear to the proxy (here a closed port: the listing failed to connect).
+    fake = FakeService(api_keys={KEY: "client_1"})
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("ALL_PROXY", "http://127.0.0.1:9")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    with fake.serve() as served, ServiceClient(base_url=served.base_url, api_key=KEY) as client:
+        assert client.list_webhooks() == []

@@ -43,7 +43,8 @@ def service_options(f: Any) -> Any:
         ),
         click.option(
             "--timeout",
-            type=click.FloatRange(min=0, min_open=True),
+            type=click.FloatRange(min=0, min_open=True, max=3600),
+            callback=_a_number,  # click's range lets NaN through
             default=10.0,
             show_default=True,
             help="Seconds per connect/read/write.",
@@ -115,6 +116,12 @@ def service_client(
     return client
 
 
+def _a_number(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
+    if value != value:
+        raise click.BadParameter("not a number")
+    return value
+
+
 def _env_number(name: str, default: float, kind: type) -> Any:
     """A positive number from the environment (limits overridable without new options)."""
     raw = os.environ.get(name)
@@ -124,6 +131,6 @@ def _env_number(name: str, default: float, kind: type) -> Any:
         value = kind(raw)
     except ValueError:
         raise InputError(f"environment variable {name} is not a number") from None
-    if value <= 0:
-        raise InputError(f"environment variable {name} must be positive")
+    if not value > 0 or value == float("inf"):  # NaN and inf too (inf: no deadline at all)
+        raise InputError(f"environment variable {name} must be a positive finite number")
     return value

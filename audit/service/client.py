@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.analysis.subscriptions import unwrap_listing
-from audit.errors import InputError, ServiceError
+from audit.errors import InputError, RetryableError, ServiceError
 from audit.redaction import REDACTED, redact_secrets
 from audit.service.request_checks import (
     FileSpec,
@@ -215,10 +215,10 @@ class ServiceClient(Transport):
                 status=response.status_code,
             )
         secret = data.get("secret")
-        if not isinstance(secret, str) or not secret:
+        if not _plausible_secret(secret):
             raise ServiceError(
                 f"POST /v1/webhooks: subscription {data['id']} was created but the response "
-                "holds no secret; rotate its secret to obtain one",
+                f"holds {_no_secret(secret)}; rotate its secret to obtain one",
                 status=response.status_code,
             )
         note = data.get("message")
@@ -284,20 +284,29 @@ class ServiceClient(Transport):
         """Rotate the signing secret (``POST /webhooks/:id/rotate-secret``).
 
         The previous secret stops working at once (spec 4.6): save the new one before anything
-        else. A retry after a lost answer is safe: it issues another secret, and only the
-        newest one counts.
+        else. A retry after a lost answer issues another secret, and only the newest one
+        counts; when no attempt was answered, the error says the previous secret may already
+        be invalid.
 
         >>> issued = client.rotate_secret("wh_1")  # doctest: +SKIP
         """
         sub = path_segment(subscription_id)
         path = f"/webhooks/{sub}/rotate-secret"
-        response, received_at = self._request("POST", path)
+        try:
+            response, received_at = self._request("POST", path)
+        except RetryableError as e:  # an attempt whose answer was lost may have rotated
+            raise RetryableError(
+                f"{e}; the service may have rotated the secret, so the previous one may "
+                "already be invalid: rotate again once the service answers",
+                status=e.status,
+                server_message=e.server_message,
+            ) from None
         data = unwrap(json_body(response, f"POST {API_VERSION_PATH}{path}"))
         secret = data.get("secret") if isinstance(data, dict) else None
-        if not isinstance(secret, str) or not secret:
+        if not _plausible_secret(secret):
             raise ServiceError(
-                f"POST {API_VERSION_PATH}{path}: the rotation response holds no secret; the "
-                "previous secret may already be invalid, rotate again",
+                f"POST {API_VERSION_PATH}{path}: the rotation response holds "
+                f"{_no_secret(secret)}; the previous secret may already be invalid, rotate again",
                 status=response.status_code,
             )
         note = data.get("message")
@@ -360,3 +369,28 @@ def _file_part(f: FileSpec) -> tuple[str, bytes, str]:
         raise InputError(f"{name}: file content must be bytes")
     ctype = ctype or mimetypes.guess_type(name)[0] or "application/octet-stream"
     return (name, content, ctype)
+
+
+#: The longest secret saved from an answer: a secrets file holds every secret of a client,
+#: and its reader refuses files over 16 MiB (an answer of 9 MB "secrets" made it unreadable).
+MAX_SECRET_CHARS = 1024
+
+
+def _plausible_secret(secret: object) -> bool:
+    """A non-empty string of printable ASCII without spaces, at most :data:`MAX_SECRET_CHARS`."""
+    return (
+        isinstance(secret, str)
+        and 0 < len(secret) <= MAX_SECRET_CHARS
+        and secret.isascii()
+        and secret.isprintable()
+        and " " not in secret
+    )
+
+
+def _no_secret(secret: object) -> str:
+    """What an answer holds instead of a secret (never the value)."""
+    if not isinstance(secret, str) or not secret:
+        return "no secret"
+    if len(secret) > MAX_SECRET_CHARS:
+        return f"a secret of {len(secret):,} characters (at most {MAX_SECRET_CHARS:,}), not saved"
+    return "a secret with characters other than printable ASCII, not saved"

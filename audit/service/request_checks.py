@@ -152,9 +152,13 @@ def _parse_url(text: str, *, empty: str, invalid: str) -> httpx.URL:
     if not isinstance(text, str) or not text.strip():
         raise InputError(empty)
     try:
-        return httpx.URL(text.strip())
-    except (httpx.InvalidURL, ValueError):
+        url = httpx.URL(text.strip())
+        url.host  # noqa: B018  (decoded on first use: a malformed xn-- label raises IDNAError)
+    except (httpx.InvalidURL, ValueError):  # IDNAError is a ValueError
         raise InputError(f"{invalid}: {text!r}") from None
+    if url.port is not None and not 0 < url.port < 65536:
+        raise InputError(f"{invalid} (port {url.port}): {text!r}")
+    return url
 
 
 # -- published limits (spec section 8)

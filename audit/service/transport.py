@@ -92,8 +92,8 @@ class Transport:
             raise InputError("the API key contains whitespace or control characters")
         self._api_key = api_key
         register_sensitive(api_key)
-        if not (isinstance(deadline_s, int | float) and deadline_s > 0):
-            raise InputError("deadline_s must be a positive number of seconds")
+        if not (isinstance(deadline_s, int | float) and 0 < deadline_s < float("inf")):
+            raise InputError("deadline_s must be a positive finite number of seconds")
         if not (isinstance(max_response_bytes, int) and max_response_bytes > 0):
             raise InputError("max_response_bytes must be a positive integer")
         self.deadline_s = float(deadline_s)
@@ -109,6 +109,9 @@ class Transport:
             transport=transport,
             timeout=timeout,
             follow_redirects=False,
+            # A proxy from the environment (HTTP_PROXY, ALL_PROXY) would get a plain-HTTP
+            # request, API key included, in clear: only HTTPS (tunnelled) may go through one.
+            trust_env=httpx.URL(self.base_url).scheme == "https",
             headers={
                 "accept": "application/json",
                 "accept-encoding": ACCEPT_ENCODING,
@@ -177,7 +180,8 @@ class Transport:
                         server_message=server_message,
                     )
                 if status in TERMINAL_STATUSES:
-                    raise self._terminal(where, response, server_message)
+                    gone = attempt > 1 and method == "DELETE"  # an unanswered attempt deleted?
+                    raise self._terminal(where, response, server_message, retried_delete=gone)
                 failure = _describe(response, server_message)
                 if status != 429 and not repeatable:  # a 5xx may come after the work was done
                     raise ServiceError(
@@ -291,8 +295,9 @@ class Transport:
         return None
 
     def _terminal(
-        self, where: str, response: httpx.Response, server_message: str | None
-    ) -> TerminalError:
+        self, where: str, response: httpx.Response, server_message: str | None,
+        retried_delete: bool = False,
+    ) -> TerminalError:  # fmt: skip
         status = response.status_code
         if status == 413:
             error = None
@@ -308,11 +313,14 @@ class Transport:
                 status=status,
                 server_message=server_message,
             )
+        gone = status == 404 and retried_delete  # the lost answer's attempt most likely did it
         return TerminalError(
-            f"{where}: {_describe(response, server_message)}",
+            f"{where}: {_describe(response, server_message)}"
+            + (", on a retry: an attempt that got no answer most likely deleted it; list the "
+               "subscriptions to confirm" if gone else ""),
             status=status,
             server_message=server_message,
-        )
+        )  # fmt: skip
 
 
 # -- responses
@@ -342,8 +350,8 @@ def json_body(response: httpx.Response, where: str, *, allow_empty: bool = False
         raise ServiceError(
             f"{where}: {_status_text(response)} with an empty body", status=response.status_code
         )
-    try:
-        body = json.loads(response.content)
+    try:  # NaN, Infinity and 1e400 are not JSON numbers: a snapshot would not be JSON either
+        body = json.loads(response.content, parse_constant=_not_json, parse_float=_finite)
     except (ValueError, UnicodeDecodeError):
         raise ServiceError(
             f"{where}: {_status_text(response)} with a body that is not JSON",
@@ -360,6 +368,16 @@ def json_body(response: httpx.Response, where: str, *, allow_empty: bool = False
             status=response.status_code,
         )
     return body
+
+
+def _not_json(text: str) -> float:
+    raise ValueError(f"{text} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    if (value := float(text)) in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is out of range")
+    return value
 
 
 def _reason(response: httpx.Response) -> str:
