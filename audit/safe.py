@@ -77,6 +77,8 @@ def neutralise_cell(value: object) -> object:
     >>> neutralise_cell("  @SUM(1+1)"), neutralise_cell("-1.5"), neutralise_cell("inc_1")
     ("'  @SUM(1+1)", '-1.5', 'inc_1')
     """
+    if isinstance(value, str) and "\x00" in value:  # a reader may cut the cell there
+        value = value.replace("\x00", "\\u0000")
     if isinstance(value, str) and _LIVE.match(value) and not _NUMBER.fullmatch(value):
         return "'" + value
     return value
@@ -90,6 +92,8 @@ def neutralise_frame(df: pd.DataFrame) -> pd.DataFrame:
         if s.dtype == object:
             out[col] = s.map(lambda v: neutralise_cell(v if isinstance(v, str) else _text(v)))
         elif pd.api.types.is_string_dtype(s):
+            if s.str.contains("\x00", regex=False).any():  # a reader may cut the cell there
+                s = out[col] = s.str.replace("\x00", "\\u0000", regex=False)
             live = _live(s)
             if live.any():
                 out[col] = s.mask(live, "'" + s)

@@ -104,3 +104,9 @@ def test_host_and_url_patterns_start_only_where_a_word_starts():
     assert _URL.match("ahttp://x", 1) is None and _URL.match("xxhttp://x", 2) is None
     assert _HOST.search("xx.example").group() == "xx.example"
     assert _URL.search("ahttp://x").group() == "ahttp://x"
+
+
+def test_control_characters_are_shown_not_passed_to_the_page():
+    # A NUL in an event name reached report.html as is: a parse error (browsers show U+FFFD).
+    assert esc("nul\x00byte\x1b[31m\x7f\x85") == "nul\\u0000byte\\u001b[31m\\u007f\\u0085"
+    assert esc("tab\tand\nlines\r") == "tab\tand\nlines\r"  # kept: they are text

@@ -21,3 +21,30 @@ def test_takedown_panels_draw_a_dollar_class_as_literal_text():
     assert first == "\\$\\nosuchcommand{\\$ (n=3)" and not is_math_text(first)
     assert first.replace("\\$", "$") == "$\\nosuchcommand{$ (n=3)"  # what is shown
     assert second == "c" * 29 + "… (n=1)"
+
+
+def _km(names: list[str], at_risk: list[int]) -> pd.DataFrame:
+    n = len(names)
+    return pd.DataFrame(
+        {"group": names, "time": [3600.0] * n, "at_risk": at_risk, "survival": [0.0] * n,
+         "ci_lower": [0.0] * n, "ci_upper": [0.0] * n}
+    )  # fmt: skip
+
+
+def test_many_classes_draw_the_largest_few_and_say_so():
+    # 1,000 classes (incident data) took the notebook past its 15-minute cell limit: no report.
+    names = [f"class{i}" for i in range(40)]
+    at_risk = [1] * 40
+    for i in (3, 7, 39):
+        at_risk[i] = 50  # the three largest must be among those drawn
+    fig, alt = takedown_panels(_km(names, at_risk), pd.DataFrame({"duration_s": [3600.0]}))
+    drawn = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert len(drawn) == 12
+    assert {"class3 (n=50)", "class7 (n=50)", "class39 (n=50)"} <= set(drawn)
+    assert "The 12 classes with the most incidents are drawn, of 40" in alt
+
+
+def test_a_class_that_is_a_url_is_defanged_in_the_alt_text():
+    url = "https://login.evil.example/x"
+    _, alt = takedown_panels(_km([url], [2]), pd.DataFrame({"duration_s": [3600.0]}))
+    assert "hxxps://login[.]evil[.]example/x median" in alt and url not in alt

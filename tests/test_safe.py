@@ -64,3 +64,15 @@ def test_written_csv_prefixes_tab_and_cr_numbers(tmp_path):
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     assert rows == [["a", "n"], ["'\t-1.5", "1"], ["'\r+3", "2"], ["-1.5", "3"]]
+
+
+@pytest.mark.parametrize("dtype", ["str", object])
+def test_a_nul_in_a_csv_cell_is_shown_as_its_code(tmp_path, dtype):
+    # Some readers cut a cell at a NUL (or reject the line): incident data may hold one.
+    df = pd.DataFrame({"name": pd.Series(["nul\x00byte", "=\x00x"], dtype=dtype)})
+    path = tmp_path / "t.csv"
+    write_csv(df, path)
+    raw = path.read_bytes()
+    assert b"\x00" not in raw
+    with path.open(newline="", encoding="utf-8") as f:
+        assert [r["name"] for r in csv.DictReader(f)] == ["nul\\u0000byte", "'=\\u0000x"]

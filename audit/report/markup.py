@@ -75,7 +75,8 @@ figure.audit figcaption { color: #444; font-size: 0.9em; max-width: 60em; }
 def esc(value: object) -> str:
     r"""HTML-escape ``str(value)``; invisible format characters (Unicode category Cf: bidi
     controls, which can make ``evil.example`` read as something else, zero-width spaces and
-    joiners, U+2060, U+FEFF, the soft hyphen) are shown as their ``\uXXXX`` code.
+    joiners, U+2060, U+FEFF, the soft hyphen) and control characters but tab and line breaks
+    (NUL, ESC, DEL, C1) are shown as their ``\uXXXX`` code.
 
     >>> esc(chr(0x202E) + "elpmaxe<"), esc("pay\u200bpal")
     ('\\u202eelpmaxe&lt;', 'pay\\u200bpal')
@@ -92,6 +93,8 @@ def _format_characters() -> str:
 
 _CF = _format_characters()
 _SHOWN = {ord(c): f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}" for c in _CF}
+# Control characters but tab and line breaks (NUL is a parse error in HTML), DEL and C1 too.
+_SHOWN |= {c: f"\\u{c:04x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c not in (9, 10, 13)}
 
 # A URL: from a scheme (LINK_SCHEMES, or any word before "://") to the end of its token.
 _URL = re.compile(

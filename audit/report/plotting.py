@@ -22,13 +22,16 @@ from matplotlib.ticker import PercentFormatter
 
 from audit.plotting.base import safe_label
 from audit.report.format import HTML
-from audit.report.markup import esc
+from audit.report.markup import defang_text, esc
 
 __all__ = ["axis_limit_h", "embed", "takedown_panels"]
 
 
 #: Figures are drawn at this resolution (pixels per inch).
 _DPI = 96
+#: At most this many takedown panels (one per incident class): 1,000 classes took the
+#: notebook past its 15-minute cell limit, and past 892 the figure passes matplotlib's size.
+MAX_PANELS = 12
 
 
 def embed(fig: Figure, alt: str, caption: str | None = None) -> HTML:
@@ -102,6 +105,12 @@ def takedown_panels(
     """
     fig = Figure(figsize=(9.0, 5.2))
     groups = list(dict.fromkeys(km["group"].astype(str))) if not km.empty else []
+    every = len(groups)
+    if every > MAX_PANELS:  # the classes with the most incidents; all are in the table
+        by = km.groupby(km["group"].astype(str))
+        n_of = by["at_risk"].max() if "at_risk" in km else by.size()
+        top = set(n_of.sort_values(ascending=False, kind="stable").index[:MAX_PANELS])
+        groups = [g for g in groups if g in top]
     if not groups:
         ax = fig.add_subplot()
         ax.text(0.5, 0.5, "no incident to draw", ha="center", va="center")
@@ -125,8 +134,9 @@ def takedown_panels(
         ax.set_title(f"{safe_label(name, limit=30)} (n={n})", fontsize="medium")
         ax.grid(alpha=0.3)
         below = t[s <= 0.5]
+        shown = defang_text(name if len(name) <= 60 else name[:59] + "…")  # incident data
         descr.append(
-            f"{name} median {below[0]:.1f} h" if len(below) else f"{name} median not reached"
+            f"{shown} median {below[0]:.1f} h" if len(below) else f"{shown} median not reached"
         )
     for ax in axes[len(groups) :]:
         ax.set_axis_off()
@@ -138,9 +148,17 @@ def takedown_panels(
     for ax in axes[::ncols]:
         ax.set_ylabel("not yet taken down")
     fig.tight_layout()
+    drawn = (
+        ""
+        if every == len(groups)
+        else (
+            f" The {len(groups)} classes with the most incidents are drawn, of {every}; the "
+            "takedown table has them all."
+        )
+    )
     alt = (
         "Kaplan-Meier curves of the share of incidents not yet taken down, one panel per "
         f"incident class, with 95% bands; the grey line is all incidents. Time axis 0 to "
-        f"{limit:g} h (99th percentile of durations). " + "; ".join(descr) + "."
-    )
+        f"{limit:g} h (99th percentile of durations).{drawn} " + "; ".join(descr) + "."
+    )  # fmt: skip
     return fig, alt
