@@ -41,13 +41,16 @@ def duration_groups(durations: pd.DataFrame, by: str | None) -> list[tuple[str, 
 
 
 def warn_small_groups(groups: list[tuple[str, pd.DataFrame]]) -> None:
-    """One :class:`SmallSampleWarning` naming every group with fewer than ``SMALL_SAMPLE_N`` rows.
+    """One :class:`SmallSampleWarning` naming the groups with fewer than ``SMALL_SAMPLE_N`` rows:
+    the first ten (each cut to 40 characters: names are incident data), then how many more.
 
     The warning points at the caller of the public function that called this one.
     """
     small = [(name, len(g)) for name, g in groups if len(g) < SMALL_SAMPLE_N]
     if small:
-        listed = ", ".join(f"{name!r} (n={n})" for name, n in small)
+        listed = ", ".join(
+            f"{name if len(name) <= 40 else name[:39] + '…'!r} (n={n})" for name, n in small[:10]
+        ) + (f" and {len(small) - 10} more" if len(small) > 10 else "")
         warnings.warn(
             f"fewer than {SMALL_SAMPLE_N} observations in group(s) {listed}: "
             "estimates are computed but imprecise",
