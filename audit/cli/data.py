@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from audit.cli.params import TEXT_PATH, NonEmptyPath
+from audit.cli.params import SECRETS_FILE, TEXT_PATH, NonEmptyPath
 from audit.cli.store import check_out_folder
 from audit.findings.catalogue import SEVERITIES
 from audit.ingest.verification import VERDICT_COLUMNS, verdict_count_rows
@@ -242,9 +242,7 @@ def _strings(obj: object, seen: set[int]) -> list[str]:
 @_command
 @click.command()
 @click.argument("logs", nargs=-1, type=TEXT_PATH)
-@click.option(
-    "--secrets", "secrets_path", required=True, type=TEXT_PATH, help="Secrets file (JSON)."
-)
+@SECRETS_FILE
 @click.option(
     "--subscriptions",
     "snapshots",

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-__all__ = ["TEXT_PATH", "NonEmptyPath"]
+__all__ = ["SECRETS_FILE", "TEXT_PATH", "NonEmptyPath"]
 
 
 class NonEmptyPath(click.Path):
@@ -23,3 +23,9 @@ class NonEmptyPath(click.Path):
 #: A path kept as given (a file, folder or glob; ``-`` is not special): LOGS, ``--secrets``,
 #: ``--subscriptions``.
 TEXT_PATH = NonEmptyPath(path_type=str, allow_dash=False, readable=False)  # the reader says why
+
+#: ``--secrets FILE``, required (``ingest`` and ``report``; ``verify`` and ``analyze`` need it
+#: only without a store, and say so themselves).
+SECRETS_FILE = click.option(
+    "--secrets", "secrets_path", required=True, type=TEXT_PATH, help="Secrets file (JSON)."
+)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from audit.cli.params import TEXT_PATH, NonEmptyPath
+from audit.cli.params import SECRETS_FILE, TEXT_PATH, NonEmptyPath
 from audit.errors import InputError, ParameterError
 from audit.spec import DEFAULT_HEADER_PREFIX
 
@@ -74,9 +74,7 @@ def write_table(df: pd.DataFrame | pa.Table, path: Path) -> None:
 
 @click.command()
 @click.argument("logs", nargs=-1, required=True, type=TEXT_PATH)
-@click.option(
-    "--secrets", "secrets_path", required=True, type=TEXT_PATH, help="Secrets file (JSON)."
-)
+@SECRETS_FILE
 @click.option(
     "--store",
     "store_dir",
