@@ -20,6 +20,7 @@ install: $(STAMP)
 lint: install
 	$(BIN)/ruff check audit tests benchmarks
 	$(BIN)/ruff format --check audit tests benchmarks
+	$(BIN)/mypy
 
 test: lint
 	$(BIN)/python -m pytest -q

@@ -29,10 +29,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from audit.errors import OutputError
 from audit.locks import folder_held
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = [
     "PARQUET_GROUP_ROWS",
@@ -74,8 +79,13 @@ def atomic_output(
 
     ``mode`` sets the permission bits (default: those of the existing file, else 0644).
 
-    >>> with atomic_output(tmp / "out.txt") as f:  # doctest: +SKIP
-    ...     f.write("all or nothing")
+    >>> import shutil, tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> with atomic_output(folder / "out.txt") as f:
+    ...     _ = f.write("all or nothing")
+    >>> (folder / "out.txt").read_text()
+    'all or nothing'
+    >>> shutil.rmtree(folder)
     """
     target = real_target(path)
     if mode is None:
@@ -91,8 +101,10 @@ def atomic_output(
     _own(Path(tmp), True)
     try:
         os.fchmod(fd, mode)
-        kwargs = {} if binary else {"encoding": "utf-8", "newline": newline}
-        with os.fdopen(fd, "wb" if binary else "w", **kwargs) as f:
+        f: IO[Any] = (
+            os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline=newline)
+        )
+        with f:
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -352,14 +364,14 @@ def write_text_atomic(path: str | os.PathLike, text: str, *, mode: int = 0o644) 
 PARQUET_GROUP_ROWS = 128 * 1024
 
 
-def write_parquet_atomic(df, path: str | os.PathLike) -> Path:
+def write_parquet_atomic(df: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
     """Write a frame as one zstd-compressed Parquet file beside ``path``, then rename over it."""
-    import pyarrow as pa
+    import pyarrow as pa  # start-up: pyarrow only for Parquet (the secrets file, captures: not)
 
     return write_arrow_parquet_atomic(pa.Table.from_pandas(df, preserve_index=False), path)
 
 
-def write_arrow_parquet_atomic(table, path: str | os.PathLike) -> Path:
+def write_arrow_parquet_atomic(table: pa.Table, path: str | os.PathLike[str]) -> Path:
     """Write an Arrow table as :func:`write_parquet_atomic` writes a frame (no pandas needed)."""
     with atomic_output(path, binary=True) as f:
         writer = parquet_writer(f, table.schema)
@@ -368,10 +380,10 @@ def write_arrow_parquet_atomic(table, path: str | os.PathLike) -> Path:
     return real_target(path)
 
 
-def parquet_writer(f, schema):
+def parquet_writer(f: IO[bytes], schema: pa.Schema) -> pq.ParquetWriter:
     """A ``pyarrow.parquet.ParquetWriter`` into the open binary file ``f``, with the settings of
     every table file: zstd, plain encoding; write with ``row_group_size=PARQUET_GROUP_ROWS``."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # start-up: pyarrow only for Parquet
 
     # Plain encoding: zstd packs repeated values as well as a dictionary does here, and a
     # dictionary on unique values (event ids, hashes) is built and then dropped (the 1M events

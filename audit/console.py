@@ -1,9 +1,10 @@
 """The ``audit`` script's entry point (``[project.scripts]``).
 
-The command line loads click, the commands and their modules first (0.2-0.3 s); a ^C meanwhile
-was Python's traceback of whichever import it landed in. It ends here in one line and exit 3,
-as a ^C in a command does (:func:`audit.cli.main.main`). Nothing heavy is imported before the
-``try``: ``audit/__init__`` loads its names on use.
+The command line loads only click and its group here; each command's module (and what it
+needs: pandas, the report pipeline, the service client) is loaded when that command runs,
+inside :func:`audit.cli.main.main`, where a ^C meanwhile ends in one line and exit 3 as a ^C
+in a command does (before, the commands loaded first, for 0.2-0.3 s, and a ^C then was
+Python's traceback of whichever import it landed in).
 
 :func:`script` is what the ``audit`` command runs: :func:`main`, and once Python's exit handlers
 have run, the end of the process without tearing the interpreter down (freeing the hundreds of
@@ -17,17 +18,11 @@ import contextlib
 import os
 import sys
 
-#: The exit code of a ^C, as :data:`audit.cli.main.EXIT_BAD_INPUT`.
-EXIT_ABORTED = 3
+from audit.cli.main import main as run
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Load the command line and run it on ``argv`` (default: the process's arguments)."""
-    try:
-        from audit.cli.main import main as run
-    except KeyboardInterrupt:
-        sys.stderr.write("audit: aborted\n")
-        return EXIT_ABORTED
+    """Run the command line on ``argv`` (default: the process's arguments)."""
     return run(argv)
 
 
@@ -38,8 +33,8 @@ def script() -> int:
     before it returns; what is left is the interpreter freeing its modules and objects."""
     code: list[int | None] = [None]
     atexit.register(_end_now, code)  # the first registered: run last
-    code[0] = main()
-    return code[0]
+    rc = code[0] = main()
+    return rc
 
 
 def _end_now(code: list[int | None]) -> None:

@@ -18,7 +18,10 @@ The hierarchy::
         └── LimitError          refused before sending: a published limit would be exceeded
 
 Messages never contain a secret or an API key: they name the file, the line, the variable. A
-value the user typed is shown through :func:`shown`, which cuts known secrets before shortening.
+value the user typed is shown through :func:`audit.redaction.shown`, which cuts known secrets
+before shortening.
+
+This module is the bottom of the package: it imports nothing from :mod:`audit`.
 """
 
 from __future__ import annotations
@@ -38,21 +41,7 @@ __all__ = [
     "ServiceError",
     "TerminalError",
     "UnreachableError",
-    "shown",
 ]
-
-
-def shown(value: object, limit: int = 40) -> str:
-    """``repr`` of a user's value for a message: registered secrets cut first, then at most
-    ``limit`` characters (shortening first would leave a secret's start that no longer matches
-    the whole secret, and so would not be cut from the message).
-
-    >>> shown("x" * 50, 5)
-    "'xxxxx'"
-    """
-    from audit.redaction import scrub
-
-    return repr(scrub(str(value))[:limit])
 
 
 class AuditError(Exception):

@@ -15,11 +15,17 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+#: What :func:`signal.getsignal` gives back: a function, ``SIG_DFL``, ``SIG_IGN``, or None.
+Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 __all__ = ["deliver_noted", "note", "restore"]
 
 
-def note(noted: list[int]):
+def note(noted: list[int]) -> Handler:
     """Note SIGINT in ``noted`` instead of handling it; the handler it replaced (None: left as
     it was, which Python cannot restore: one installed outside Python, or not the main
     thread)."""
@@ -31,7 +37,7 @@ def note(noted: list[int]):
     return handler
 
 
-def restore(handler) -> None:
+def restore(handler: Handler) -> None:
     """Put back the handler :func:`note` replaced."""
     if handler is not None:
         signal.signal(signal.SIGINT, handler)

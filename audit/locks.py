@@ -4,8 +4,17 @@ Windows), the evidence store's writer lock; on a folder, the commit of a set of 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import signal
+import sys
 from collections.abc import Iterator
+from typing import IO, Any
+
+if sys.platform == "win32":  # pragma: no cover - Windows
+    import msvcrt
+else:
+    import fcntl
 
 __all__ = [
     "folder_held",
@@ -28,24 +37,15 @@ def in_forked_worker(parent: int) -> None:
         with contextlib.suppress(OSError):
             os.close(fd)  # closing a copy does not release the parent's lock
     _HELD.clear()
-    try:
-        import ctypes
-        import signal
-
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: no prctl
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (ImportError, OSError, AttributeError):  # pragma: no cover - not Linux, no ctypes
-        pass
     if os.getppid() != parent:  # the parent died before the call
         os._exit(1)
 
 
-def lock_file(f) -> None:
+def lock_file(f: IO[Any]) -> None:
     """Block until this process holds the exclusive lock on the open file ``f``."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        import msvcrt
-
+    if sys.platform == "win32":  # pragma: no cover - Windows
         f.seek(0)
         while True:
             try:
@@ -57,13 +57,9 @@ def lock_file(f) -> None:
     _HELD.add(f.fileno())
 
 
-def try_lock_file(f) -> bool:
+def try_lock_file(f: IO[Any]) -> bool:
     """Take the exclusive lock on the open file ``f`` if no one holds it: whether it was taken."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        import msvcrt
-
+    if sys.platform == "win32":  # pragma: no cover - Windows
         f.seek(0)
         try:
             msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)
@@ -78,13 +74,9 @@ def try_lock_file(f) -> bool:
     return True
 
 
-def unlock_file(f) -> None:
+def unlock_file(f: IO[Any]) -> None:
     """Release the lock taken by :func:`lock_file`."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        import msvcrt
-
+    if sys.platform == "win32":  # pragma: no cover - Windows
         f.seek(0)
         msvcrt.locking(f.fileno(), msvcrt.LK_UNLCK, 1)
         return
@@ -102,9 +94,7 @@ def folder_held(path: str | os.PathLike) -> Iterator[bool]:
     existed: a folder that may be written but not listed (mode 0333), a file system without
     ``flock`` on folders (NFS without ``local_lock``), Windows.
     """
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
+    if sys.platform == "win32":  # pragma: no cover - Windows
         yield False
         return
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)

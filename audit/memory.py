@@ -69,9 +69,9 @@ def small_pages(environ: Mapping[str, str] = os.environ) -> bool:
     (a balloon's free page reporting) such runs are the memory the host took, and each first
     touch waits for the host: measured here, 2.1 s per GiB against 0.45 s per GiB in small
     pages, and a month report from the store 0.92x-0.95x the time without them
-    (``docs/scale.md``, "Twentieth pass"). The ``audit`` command calls it first, unless
-    ``AUDIT_HUGE_PAGES=1``; a library caller (a notebook) keeps its own policy. A no-op (False)
-    off Linux or where ``prctl`` is refused.
+    ("Twentieth pass" of ``docs/scale.md``, in git history). The ``audit`` command calls it
+    first, unless ``AUDIT_HUGE_PAGES=1``; a library caller (a notebook) keeps its own policy. A
+    no-op (False) off Linux or where ``prctl`` is refused.
     """
     if environ.get(KEEP_HUGE_PAGES) == "1" or not sys.platform.startswith("linux"):
         return False
@@ -79,20 +79,20 @@ def small_pages(environ: Mapping[str, str] = os.environ) -> bool:
         prctl = ctypes.CDLL(None).prctl  # the C library's, loaded with the interpreter
     except (OSError, AttributeError):
         return False
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                      ctypes.c_ulong]  # fmt: skip
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
     return prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0
 
 
-def available_memory(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cgroup")
-                     ) -> int | None:  # fmt: skip
+def available_memory(
+    proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cgroup")
+) -> int | None:
     """Bytes this process may still take: the kernel's ``MemAvailable`` (free memory and the
     page cache it can reclaim), or less when a cgroup limit (v2's ``memory.max``, v1's
     ``memory.limit_in_bytes``: a systemd unit's ``MemoryMax``, a container's limit) leaves
     less; None where none can be read (macOS, Windows).
     """
-    found = []
+    found: list[int] = []
     try:
         for line in (proc / "meminfo").read_text("ascii").splitlines():
             if line.startswith("MemAvailable:"):
@@ -102,10 +102,10 @@ def available_memory(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cg
         pass
     try:
         folder = _own_cgroup(proc, cgroup)
-        limit = (folder / "memory.max").read_text("ascii").strip()
-        if limit != "max":
+        most = (folder / "memory.max").read_text("ascii").strip()
+        if most != "max":
             used = int((folder / "memory.current").read_text("ascii").strip())
-            found.append(max(0, int(limit) - used))
+            found.append(max(0, int(most) - used))
     except (OSError, ValueError, StopIteration):
         pass
     try:  # cgroup v1 (older Docker, systemd hosts in legacy mode): no limit is a huge number
@@ -142,8 +142,11 @@ def cpu_limit(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cgroup"))
     ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us`` (v1); None without a quota, or where it
     cannot be read. CPU affinity (``os.sched_getaffinity``) does not show a quota."""
     try:
-        quota, period = (_own_cgroup(proc, cgroup) / "cpu.max").read_text("ascii").split()[:2]
-        return None if quota == "max" else max(int(quota), 1) / max(int(period), 1)
+        cpu_max = (_own_cgroup(proc, cgroup) / "cpu.max").read_text("ascii").split()[:2]
+        quota_text, period_text = cpu_max
+        if quota_text == "max":
+            return None
+        return max(int(quota_text), 1) / max(int(period_text), 1)
     except (OSError, ValueError, StopIteration):
         pass
     try:  # cgroup v1: -1 is no quota

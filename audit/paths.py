@@ -34,7 +34,7 @@ import os
 import re
 import stat
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from audit.errors import InputError
@@ -183,7 +183,7 @@ class _Walk:
                 self.skipped.append(f"{path} (not a regular file)")
 
 
-def _is(path: Path, kind, skipped: list[str] | None = None) -> bool:
+def _is(path: Path, kind: Callable[[int], bool], skipped: list[str] | None = None) -> bool:
     """Whether ``path`` exists as ``kind`` (links followed); a refused look is an error.
 
     With ``skipped``, a path that is none of a regular file, a folder and nothing (a FIFO, a

@@ -14,11 +14,14 @@ captures) before text reaches a terminal.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
 from collections.abc import Iterable
 from typing import Any
+
+from audit.errors import InputError
 
 __all__ = [
     "REDACTED",
@@ -30,6 +33,7 @@ __all__ = [
     "refuse_known_secrets",
     "register_sensitive",
     "scrub",
+    "shown",
 ]
 
 #: Registered values shorter than this are not scrubbed from text (they would mangle it);
@@ -38,14 +42,17 @@ MIN_SENSITIVE_LEN = 6
 _SENSITIVE: set[str] = set()
 _LOCK = threading.Lock()
 _VERSION = 0  # of _SENSITIVE: the last _Cutter made is used again until it changes
-_LAST: list = [None, None]  # [(version, also), cutter]
+_LAST: dict[tuple[int, tuple[str, ...]], _Cutter] = {}  # {(version, also): cutter}, one entry
 # C0 controls except none, DEL, C1 controls, and bidi overrides/isolates that reorder text.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
-def register_sensitive(values: Iterable[str] | str) -> None:
-    """Remember values (an API key, secrets) that :func:`scrub` must cut out of any text."""
+def register_sensitive(values: Iterable[object] | str) -> None:
+    """Remember values (an API key, secrets) that :func:`scrub` must cut out of any text.
+
+    Values that are not strings, or shorter than :data:`MIN_SENSITIVE_LEN`, are ignored.
+    """
     if isinstance(values, str):
         values = [values]
     global _VERSION
@@ -95,10 +102,11 @@ def scrub(text: str, also: Iterable[str] = ()) -> str:
     '401 bad key [redacted]'
     """
     key = (_VERSION, tuple(also))
-    last_key, cutter = _LAST
-    if last_key != key or cutter is None:  # one made per listing, not per cell (300k rows)
+    cutter = _LAST.get(key)
+    if cutter is None:  # one made per listing, not per cell (300k rows)
         cutter = _Cutter(key[1])
-        _LAST[:] = [key, cutter]
+        _LAST.clear()
+        _LAST[key] = cutter
     return cutter.cut(text)
 
 
@@ -147,8 +155,6 @@ def _repr_inner(value: str) -> str:
 
 
 def _json_inner(value: str) -> str:
-    import json
-
     return json.dumps(value)[1:-1]
 
 
@@ -159,8 +165,6 @@ def refuse_known_secrets(path: object, text: str, also: Iterable[str] = ()) -> N
     would end up in the executed notebook and the manifest. The error names the file and the
     line, never the value.
     """
-    from audit.errors import InputError
-
     for value in {*known_sensitive(), *(a for a in also if len(a) >= MIN_SENSITIVE_LEN)}:
         at = text.find(value)
         if at >= 0:
@@ -169,6 +173,17 @@ def refuse_known_secrets(path: object, text: str, also: Iterable[str] = ()) -> N
                 f"{path}: line {line} holds the value of a known secret or API key; remove it "
                 "(secrets go by file path or environment-variable name only)"
             )
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """``repr`` of a user's value for a message: registered secrets cut first, then at most
+    ``limit`` characters (shortening first would leave a secret's start that no longer matches
+    the whole secret, and so would not be cut from the message).
+
+    >>> shown("x" * 50, 5)
+    "'xxxxx'"
+    """
+    return repr(scrub(str(value))[:limit])
 
 
 def for_terminal(text: str) -> str:

@@ -20,6 +20,8 @@ import csv
 import os
 import re
 import unicodedata
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, Any
 
 import numpy as np
 import pandas as pd
@@ -110,8 +112,9 @@ def _live(s: pd.Series) -> np.ndarray:
     return live
 
 
-def _text(value: object) -> object:
-    """A non-string object cell as the CSV shows it (tuples, lists: their ``str``)."""
+def _text(value: Any) -> object:
+    """A non-string object cell as the CSV shows it (tuples, lists: their ``str``); any
+    object a frame may hold."""
     if value is None or isinstance(value, int | float | bool):
         return value
     try:
@@ -136,7 +139,7 @@ def write_csv(df: pd.DataFrame, path: str | os.PathLike) -> None:
         write_csv_rows(df, f, header=True)
 
 
-def write_csv_rows(df: pd.DataFrame, f, *, header: bool) -> None:
+def write_csv_rows(df: pd.DataFrame, f: IO[str], *, header: bool) -> None:
     """Write a frame's rows as :func:`write_csv` does, into the open text file ``f`` (opened
     with ``newline=""``): a table written part by part, the header with the first part only.
 
@@ -163,14 +166,14 @@ def write_csv_rows(df: pd.DataFrame, f, *, header: bool) -> None:
 _CSV_BLOCK_ROWS = 65_536
 
 
-def _arrow_csv(frame: pd.DataFrame, *, header: bool):
+def _arrow_csv(frame: pd.DataFrame, *, header: bool) -> Iterator[bytes | memoryview] | None:
     """The CSV of ``frame`` as blocks of UTF-8 bytes, exactly as ``to_csv`` in
     :func:`write_csv_rows` writes it (``QUOTE_NONNUMERIC``: text quoted with its quotes doubled,
     a missing value ``""``, numbers bare, floats as Python's ``repr``, booleans ``True`` and
     ``False``, times as in :func:`_times_as_text`); None when a column is of another kind
     (object, Python-backed text, categorical, durations, floats narrower than 64 bits, nullable
     numbers other than ``Int64``, ``Float64`` and ``boolean``) or a label is not text."""
-    cells = []
+    cells: list[Callable[[slice], pa.Array]] = []
     for name, s in frame.items():
         cell = _cell_maker(s)
         if cell is None or not isinstance(name, str):
@@ -179,7 +182,7 @@ def _arrow_csv(frame: pd.DataFrame, *, header: bool):
     if not cells:
         return None
 
-    def blocks():
+    def blocks() -> Iterator[bytes | memoryview]:
         if header:
             yield (",".join(_quoted(str(n)) for n in frame.columns) + "\n").encode("utf-8")
         for start in range(0, len(frame), _CSV_BLOCK_ROWS):
@@ -199,7 +202,7 @@ def _quoted(text: str) -> str:
     return '"' + text.replace('"', '""') + '"'
 
 
-def _cell_maker(s: pd.Series):
+def _cell_maker(s: pd.Series) -> Callable[[slice], pa.Array] | None:
     """A function of a row slice giving the column's CSV cells (an Arrow string array), or None
     for a column kind :func:`_arrow_csv` leaves to pandas."""
     dtype = s.dtype
@@ -220,7 +223,11 @@ def _cell_maker(s: pd.Series):
         return lambda rows: pa.array(
             [repr(v) if v == v else '""' for v in values[rows].tolist()], type=pa.large_string()
         )
-    values = s.to_numpy(dtype=dtype.numpy_dtype if missing is not None else dtype, na_value=0)
+    # The masked kinds left (boolean, Int64) as numpy holds them, a missing value as 0.
+    numpy_dtype = (
+        dtype if isinstance(dtype, np.dtype) else np.dtype(bool if kind == "b" else "int64")
+    )
+    values = s.to_numpy(dtype=numpy_dtype, na_value=0)
 
     def cells(rows: slice) -> pa.Array:
         if kind == "b":
@@ -283,7 +290,7 @@ def _string_bytes(lines: pa.Array) -> memoryview:
     return memoryview(lines.buffers()[2])[first:last]
 
 
-def _write_blocks(f, blocks) -> None:
+def _write_blocks(f: IO[str], blocks: Iterable[bytes | memoryview]) -> None:
     """Write byte blocks into the text file ``f`` (through its binary buffer when it has one)."""
     raw = getattr(f, "buffer", None)
     if raw is not None:

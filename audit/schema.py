@@ -28,24 +28,28 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeAlias
 
+import numpy as np
 import pyarrow as pa
 
 from audit.errors import SchemaError
 
 if TYPE_CHECKING:
     import pandas as pd
+    from pandas.api.extensions import ExtensionDtype
+
+    #: A pandas column dtype: numpy's own, or a pandas extension dtype (``Int64``, ``string``).
+    PandasDtype: TypeAlias = np.dtype[Any] | ExtensionDtype
 
 __all__ = ["Column", "Table"]
 
 
 @functools.cache
-def _pandas_dtypes() -> dict[str, object]:
+def _pandas_dtypes() -> dict[str, PandasDtype]:
     """Dtype name -> pandas dtype; built on first use, so that declaring tables (and the Arrow
     schemas) does not import pandas."""
-    import numpy as np
-    import pandas as pd
+    import pandas as pd  # start-up: pandas on first use (the verify route goes without)
 
     return {
         "str": pd.StringDtype(na_value=np.nan),
@@ -121,7 +125,7 @@ class Table:
                 return c
         raise KeyError(name)
 
-    def dtypes(self) -> dict[str, object]:
+    def dtypes(self) -> dict[str, PandasDtype]:
         """Column name -> pandas dtype."""
         dtypes = _pandas_dtypes()
         return {c.name: dtypes[c.dtype] for c in self.columns}
@@ -171,7 +175,7 @@ class Table:
 
     def empty(self) -> pd.DataFrame:
         """A frame with no rows and every column in its declared dtype."""
-        import pandas as pd
+        import pandas as pd  # start-up: pandas only where a frame is made
 
         dtypes = _pandas_dtypes()
         return pd.DataFrame({c.name: pd.Series([], dtype=dtypes[c.dtype]) for c in self.columns})
@@ -191,7 +195,7 @@ class Table:
 
     def frame(self, rows: list[dict[str, object]]) -> pd.DataFrame:
         """Rows (from :meth:`row`) as a frame in the declared column order and dtypes."""
-        import pandas as pd
+        import pandas as pd  # start-up: pandas only where a frame is made
 
         if not rows:
             return self.empty()
@@ -216,7 +220,7 @@ class Table:
 
     def problems(self, df: pd.DataFrame) -> list[str]:
         """Every way ``df`` departs from the schema (missing columns, dtypes, nulls)."""
-        import pandas as pd
+        import pandas as pd  # start-up: pandas only where a frame is checked
 
         dtypes = _pandas_dtypes()
         out = []
@@ -255,7 +259,7 @@ class Table:
 
     def conform(self, df: pd.DataFrame) -> pd.DataFrame:
         """The declared columns of ``df`` in order, cast to their declared dtypes."""
-        import pandas as pd
+        import pandas as pd  # start-up: pandas only where a frame is cast
 
         dtypes = _pandas_dtypes()
         out = {}

@@ -12,7 +12,8 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from audit.errors import ParameterError, shown
+from audit.errors import ParameterError
+from audit.redaction import shown
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -110,12 +111,12 @@ def as_utc(value: object, *, name: str = "as_of") -> pd.Timestamp:
     ...
     audit.errors.ParameterError: as_of '2026-11-01' has no UTC offset; it must be timezone-aware ...
     """
-    import pandas as pd  # here, not at the top: the verify path parses times without pandas
+    import pandas as pd  # start-up: the verify path parses times without pandas
 
     if isinstance(value, str):
         check_years(value, name)
     try:
-        ts = pd.Timestamp(value)  # type: ignore[arg-type]
+        ts = pd.Timestamp(value)  # type: ignore[arg-type]  # any value is tried; TypeError says no
     except (TypeError, ValueError, OverflowError):
         raise ParameterError(f"{name} {value!r} is not a timestamp (ISO 8601, zoned)") from None
     if pd.isna(ts):

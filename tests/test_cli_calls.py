@@ -152,7 +152,7 @@ def test_snapshot_writes_what_the_client_fetched(calls, tmp_path):
 
 
 def test_analyze_hands_its_arguments_to_analysis_analyze(monkeypatch, tmp_path):
-    from audit.analysis import analyze as module
+    from audit.cli import analysis as module
 
     seen = {}
 
@@ -163,7 +163,7 @@ def test_analyze_hands_its_arguments_to_analysis_analyze(monkeypatch, tmp_path):
         seen.update(logs=logs, secrets_path=secrets_path, **kw)
         raise Done
 
-    monkeypatch.setattr(module, "analyze", fake)
+    monkeypatch.setattr(module, "analyze_logs", fake)  # audit.analysis.analyze.analyze
     log = tmp_path / "a.jsonl"
     log.write_text("")
     argv = ["analyze", str(log), "--secrets", "s.json", "--subscriptions", "snaps"]
@@ -181,7 +181,7 @@ def test_analyze_hands_its_arguments_to_analysis_analyze(monkeypatch, tmp_path):
 
 
 def test_analyze_with_a_store_hands_its_arguments_to_analyze_store(monkeypatch, tmp_path):
-    from audit.analysis import store_analysis as module
+    from audit.cli import analysis as module
 
     seen = {}
 
@@ -220,7 +220,7 @@ def test_rows_per_pass_without_a_store_is_a_usage_error(tmp_path, capsys):
 
 
 def test_report_hands_its_arguments_to_report_run_report(monkeypatch, tmp_path):
-    import audit.report as report
+    from audit.cli import report
 
     seen = {}
 

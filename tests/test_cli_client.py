@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
-import click
 import pytest
 from click.testing import CliRunner
 
@@ -158,8 +157,7 @@ def test_every_command_has_help():
         result = runner.invoke(cli, [*path, "--help"])
         assert result.exit_code == 0, path
         assert "Usage:" in result.output
-    assert all(isinstance(c, click.Command) for c in cli_client.COMMANDS)
-    assert {c.name for c in cli_client.COMMANDS} == {"webhooks", "snapshot"}
+    assert [c.name for c in (cli_client.webhooks, cli_client.snapshot)] == ["webhooks", "snapshot"]
     assert set(cli_client.webhooks.commands) == {
         "list", "create", "update", "delete", "test", "rotate-secret"
     }  # fmt: skip
@@ -171,7 +169,7 @@ def test_no_option_takes_a_key_or_secret_value():
         for sub in getattr(cmd, "commands", {}).values():
             yield from options(sub)
 
-    for cmd in cli_client.COMMANDS:
+    for cmd in (cli_client.webhooks, cli_client.snapshot):
         for p in options(cmd):
             names = " ".join(getattr(p, "opts", []))
             if "key" in names or "secret" in names:

@@ -8,11 +8,16 @@ breaking change and must be made here on purpose.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import click
 import pytest
 from click.testing import CliRunner
 
 from audit.cli import cli
+from audit.cli.main import COMMANDS
 
 _API = ["--base-url", "--api-key-env", "--timeout", "--max-attempts"]
 
@@ -52,8 +57,11 @@ def _param(p: click.Parameter) -> str:
 def surface(cmd: click.Command = cli, path: tuple[str, ...] = ("audit",)) -> dict[str, list[str]]:
     """Every command path of the CLI and its parameters, as in :data:`CLI_SURFACE`."""
     out = {" ".join(path): [_param(p) for p in cmd.params]}
-    if isinstance(cmd, click.Group):
-        for name, sub in sorted(cmd.commands.items()):
+    if isinstance(cmd, click.Group):  # the audit group loads its commands on first use
+        ctx = click.Context(cmd)
+        for name in cmd.list_commands(ctx):
+            sub = cmd.get_command(ctx, name)
+            assert sub is not None, name
             out |= surface(sub, (*path, name))
     return out
 
@@ -87,3 +95,32 @@ def test_every_command_has_help(command: str):
     for param in CLI_SURFACE[command]:
         if param.startswith("--") and param != "--version":
             assert param.split("/")[0] in result.output, (command, param)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_the_listed_summary_is_the_first_sentence_of_the_commands_help(name: str):
+    # ``audit --help`` shows the summaries of COMMANDS without loading the commands' modules
+    command = cli.get_command(click.Context(cli), name)
+    assert command is not None
+    assert COMMANDS[name].summary == command.get_short_help_str(limit=1_000)
+
+
+def test_the_top_help_lists_every_command_without_loading_one():
+    script = (
+        "import sys\n"
+        "from audit.cli.main import COMMANDS, main\n"
+        "main(['--help'])\n"
+        "print(sorted({c.module for c in COMMANDS.values()} & set(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    *help_lines, loaded = done.stdout.splitlines()
+    assert loaded == "[]"
+    listed = [line.split()[0] for line in help_lines[help_lines.index("Commands:") + 1 :]]
+    assert listed == sorted(COMMANDS)

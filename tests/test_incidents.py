@@ -793,10 +793,10 @@ _TIMES = [
 def test_each_distinct_time_parsed_once_equals_parsing_them_all(raw):
     """The times parsed per distinct string are what pandas gives parsing the whole column
     (out of range as NaT), and the unparsable count is the same."""
-    from audit.analysis.incident_events import _parse_times
+    from audit.analysis.event_fields import parse_times
 
     column = pd.Series(raw, dtype="str")
-    got, bad = _parse_times(column)
+    got, bad = parse_times(column)
     want = pd.to_datetime(column, utc=True, format="ISO8601", errors="coerce")
     lo, hi = pd.Timestamp.min.tz_localize("UTC"), pd.Timestamp.max.tz_localize("UTC")
     want = want.where((want >= lo) & (want <= hi)).astype("datetime64[ns, UTC]")

@@ -16,11 +16,13 @@ import nbformat
 import pandas as pd
 import pytest
 
+import audit.report.ahead as ahead
 import audit.report.drawing as drawing
 from audit.errors import ReportError
 from audit.locks import lock_file, unlock_file
 from audit.report import figures, parse_period
-from audit.report.drawing import FOLDER, DrawingAhead, drawn_once
+from audit.report.ahead import DrawingAhead
+from audit.report.drawing import FOLDER, drawn_once
 from audit.report.format import HTML
 from audit.report.params import Period
 from audit.report.render import render
@@ -109,9 +111,9 @@ def test_figures_drawn_ahead_are_the_figures_drawn_in_the_notebook(demo_run, tmp
     expected = {name: str(getattr(figures, name)(plain)) for name in figures.FIGURES}
     run_dir = tmp_path / "run"
     shutil.copytree(folder, run_dir)
-    with DrawingAhead(run_dir, figures.FIGURES) as ahead:
-        ahead.join()  # no kernel came: it drew every figure, from the last
-        assert ahead.drawn == list(reversed(figures.FIGURES))
+    with DrawingAhead(run_dir, figures.FIGURES) as drawer:
+        drawer.join()  # no kernel came: it drew every figure, from the last
+        assert drawer.drawn == list(reversed(figures.FIGURES))
         run = open_run(run_dir)  # the kernel's side: each figure taken, not drawn again
         got = {name: str(getattr(figures, name)(run)) for name in figures.FIGURES}
         assert run.tables == {} and run.derived == {}  # no table was read to draw
@@ -130,8 +132,8 @@ def test_figures_drawn_ahead_from_the_frames_in_memory_are_those_of_the_folder(
     drawn = type(memory)(memory.manifest, memory.findings, {}, run_dir,
                          figures.drawn_tables(memory.tables))  # fmt: skip
     assert len(drawn.tables["deliveries"].columns) < len(memory.tables["deliveries"].columns)
-    with DrawingAhead(run_dir, figures.FIGURES, drawn) as ahead:
-        ahead.join()
+    with DrawingAhead(run_dir, figures.FIGURES, drawn) as drawer:
+        drawer.join()
         run = open_run(run_dir)
         got = {name: str(getattr(figures, name)(run)) for name in figures.FIGURES}
         assert run.tables == {}  # every figure taken as drawn from memory
@@ -153,7 +155,7 @@ def test_figures_drawn_aside_from_the_run_tables_are_those_of_the_folder(
     p = memory.manifest["period"]
     period = Period(p["label"], pd.Timestamp(p["start"]), pd.Timestamp(p["end"]))
     assert period.as_dict() == p  # as the manifest the kernel reads
-    pending = drawing.drawing_aside(run_dir, period, memory.tables)
+    pending = ahead.drawing_aside(run_dir, period, memory.tables)
     assert pending is not None
     if folder_made == "later":
         time.sleep(1.5)  # the child has drawn some or all of them in memory meanwhile
@@ -180,7 +182,7 @@ def test_a_figure_the_kernel_holds_is_left_to_it_by_the_process_drawing_aside(
     folder = drawing.figures_folder(tmp_path)
     with open(folder / f"{names[held]}.lock", "a+b") as lock:
         lock_file(lock)  # the kernel is drawing this one
-        pending = drawing.drawing_aside(tmp_path, parse_period("2026-10"), memory.tables)
+        pending = ahead.drawing_aside(tmp_path, parse_period("2026-10"), memory.tables)
         assert pending is not None
         assert pending.result() == [*names[:held], *reversed(names[held + 1 :])]
     assert not (folder / f"{names[held]}.html").exists()
@@ -192,7 +194,7 @@ def test_a_link_planted_for_the_figures_folder_is_not_followed(demo_run, tmp_pat
     elsewhere.mkdir()
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / FOLDER).symlink_to(elsewhere)
-    pending = drawing.drawing_aside(tmp_path / "run", parse_period("2026-10"), memory.tables)
+    pending = ahead.drawing_aside(tmp_path / "run", parse_period("2026-10"), memory.tables)
     assert pending is not None
     time.sleep(3)  # long enough to draw every figure of the demo month
     pending.cancel()
@@ -256,9 +258,9 @@ def test_no_figure_is_drawn_aside_when_this_process_holds_much_of_the_free_memor
     period = parse_period("2026-10")
     monkeypatch.setattr(audit.memory, "available_memory", lambda: 3_000_000_000)
     monkeypatch.setattr(audit.memory, "resident_memory", lambda: 2_100_000_000)
-    assert drawing.drawing_aside(tmp_path, period, memory.tables) is None
+    assert ahead.drawing_aside(tmp_path, period, memory.tables) is None
     monkeypatch.setattr(audit.memory, "resident_memory", lambda: 1_900_000_000)
-    pending = drawing.drawing_aside(tmp_path, period, memory.tables)
+    pending = ahead.drawing_aside(tmp_path, period, memory.tables)
     assert pending is not None
     pending.cancel()
 
@@ -428,7 +430,7 @@ def _fake_figures(monkeypatch, names, seconds=0.0, calls=None):
 
     for name in names:
         monkeypatch.setattr(figures, name, make(name), raising=False)
-    monkeypatch.setattr(drawing, "in_report_style", lambda draw, run: draw(run))
+    monkeypatch.setattr(ahead, "in_report_style", lambda draw, run: draw(run))
 
 
 def _held_by_someone(folder, name) -> bool:
@@ -459,7 +461,7 @@ def test_the_child_takes_the_next_figure_before_it_lets_the_last_one_go(tmp_path
         real_unlock(lock)
 
     monkeypatch.setattr(drawing, "unlock_file", unlock)
-    assert drawing._drawn_then_left(folder, names, run=None) == list(names)
+    assert ahead._drawn_then_left(folder, names, run=None) == list(names)
     assert seen == [("fa", True), ("fb", True)]
     assert [(folder / f"{n}.html").read_text() for n in names] == [
         f"<p>{n} by the child</p>" for n in names
@@ -474,7 +476,7 @@ def test_a_kernel_close_behind_the_child_draws_no_figure_itself(tmp_path, monkey
     _fake_figures(monkeypatch, names, seconds=0.15, calls=child_drew)
     folder = drawing.figures_folder(tmp_path)
     kernel_drew: list[str] = []
-    child = threading.Thread(target=drawing._drawn_then_left, args=(folder, names, None))
+    child = threading.Thread(target=ahead._drawn_then_left, args=(folder, names, None))
     child.start()
     deadline = time.monotonic() + 30
     while not child_drew and time.monotonic() < deadline:

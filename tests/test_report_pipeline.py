@@ -341,7 +341,6 @@ def test_the_frames_are_freed_before_the_notebook_renders(hostile, tmp_path, mon
 
     import audit.ingest.side as side
     import audit.report.pipeline as pipeline
-    import audit.report.render as render
 
     logs, secrets = hostile
     alive = {}
@@ -367,7 +366,7 @@ def test_the_frames_are_freed_before_the_notebook_renders(hostile, tmp_path, mon
         (run_dir / "report.html").write_text("<html></html>", encoding="utf-8")
 
     monkeypatch.setattr(pipeline, "compute", compute)
-    monkeypatch.setattr(render, "render", fake_render)
+    monkeypatch.setattr(pipeline, "render", fake_render)
     result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
     assert result.exit_code == 1 and result.html is not None
     assert alive["soon"] == {"deliveries": False, "tables": False}
@@ -387,7 +386,7 @@ def test_figures_a_late_kernel_kept_are_not_renamed_into_the_run(
     notebook's figures are drawn ahead: by a forked process from the moment the tables exist
     (``aside``), or, where no process may be forked, by a thread while the kernel runs."""
     import audit.ingest.side as side
-    import audit.report.render as render
+    import audit.report.pipeline as pipeline
     from audit.report.drawing import FOLDER
 
     logs, secrets = hostile
@@ -402,7 +401,7 @@ def test_figures_a_late_kernel_kept_are_not_renamed_into_the_run(
         (run_dir / FOLDER / "takedown.html").write_text("<p>late</p>")
         raise ReportError("notebook execution failed: CellTimeoutError")
 
-    monkeypatch.setattr(render, "render", late_render)
+    monkeypatch.setattr(pipeline, "render", late_render)
     result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
     assert result.rendering_failed and not (result.run_dir / FOLDER).exists()
     if where == "aside":  # the figures' folder made and being filled before rendering
@@ -423,6 +422,7 @@ def test_a_figures_folder_that_cannot_be_made_only_costs_the_figures_drawn_aside
     "File exists" (exit 3, findings lost). The child is stopped and the run goes on as without
     it; the link is never followed."""
     import audit.report.drawing as drawing
+    import audit.report.pipeline as pipeline
 
     real = drawing.figures_folder
     elsewhere = tmp_path / "elsewhere"
@@ -432,7 +432,7 @@ def test_a_figures_folder_that_cannot_be_made_only_costs_the_figures_drawn_aside
         (run_dir / drawing.FOLDER).symlink_to(elsewhere)
         return real(run_dir)
 
-    monkeypatch.setattr(drawing, "figures_folder", planted)
+    monkeypatch.setattr(pipeline, "figures_folder", planted)
     logs, secrets = hostile
     result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
     assert result.exit_code == 1 and len(result.manifest["findings"]["status"])
@@ -453,6 +453,7 @@ def test_a_link_planted_at_the_tables_lock_only_costs_the_late_writes(
     levels of symbolic links" (findings lost). The tables only the figures read are written
     before rendering then; the link is never followed."""
     import audit.report.drawing as drawing
+    import audit.report.pipeline as pipeline
 
     real = drawing.figures_folder
     victim = tmp_path / "victim"
@@ -463,7 +464,7 @@ def test_a_link_planted_at_the_tables_lock_only_costs_the_late_writes(
         (folder / drawing.TABLES_LOCK).symlink_to(victim)
         return folder
 
-    monkeypatch.setattr(drawing, "figures_folder", planted)
+    monkeypatch.setattr(pipeline, "figures_folder", planted)
     logs, secrets = hostile
     result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
     assert result.exit_code == 1 and result.manifest["rendering"] == {"status": "ok"}
@@ -482,7 +483,7 @@ def test_nothing_is_written_into_a_failed_run_once_its_lock_is_released(
     import threading
     import time
 
-    import audit.report.render as render
+    import audit.report.pipeline as pipeline
     import audit.report.rundir as rundir
 
     real = rundir.write_tables
@@ -499,7 +500,7 @@ def test_nothing_is_written_into_a_failed_run_once_its_lock_is_released(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(rundir, "write_tables", slow)
-    monkeypatch.setattr(render, "render", interrupted)
+    monkeypatch.setattr(pipeline, "render", interrupted)
     logs, secrets = hostile
     out = tmp_path / "r"
     with pytest.raises(KeyboardInterrupt):

@@ -177,7 +177,7 @@ def test_an_analyst_notebook_reads_a_store(demo, tmp_path):
 def test_a_bad_snapshot_is_told_before_the_store_is_read(demo, tmp_path, monkeypatch):
     """The small inputs are read first: a bad snapshot file stops the report before the store's
     long read, and before a process is forked for the incident fold (found in review)."""
-    import audit.ingest.query as query
+    import audit.report.inputs
 
     bad = tmp_path / "snapshot.json"
     bad.write_text("{not json", encoding="utf-8")
@@ -185,7 +185,7 @@ def test_a_bad_snapshot_is_told_before_the_store_is_read(demo, tmp_path, monkeyp
     def read(*_a, **_k):
         raise AssertionError("the store was read before the snapshot was checked")
 
-    monkeypatch.setattr(query, "load_analysis_inputs", read)
+    monkeypatch.setattr(audit.report.inputs, "load_analysis_inputs", read)  # as it calls it
     period = parse_period("2026-10")
     with pytest.raises(InputError, match=r"snapshot\.json"):
         load_inputs(

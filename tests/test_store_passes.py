@@ -124,17 +124,15 @@ def test_rows_without_an_event_id_are_spread_over_the_passes(tmp_path, monkeypat
 
 def _spy_reads(monkeypatch) -> list[int]:
     """The number of rows each call of ``load_deliveries`` returns, in order."""
-    import audit.ingest.query as query
-
     read: list[int] = []
-    real = query.load_deliveries
+    real = store_analysis.load_deliveries
 
     def spy(*args, **kw):
         frame = real(*args, **kw)
         read.append(len(frame))
         return frame
 
-    monkeypatch.setattr(query, "load_deliveries", spy)
+    monkeypatch.setattr(store_analysis, "load_deliveries", spy)
     return read
 
 
@@ -147,9 +145,7 @@ def test_each_pass_reads_only_its_part(store, tmp_path, monkeypatch):
         read.append((kw.get("part"), len(frame)))
         return frame
 
-    import audit.ingest.query as query
-
-    monkeypatch.setattr(query, "load_deliveries", spy)
+    monkeypatch.setattr(store_analysis, "load_deliveries", spy)
     done = analyze_store(store, tmp_path / "p", as_of=AS_OF, rows_per_pass=10)
     assert [part for part, _ in read] == [(k, done.passes) for k in range(done.passes)]
     total = len(real(store, end=AS_OF, columns=DELIVERY_COLUMNS))
@@ -193,11 +189,10 @@ def test_a_failed_pass_leaves_the_previous_files(
     out = tmp_path / "p"
     analyze_store(store, out, as_of=AS_OF, rows_per_pass=10, fmt="csv")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    import audit.ingest.query as query
-
-    module = query if where == "load_deliveries" else store_analysis
     # The second pass; write_csv_rows writes deliveries then events in each pass.
-    _failing_on_call(monkeypatch, module, where, failure, 3 if where == "write_csv_rows" else 2)
+    _failing_on_call(
+        monkeypatch, store_analysis, where, failure, 3 if where == "write_csv_rows" else 2
+    )
     later = pd.Timestamp("2026-10-15", tz="UTC")
     with pytest.raises(error, match=message):
         analyze_store(store, out, as_of=later, rows_per_pass=10, fmt="csv")

@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from audit.analysis import incidents
+from audit.analysis import event_fields
 from audit.errors import SchemaError
 from audit.ingest.load import load_captures
 from audit.tables import (
@@ -74,7 +74,7 @@ def test_parquet_schema_comes_from_the_declaration():
 
 
 def test_extracted_fields_are_the_incident_fields():
-    assert [k for k, _ in DATA_FIELDS] == [k for k, _, _ in incidents._FIELDS]
+    assert [k for k, _ in DATA_FIELDS] == [k for k, _, _ in event_fields.FIELDS]
 
 
 def test_unknown_dtype_is_refused():

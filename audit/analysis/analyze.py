@@ -1,7 +1,9 @@
 """The analysis stage as one call: verified deliveries -> attempts, events, incidents, takedown.
 
 Data moves one way: files -> deliveries -> derived tables. Every function downstream of loading
-is pure and takes ``as_of``; only :func:`analyze` touches files.
+is pure and takes ``as_of``; only :func:`analyze` and :func:`store_as_of` (which ingests logs
+into a store first) read files, and only :meth:`Analysis.write` writes them. The analysis of a
+store in bounded memory, in passes, builds on this module: :mod:`audit.analysis.store_analysis`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TypedDict
 
 import pandas as pd
 
@@ -20,13 +23,16 @@ from audit.analysis.incidents import incidents_and_intervals
 from audit.analysis.subscriptions import load_snapshots
 from audit.analysis.survival import KMQuantile
 from audit.analysis.survival_by import kaplan_meier_by
-from audit.analysis.takedown import takedown_durations, takedown_summary
+from audit.analysis.takedown import check_clock_start, takedown_durations, takedown_summary
 from audit.atomic import Stage, staged_files, write_parquet_atomic
 from audit.errors import ParameterError
 from audit.ingest.extract import EXTRACTED
+from audit.ingest.query import ANALYSIS_COLUMNS, latest_receipt, load_analysis_inputs
 from audit.ingest.receipts import FirstReceipts
 from audit.ingest.secrets import read_secrets
 from audit.ingest.side import Pending, cancelled_on_error
+from audit.ingest.store import Store, ingest
+from audit.ingest.verdicts import read_logs
 from audit.ingest.verification import VERDICT_COLUMNS
 from audit.memory import release_free_memory
 from audit.safe import write_csv
@@ -42,6 +48,8 @@ from audit.timeutil import as_utc
 __all__ = [
     "DELIVERY_TABLE_COLUMNS",
     "Analysis",
+    "DeliveryCounts",
+    "IncidentCounts",
     "Takedown",
     "add_counts",
     "analyze",
@@ -51,6 +59,7 @@ __all__ = [
     "incident_counts",
     "parse_as_of",
     "run_analyses",
+    "store_as_of",
     "table_folder",
     "takedown_analysis",
     "write_table",
@@ -110,7 +119,7 @@ class Analysis:
             **incident_counts(self.incidents, self.takedown_durations, self.takedown_summary),
         }
 
-    def write(self, out_dir: str | os.PathLike, *, fmt: str = "csv") -> list[Path]:
+    def write(self, out_dir: str | os.PathLike[str], *, fmt: str = "csv") -> list[Path]:
         """Write every table as ``fmt`` (``csv``: text cells neutralised; ``parquet``: typed,
         compressed, each file written whole; with ``parquet`` the small tables of
         :data:`audit.tables.CSV_TABLES` are also written as CSV); return the paths."""
@@ -134,7 +143,7 @@ def check_table_format(fmt: str) -> None:
         raise ParameterError(f"table format {fmt!r}: use csv or parquet")
 
 
-def table_folder(out_dir: str | os.PathLike, fmt: str) -> Path:
+def table_folder(out_dir: str | os.PathLike[str], fmt: str) -> Path:
     """The folder tables are written to, created; ``fmt`` checked (:func:`check_table_format`)."""
     check_table_format(fmt)
     out = Path(out_dir)
@@ -162,7 +171,26 @@ def parse_as_of(value: str | pd.Timestamp | None) -> pd.Timestamp | None:
     return None if value is None else as_utc(value)
 
 
-def delivery_counts(deliveries: pd.DataFrame, events: pd.DataFrame) -> dict[str, object]:
+class DeliveryCounts(TypedDict):
+    """The summary's figures over deliveries and their events (:func:`delivery_counts`)."""
+
+    records: int
+    valid: int
+    event_outcomes: dict[str, int]
+    refused: int
+    slow: int
+
+
+class IncidentCounts(TypedDict):
+    """The summary's figures over incidents (:func:`incident_counts`)."""
+
+    incidents: int
+    taken_down: int
+    waiting_on_client: int
+    takedown_median: KMQuantile | None
+
+
+def delivery_counts(deliveries: pd.DataFrame, events: pd.DataFrame) -> DeliveryCounts:
     """The summary's figures over deliveries and their events (:meth:`Analysis.summary`):
     ``records``, ``valid``, ``event_outcomes``, ``refused`` and ``slow``. Each is a count, so
     the figures of disjoint parts add up (:func:`add_counts`)."""
@@ -178,13 +206,18 @@ def delivery_counts(deliveries: pd.DataFrame, events: pd.DataFrame) -> dict[str,
     }
 
 
-def add_counts(a: dict[str, object], b: dict[str, object]) -> dict[str, object]:
+def add_counts(a: DeliveryCounts, b: DeliveryCounts) -> DeliveryCounts:
     """Two :func:`delivery_counts` of disjoint deliveries added up."""
-    outcomes = dict(a["event_outcomes"])  # type: ignore[call-overload]
-    for k, v in b["event_outcomes"].items():  # type: ignore[attr-defined]
+    outcomes = dict(a["event_outcomes"])
+    for k, v in b["event_outcomes"].items():
         outcomes[k] = outcomes.get(k, 0) + v
-    out = {k: a[k] + b[k] for k in ("records", "valid", "refused", "slow")}  # type: ignore[operator]
-    return {**out, "event_outcomes": _by_count(outcomes)}
+    return {
+        "records": a["records"] + b["records"],
+        "valid": a["valid"] + b["valid"],
+        "event_outcomes": _by_count(outcomes),
+        "refused": a["refused"] + b["refused"],
+        "slow": a["slow"] + b["slow"],
+    }
 
 
 def _by_count(counts: dict[str, int]) -> dict[str, int]:
@@ -194,7 +227,7 @@ def _by_count(counts: dict[str, int]) -> dict[str, int]:
 
 def incident_counts(
     incidents: pd.DataFrame, durations: pd.DataFrame, summary: pd.DataFrame
-) -> dict[str, object]:
+) -> IncidentCounts:
     """The summary's figures over incidents: ``incidents``, ``taken_down``,
     ``waiting_on_client`` and ``takedown_median`` (read off ``summary``, not refitted)."""
     overall = (
@@ -208,12 +241,12 @@ def incident_counts(
             return None if pd.isna(r[col]) else float(r[col])
 
         median = KMQuantile(
-            0.5,
-            hours("median_h"),
-            hours("median_ci_lower_h"),
-            hours("median_ci_upper_h"),
-            bool(r["median_reached"]),
-            0.95,
+            q=0.5,
+            time=hours("median_h"),
+            ci_lower=hours("median_ci_lower_h"),
+            ci_upper=hours("median_ci_upper_h"),
+            reached=bool(r["median_reached"]),
+            level=0.95,
         )
     return {
         "incidents": len(incidents),
@@ -242,7 +275,9 @@ def takedown_analysis(
     incidents, intervals = incidents_and_intervals(folded, as_of=as_of)
     del folded
     release_free_memory()  # the fold's temporaries, before anything else is built
-    durations, _, excluded = takedown_durations(incidents, as_of=as_of, start=clock_start)
+    durations, _, excluded = takedown_durations(
+        incidents, as_of=as_of, start=check_clock_start(clock_start)
+    )
     km = kaplan_meier_by(durations, "incident_class")
     summary = pd.concat(
         [
@@ -336,15 +371,15 @@ def _without(frame: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
 
 
 def analyze(
-    logs: Iterable[str | os.PathLike],
-    secrets_path: str | os.PathLike | None,
+    logs: Iterable[str | os.PathLike[str]],
+    secrets_path: str | os.PathLike[str] | None,
     *,
-    snapshots: Sequence[str | os.PathLike] = (),
+    snapshots: Sequence[str | os.PathLike[str]] = (),
     as_of: pd.Timestamp | str | None = None,
     header_prefix: str = DEFAULT_HEADER_PREFIX,
     tolerance_s: float = CLOCK_TOLERANCE_S,
     clock_start: str = "created",
-    store: str | os.PathLike | None = None,
+    store: Store | str | os.PathLike[str] | None = None,
 ) -> Analysis:
     """Load, verify and analyse. ``as_of`` defaults to the latest ``received_at``.
 
@@ -354,33 +389,47 @@ def analyze(
 
     Examples
     --------
-    >>> result = analyze(["captures/"], "secrets.json")  # doctest: +SKIP
-    >>> result.events["outcome"].value_counts()  # doctest: +SKIP
+    A week of the built-in demo data (:func:`audit.demo.simulate.simulate`), 20 incidents:
+
+    >>> import tempfile, warnings
+    >>> from audit.demo.simulate import simulate
+    >>> with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")  # 20 incidents: small groups, imprecise estimates
+    ...     demo = simulate(Path(folder, "demo"), days=7, incidents=20)
+    ...     result = analyze(demo.captures, demo.secrets)
+    >>> result.events["outcome"].value_counts().to_dict()
+    {'delivered': 268, 'exhausted': 26}
+    >>> {k: v for k, v in result.summary().items() if k in ("records", "valid", "incidents")}
+    {'records': 464, 'valid': 453, 'incidents': 20}
     """
     when = parse_as_of(as_of)
     # The secrets first: once read they are known, and cut out of a listing that quotes one.
     secrets = None if secrets_path is None else read_secrets(secrets_path)
     subs = load_snapshots(snapshots) if snapshots else None  # a bad one is told before the read
+    first: FirstReceipts | None = None
+    ahead: Pending[Takedown] | None = None
     if store is not None:
-        from audit.analysis.store_analysis import store_as_of
-        from audit.ingest.query import load_analysis_inputs
-
         when = store_as_of(
             logs, secrets_path, store, when, header_prefix=header_prefix, tolerance_s=tolerance_s
         )
         fold = partial(takedown_analysis, as_of=when, clock_start=clock_start)  # on another core
-        got = load_analysis_inputs(store, start=None, end=when, fold=fold)
-        deliveries, inputs, first, ahead = (got.deliveries, got.inputs, got.first_receipts,
-                                            got.folded)  # fmt: skip
+        stored = load_analysis_inputs(store, start=None, end=when, fold=fold)
+        deliveries, inputs = stored.deliveries, stored.inputs
+        first, ahead = stored.first_receipts, stored.folded
+        del stored  # no second reference: the frame below replaces it, not doubles it
+    elif secrets is None:
+        raise ParameterError("give --secrets to verify the logs")
     else:  # verified on every core; bodies are read for what analyses need, never kept
-        from audit.ingest.query import ANALYSIS_COLUMNS
-        from audit.ingest.verdicts import read_logs
-
-        given = secrets_path if secrets is None else secrets  # read once, above
-        got = read_logs(logs, given, columns=ANALYSIS_COLUMNS, header_prefix=header_prefix,
-                        tolerance_s=tolerance_s, upto=when)  # fmt: skip
-        deliveries, inputs, first, ahead = got.rows, got.inputs, None, None
-    del got  # no second reference: the frame below replaces it, not doubles it
+        read = read_logs(
+            logs,
+            secrets,  # read once, above
+            columns=ANALYSIS_COLUMNS,
+            header_prefix=header_prefix,
+            tolerance_s=tolerance_s,
+            upto=when,
+        )
+        deliveries, inputs = read.rows, read.inputs
+        del read  # no second reference: the frame below replaces it, not doubles it
     if when is None:
         latest = deliveries["received_at"].max()
         if pd.isna(latest):
@@ -393,6 +442,38 @@ def analyze(
     held = [deliveries]  # handed over: run_analyses, its only holder, frees what it is done with
     del deliveries, received
     return run_analyses(
-        held.pop(), as_of=when, subscriptions=subs, inputs=inputs, clock_start=clock_start,
-        first_receipts=first, takedown=ahead,
-    )  # fmt: skip
+        held.pop(),
+        as_of=when,
+        subscriptions=subs,
+        inputs=inputs,
+        clock_start=clock_start,
+        first_receipts=first,
+        takedown=ahead,
+    )
+
+
+def store_as_of(
+    logs: Iterable[str | os.PathLike[str]],
+    secrets_path: str | os.PathLike[str] | None,
+    store: Store | str | os.PathLike[str],
+    as_of: pd.Timestamp | None,
+    *,
+    header_prefix: str = DEFAULT_HEADER_PREFIX,
+    tolerance_s: float = CLOCK_TOLERANCE_S,
+) -> pd.Timestamp:
+    """Ingest ``logs`` (if any) into ``store``; return ``as_of``, by default its latest receipt.
+
+    The first step of an analysis of a store, in one pass (:func:`analyze`) or in many
+    (:func:`audit.analysis.store_analysis.analyze_store`).
+    """
+    logs = list(logs)
+    if logs or secrets_path is not None:
+        if secrets_path is None:
+            raise ParameterError("give --secrets to ingest logs into the store")
+        folder = store.root if isinstance(store, Store) else store
+        ingest(logs, secrets_path, folder, header_prefix=header_prefix, tolerance_s=tolerance_s)
+    if as_of is None:
+        as_of = latest_receipt(store)
+        if as_of is None:
+            raise ParameterError("no readable record: give --as-of")
+    return as_of

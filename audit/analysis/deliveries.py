@@ -103,8 +103,18 @@ def infer_attempts(
 
     Examples
     --------
-    >>> as_of = pd.Timestamp("2026-11-01", tz="UTC")
-    >>> attempts = infer_attempts(verified, as_of=as_of)  # doctest: +SKIP
+    >>> t = pd.Timestamp("2026-10-01 12:00", tz="UTC")
+    >>> verified = pd.DataFrame({  # one event, answered 500, 500, then 200
+    ...     "verdict": "valid", "subscription_id": "wh_1", "event_id": "evt_1",
+    ...     "event": "incident.created", "incident_id": "inc_1",
+    ...     "received_at": [t, t + pd.Timedelta("31s"), t + pd.Timedelta("150s")],
+    ...     "response_status": [500, 500, 200], "response_ms": [120, 95, 80]})
+    >>> attempts = infer_attempts(verified, as_of=pd.Timestamp("2026-11-01", tz="UTC"))
+    >>> attempts[["attempt_no", "delay_s", "expected_delay_s", "on_schedule", "success"]]
+       attempt_no  delay_s  expected_delay_s  on_schedule  success
+    0           1     <NA>               0.0         True    False
+    1           2     31.0              30.0         True    False
+    2           3    119.0             120.0         True     True
     """
     as_utc(as_of)
     tol = tolerance or Tolerance()
@@ -118,8 +128,10 @@ def infer_attempts(
     rows, first = event_runs(out) if runs is None else runs
     if len(rows):
         t = out["received_at"].to_numpy(dtype="datetime64[ns]").view("int64")[rows] / 1e9
-        no, d, exp, ok = number_attempts(t, first, tol)
-        attempt[rows], delay[rows], expected[rows], on_sched[rows] = no, d, exp, ok
+        got = number_attempts(t, first, tol)
+        no = got.attempt_no
+        attempt[rows], delay[rows] = no, got.delay_s
+        expected[rows], on_sched[rows] = got.expected_delay_s, got.on_schedule
         prev = np.concatenate(([0], no[:-1]))
         missing[rows] = np.where(first, 0, no - prev - 1)
     valid = attempt > 0
@@ -200,7 +212,7 @@ def events_table(
     # Rows of one (subscription, event id) together, in time order: the order from integer
     # codes (sorted like the strings), each group a run of rows. Each column is then reduced
     # over the runs with numpy (``reduceat``), and only one value per event is taken of the
-    # text columns: no sorted copy of the rows, no pandas groupby (``docs/scale.md``,
+    # text columns: no sorted copy of the rows, no pandas groupby (git history of ``docs/scale.md``,
     # "Eighteenth pass"; ``tests/test_events_oracle.py`` holds the groupby as the oracle).
     starts = np.flatnonzero(start)
     n = len(rows)
@@ -211,21 +223,24 @@ def events_table(
         """Where the column's first non-missing value of each event is (pandas' ``first``),
         and which events have none (None: all have one)."""
         valid = attempts[name].notna().to_numpy(dtype=bool)[rows]
-        first = np.minimum.reduceat(np.where(valid, index, n), starts)
+        first: np.ndarray = np.minimum.reduceat(np.where(valid, index, n), starts)
         missing = first >= n
         return np.where(missing, starts, first), (missing if missing.any() else None)
 
     def flag(series: pd.Series) -> np.ndarray:
-        return series.fillna(False).to_numpy(dtype=bool)[rows]
+        flags: np.ndarray = series.fillna(False).to_numpy(dtype=bool)[rows]
+        return flags
 
-    def per_event(ufunc, values: np.ndarray) -> np.ndarray:
-        return ufunc.reduceat(values, starts)
+    def per_event(ufunc: np.ufunc, values: np.ndarray) -> np.ndarray:
+        reduced: np.ndarray = ufunc.reduceat(values, starts)
+        return reduced
 
     def numbers(name: str) -> np.ndarray:
         """The column as numbers (missing: 0), fractions kept as the groupby's sums kept them."""
         column = attempts[name]
         kind = np.float64 if pd.api.types.is_float_dtype(column.dtype) else np.int64
-        return column.fillna(0).to_numpy(dtype=kind)[rows]
+        values: np.ndarray = column.fillna(0).to_numpy(dtype=kind)[rows]
+        return values
 
     success = attempts["success"]
     ok = flag(success)
@@ -327,6 +342,14 @@ def _rate(ok: pd.Series) -> float:
     return float(ok.mean()) if len(ok) else float("nan")
 
 
+#: The column :func:`success_rates` groups by, by its ``by`` (any other: that column).
+_BY_COLUMN: dict[str, str | None] = {
+    "day": None,
+    "subscription": "subscription_id",
+    "event": "event",
+}
+
+
 def success_rates(
     attempts: pd.DataFrame, events: pd.DataFrame, *, by: str | None = None
 ) -> pd.DataFrame:
@@ -335,11 +358,12 @@ def success_rates(
     First attempts are attempts numbered 1 with a known answer; an event succeeds when its
     outcome is ``delivered`` (pending and unknown events are left out). Test events excluded.
     """
-    column = {"day": None, "subscription": "subscription_id", "event": "event"}.get(by, by)
+    column = None if by is None else _BY_COLUMN.get(by, by)
     # Only the columns read are cut (at 1M rows, cutting every column took most of the time).
     events = events[[c for c in ("is_test", "outcome", "first_received_at", column) if c in events]]
-    attempts = attempts[[c for c in ("attempt_no", "success", "is_test", "received_at", column)
-                         if c in attempts]]  # fmt: skip
+    attempts = attempts[
+        [c for c in ("attempt_no", "success", "is_test", "received_at", column) if c in attempts]
+    ]
     real = events[~events["is_test"]]
     firsts = attempts[(attempts["attempt_no"] == 1) & attempts["success"].notna()]
     firsts = firsts[~firsts["is_test"].astype(bool)]
@@ -349,7 +373,8 @@ def success_rates(
         if by is None:
             return pd.Series("all", index=df.index)
         if by == "day":
-            return df[time_col].dt.strftime("%Y-%m-%d")
+            day: pd.Series = df[time_col].dt.strftime("%Y-%m-%d")
+            return day
         if by in ("subscription", "subscription_id"):
             return df["subscription_id"]
         if by == "event":

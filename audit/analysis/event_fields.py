@@ -7,16 +7,21 @@ not ISO 8601 becomes NaT and is counted. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Final
+
 import numpy as np
 import orjson
 import pandas as pd
 import pyarrow as pa
 
-_UTC = "datetime64[ns, UTC]"
+__all__ = ["FIELDS", "FIELD_COLUMNS", "field_frame", "parse_data", "parse_times"]
+
+_UTC: Final = "datetime64[ns, UTC]"
 
 #: ``data`` field -> (column, kind). Kinds: text (a JSON string), wait (boolean or string),
 #: time (an ISO 8601 string). ``historyEntry`` belongs to one event, not to the state.
-_FIELDS: tuple[tuple[str, str, str], ...] = (
+FIELDS: tuple[tuple[str, str, str], ...] = (
     ("clientId", "client_id", "text"),
     ("incidentClass", "incident_class", "text"),
     ("incidentType", "incident_type", "text"),
@@ -33,21 +38,22 @@ _FIELDS: tuple[tuple[str, str, str], ...] = (
     ("burnStartedTimestamp", "burn_started_at", "time"),
     ("takedownTimestamp", "takedown_timestamp", "time"),
 )
-_FIELD_COLUMNS = tuple(col for _, col, _ in _FIELDS)
+FIELD_COLUMNS = tuple(col for _, col, _ in FIELDS)
 
 
 _MIN_NS = pd.Timestamp.min.tz_localize("UTC")
 _MAX_NS = pd.Timestamp.max.tz_localize("UTC")
 
 
-def _parse_times(raw: pd.Series) -> tuple[pd.Series, int]:
+def parse_times(raw: pd.Series) -> tuple[pd.Series, int]:
     """ISO 8601 strings to UTC ns; unparsable (or out of range) strings become NaT, counted.
 
     Each distinct string is parsed once (an incident's events repeat its times)."""
     codes, uniques = pd.factorize(raw)
     parsed = pd.to_datetime(pd.Series(uniques), utc=True, format="ISO8601", errors="coerce")
     parsed = parsed.where((parsed >= _MIN_NS) & (parsed <= _MAX_NS)).astype(_UTC)
-    ns = np.append(parsed.array.asi8, np.iinfo(np.int64).min)[codes]  # code -1 (missing): NaT
+    utc_ns = parsed.to_numpy(dtype="datetime64[ns]").view("i8")  # NaT: the int64 minimum
+    ns = np.append(utc_ns, np.iinfo(np.int64).min)[codes]  # code -1 (missing): NaT
     bad = int(np.count_nonzero(parsed.isna().to_numpy()[codes[codes >= 0]]))
     times = pd.Series(ns.view("datetime64[ns]"), index=raw.index).dt.tz_localize("UTC")
     return times, bad
@@ -57,23 +63,23 @@ _STR = pd.StringDtype(na_value=np.nan)  # pandas' "str" dtype
 _TO_STR = {pa.large_string(): _STR}.get
 #: The string-valued fields, as one Arrow struct: pyarrow converts the parsed dicts in C++,
 #: ignoring other keys, and refuses a value that is not a string (then the slow path counts it).
-_STRING_KEYS = tuple(key for key, _, kind in _FIELDS if kind != "wait")
+_STRING_KEYS = tuple(key for key, _, kind in FIELDS if kind != "wait")
 _STRUCT = pa.struct([(key, pa.large_string()) for key in _STRING_KEYS])
 
 
-def _data_of(body: object) -> dict:
+def _data_of(body: object) -> dict[str, object]:
     try:
-        env = orjson.loads(body)  # type: ignore[arg-type]
+        env = orjson.loads(body)  # type: ignore[arg-type]  # not bytes (None): TypeError, below
     except (orjson.JSONDecodeError, TypeError):
         return {}
     data = env.get("data") if type(env) is dict else None
     return data if type(data) is dict else {}
 
 
-def _parse_data(bodies: list[object]) -> list[dict]:
+def parse_data(bodies: list[object]) -> list[dict[str, object]]:
     """The ``data`` object of each body (``{}`` when there is none)."""
     try:  # fast path: every body is an envelope with a data object
-        datas = [env["data"] for env in map(orjson.loads, bodies)]  # type: ignore[arg-type]
+        datas = [env["data"] for env in map(orjson.loads, bodies)]  # type: ignore[arg-type]  # as above
         if all(type(x) is dict for x in datas):
             return datas
     except (orjson.JSONDecodeError, TypeError, KeyError):
@@ -81,14 +87,14 @@ def _parse_data(bodies: list[object]) -> list[dict]:
     return [_data_of(b) for b in bodies]
 
 
-def _str_series(values: list[object]) -> tuple[pd.Series, int]:
+def _str_series(values: Sequence[object]) -> tuple[pd.Series, int]:
     """Strings kept as ``str`` dtype; anything else (numbers, objects) becomes NaN, counted."""
     kept = [v if type(v) is str else None for v in values]
     arr = pa.array(kept, pa.large_string())
     return pd.Series(arr.to_pandas(types_mapper=_TO_STR)), kept.count(None) - values.count(None)
 
 
-def _field_frame(datas: list[dict]) -> tuple[pd.DataFrame, int]:
+def field_frame(datas: list[dict[str, object]]) -> tuple[pd.DataFrame, int]:
     """Known fields of the ``data`` objects as columns (``data`` keys), and wrong-type count."""
     waits = [x.get("waitForClient") for x in datas]
     kept = [

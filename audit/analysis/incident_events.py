@@ -10,17 +10,14 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Final
+
 import numpy as np
 import pandas as pd
 
 from audit.analysis.deliveries import is_test
-from audit.analysis.event_fields import (
-    _FIELD_COLUMNS,
-    _FIELDS,
-    _field_frame,
-    _parse_data,
-    _parse_times,
-)
+from audit.analysis.event_fields import FIELD_COLUMNS, FIELDS, field_frame, parse_data, parse_times
 from audit.analysis.rows import take_rows, take_rows_emptying
 from audit.errors import ParameterError, SchemaError
 from audit.ingest.receipts import (
@@ -46,7 +43,7 @@ __all__ = [
 
 CREATED = "incident.created"
 STATUS_CHANGED = "incident.status_changed"
-_UTC = "datetime64[ns, UTC]"
+_UTC: Final = "datetime64[ns, UTC]"
 
 EVENT_COLUMNS: tuple[str, ...] = (
     "incident_id",
@@ -55,7 +52,7 @@ EVENT_COLUMNS: tuple[str, ...] = (
     "event_timestamp",
     "received_at",
     "subscription_id",
-    *_FIELD_COLUMNS,
+    *FIELD_COLUMNS,
 )
 """Columns of :func:`incident_events`, in order."""
 
@@ -82,7 +79,7 @@ _EVENT_DTYPES: dict[str, str] = {
     "event_timestamp": _UTC,
     "received_at": _UTC,
     "subscription_id": "str",
-    **{col: (_UTC if kind == "time" else "str") for _, col, kind in _FIELDS},
+    **{col: (_UTC if kind == "time" else "str") for _, col, kind in FIELDS},
 }
 _NEEDED, _EXTRACTED = FOLD_KEYS, FOLD_FIELDS
 
@@ -126,7 +123,9 @@ def _body_key(d: pd.DataFrame) -> str:
     raise SchemaError("first receipts must be valid rows, one per event id")
 
 
-def _typed(df: pd.DataFrame, dtypes: dict[str, str], *, categories: bool = False) -> pd.DataFrame:
+def _typed(
+    df: pd.DataFrame, dtypes: Mapping[str, object], *, categories: bool = False
+) -> pd.DataFrame:
     """Columns in schema order with the declared dtypes (times converted to UTC, ns);
     ``categories``: a categorical column stands for a text one (not converted)."""
     out = {}
@@ -139,13 +138,15 @@ def _typed(df: pd.DataFrame, dtypes: dict[str, str], *, categories: bool = False
                 col = pd.to_datetime(col, utc=True)
             col = col.dt.tz_convert("UTC").astype(_UTC)
         else:
-            col = col.astype(dtype)
+            col = col.astype(pd.api.types.pandas_dtype(dtype))
         out[name] = col
     return pd.DataFrame(out, index=df.index).reset_index(drop=True)
 
 
-def _empty(dtypes: dict[str, str]) -> pd.DataFrame:
-    return pd.DataFrame({name: pd.Series([], dtype=dtype) for name, dtype in dtypes.items()})
+def _empty(dtypes: Mapping[str, object]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {name: pd.Series([], dtype=pd.api.types.pandas_dtype(d)) for name, d in dtypes.items()}
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,7 +255,9 @@ def _events(
     return out, counts
 
 
-def _by_event_id_within_ties(order: np.ndarray, keys: tuple, event_ids: pd.Series) -> np.ndarray:
+def _by_event_id_within_ties(
+    order: np.ndarray, keys: Sequence[np.ndarray], event_ids: pd.Series
+) -> np.ndarray:
     """``order`` (a lexsort of ``keys``) with each run of rows equal on every key put in the
     string order of their event ids (unique here): the order a lexsort with the ids' sorted
     codes as the last key gives, with only the tied ids sorted."""
@@ -333,19 +336,19 @@ def _events_of(
     )
     order = _by_event_id_within_ties(np.lexsort(keys), keys, d["event_id"].iloc[pos])
     del received, stamped, keys
-    fields = [c for c in _EXTRACTED if c in d.columns] if extracted else ["body"]
-    wide = [*EVENT_COLUMNS[:6], *fields]
+    read = [c for c in _EXTRACTED if c in d.columns] if extracted else ["body"]
+    wide = [*EVENT_COLUMNS[:6], *read]
     ev = take_rows_emptying(d, wide, pos[order]) if owned else take_rows(d[wide], pos[order])
     if extracted:  # fields extracted once at ingest (the evidence store)
         fields = pd.DataFrame({key: ev[col] for key, col in DATA_FIELDS})
         invalid = int(ev["data_invalid"].sum())
     else:
-        fields, invalid = _field_frame(_parse_data(ev["body"].tolist()))
+        fields, invalid = field_frame(parse_data(ev["body"].tolist()))
     cols: dict[str, pd.Series] = {c: ev[c] for c in EVENT_COLUMNS[:6]}
     unparsable = 0
-    for key, col, kind in _FIELDS:
+    for key, col, kind in FIELDS:
         if kind == "time":
-            cols[col], bad = _parse_times(fields[key])
+            cols[col], bad = parse_times(fields[key])
             unparsable += bad
         else:
             cols[col] = fields[key]

@@ -44,9 +44,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from audit.analysis.event_fields import FIELD_COLUMNS, FIELDS
 from audit.analysis.incident_events import (
-    _FIELD_COLUMNS,
-    _FIELDS,
     COUNT_KEYS,
     CREATED,
     EVENT_COLUMNS,
@@ -80,7 +79,7 @@ INTERVAL_COLUMNS: tuple[str, ...] = tuple(STATUS_INTERVALS.names)
 """Columns of :func:`status_intervals`, in order."""
 
 #: The text fields an incident keeps: its ``data`` fields that are not times.
-_TEXT_OUT = tuple(col for _, col, kind in _FIELDS if kind != "time")
+_TEXT_OUT = tuple(col for _, col, kind in FIELDS if kind != "time")
 _INCIDENT_DTYPES = INCIDENTS.dtypes()
 _INTERVAL_DTYPES = STATUS_INTERVALS.dtypes()
 
@@ -145,9 +144,24 @@ def status_intervals(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.Dat
 
     Examples
     --------
+    >>> import json
+    >>> def body(n, event, status):  # an envelope: its event id, event and data
+    ...     data = {"status": status, "incidentClass": "phishing"}
+    ...     return json.dumps({"id": f"evt_{n}", "event": event, "data": data}).encode()
+    >>> t = pd.Timestamp("2026-10-01 12:00", tz="UTC")
+    >>> verified = pd.DataFrame({  # an incident created, then taken down 6 hours later
+    ...     "verdict": "valid", "subscription_id": "wh_1", "event_id": ["evt_1", "evt_2"],
+    ...     "event": ["incident.created", "incident.status_changed"], "incident_id": "inc_1",
+    ...     "event_timestamp": [t, t + pd.Timedelta("6h")],
+    ...     "received_at": [t, t + pd.Timedelta("6h")],
+    ...     "body": [body(1, "incident.created", "new"),
+    ...              body(2, "incident.status_changed", "takedown_success")]})
     >>> as_of = pd.Timestamp("2026-11-01", tz="UTC")
-    >>> iv = status_intervals(verified, as_of=as_of)  # doctest: +SKIP
-    >>> iv[["incident_id", "status", "duration_s"]].head(2)  # doctest: +SKIP
+    >>> iv = status_intervals(verified, as_of=as_of)
+    >>> print(iv[["incident_id", "status", "duration_s", "current"]].to_string(index=False))
+    incident_id           status  duration_s  current
+          inc_1              new     21600.0    False
+          inc_1 takedown_success   2613600.0     True
     """
     as_of = as_utc(as_of)
     events, counts = _events(deliveries, as_of, categories=True)
@@ -222,10 +236,27 @@ def incidents_table(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.Data
 
     Examples
     --------
+    >>> import json
+    >>> def body(n, event, status):  # an envelope: its event id, event and data
+    ...     data = {"status": status, "incidentClass": "phishing"}
+    ...     return json.dumps({"id": f"evt_{n}", "event": event, "data": data}).encode()
+    >>> t = pd.Timestamp("2026-10-01 12:00", tz="UTC")
+    >>> verified = pd.DataFrame({  # an incident created, then taken down 6 hours later
+    ...     "verdict": "valid", "subscription_id": "wh_1", "event_id": ["evt_1", "evt_2"],
+    ...     "event": ["incident.created", "incident.status_changed"], "incident_id": "inc_1",
+    ...     "event_timestamp": [t, t + pd.Timedelta("6h")],
+    ...     "received_at": [t, t + pd.Timedelta("6h")],
+    ...     "body": [body(1, "incident.created", "new"),
+    ...              body(2, "incident.status_changed", "takedown_success")]})
     >>> as_of = pd.Timestamp("2026-11-01", tz="UTC")
-    >>> inc = incidents_table(verified, as_of=as_of)  # doctest: +SKIP
+    >>> inc = incidents_table(verified, as_of=as_of)
+    >>> print(inc[["incident_id", "status", "taken_down", "time_to_takedown_s"]].to_string())
+      incident_id            status  taken_down  time_to_takedown_s
+    0       inc_1  takedown_success        True             21600.0
     >>> from audit.analysis.takedown import takedown_durations
-    >>> durations, exclusions, _ = takedown_durations(inc, as_of=as_of)  # doctest: +SKIP
+    >>> durations, exclusions, _ = takedown_durations(inc, as_of=as_of)
+    >>> durations[["duration_s", "observed"]].to_dict("records")
+    [{'duration_s': 21600.0, 'observed': True}]
     """
     return incidents_and_intervals(deliveries, as_of=as_of)[0]
 
@@ -252,7 +283,7 @@ def incidents_and_intervals(
 def _fold(events: pd.DataFrame, runs: pd.DataFrame, as_of: pd.Timestamp) -> pd.DataFrame:
     """The incidents table from the events and their status runs (see :func:`incidents_table`)."""
     by = events.groupby("incident_id", sort=True)
-    folded = by[list(_FIELD_COLUMNS)].last()  # last non-missing value of each field
+    folded = by[list(FIELD_COLUMNS)].last()  # last non-missing value of each field
     times = by["event_timestamp"]
     out = folded.drop(columns=["data_timestamp", "takedown_timestamp"])
     out["first_event_at"] = times.min()

@@ -48,7 +48,8 @@ def utc_times(times: pd.Series) -> pd.Series:
     """Timezone-aware times converted to UTC; naive times are a :class:`SchemaError`."""
     if not isinstance(times.dtype, pd.DatetimeTZDtype):
         raise SchemaError(f"{times.name} must be timezone-aware UTC times, got {times.dtype}")
-    return times.dt.tz_convert("UTC")
+    utc: pd.Series = times.dt.tz_convert("UTC")
+    return utc
 
 
 def plain_label(value: object) -> str:
@@ -170,9 +171,17 @@ def daily_failure_rate(attempts: pd.DataFrame, *, fill_days: bool = True) -> pd.
 
     Examples
     --------
-    >>> rates = daily_failure_rate(infer_attempts(verified, as_of=end))  # doctest: +SKIP
-    >>> rates.pivot(index="day", columns="subscription_id", values="failure_rate")
-    ... # doctest: +SKIP
+    >>> from audit.analysis.deliveries import infer_attempts
+    >>> t = pd.Timestamp("2026-10-01 12:00", tz="UTC")
+    >>> verified = pd.DataFrame({  # one event, answered 500, 500, then 200
+    ...     "verdict": "valid", "subscription_id": "wh_1", "event_id": "evt_1",
+    ...     "event": "incident.created", "incident_id": "inc_1",
+    ...     "received_at": [t, t + pd.Timedelta("31s"), t + pd.Timedelta("150s")],
+    ...     "response_status": [500, 500, 200], "response_ms": [120, 95, 80]})
+    >>> rates = daily_failure_rate(infer_attempts(verified, as_of=t + pd.Timedelta("1D")))
+    >>> print(rates[["day", "attempts", "failed", "failure_rate"]].to_string(index=False))
+                          day  attempts  failed  failure_rate
+    2026-10-01 00:00:00+00:00         3       2      0.666667
     """
     require_columns(
         attempts, _ATTEMPT_COLS, "attempts", "audit.analysis.deliveries.infer_attempts()"
@@ -237,8 +246,18 @@ def retry_delays(attempts: pd.DataFrame) -> pd.DataFrame:
 
     Examples
     --------
-    >>> retry_delays(infer_attempts(verified, as_of=end))["kind"].value_counts()
-    ... # doctest: +SKIP
+    >>> from audit.analysis.deliveries import infer_attempts
+    >>> t = pd.Timestamp("2026-10-01 12:00", tz="UTC")
+    >>> verified = pd.DataFrame({  # one event, answered 500, 500, then 200
+    ...     "verdict": "valid", "subscription_id": "wh_1", "event_id": "evt_1",
+    ...     "event": "incident.created", "incident_id": "inc_1",
+    ...     "received_at": [t, t + pd.Timedelta("31s"), t + pd.Timedelta("150s")],
+    ...     "response_status": [500, 500, 200], "response_ms": [120, 95, 80]})
+    >>> delays = retry_delays(infer_attempts(verified, as_of=t + pd.Timedelta("1D")))
+    >>> print(delays[["attempt_no", "delay_s", "expected_delay_s", "kind"]].to_string(index=False))
+     attempt_no  delay_s  expected_delay_s        kind
+              2     31.0              30.0 on_schedule
+              3    119.0             120.0 on_schedule
     """
     cols = ["attempt_no", "delay_s", "expected_delay_s", "on_schedule", "missing_before"]
     require_columns(attempts, cols, "attempts", "audit.analysis.deliveries.infer_attempts()")

@@ -11,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 __all__ = ["key_runs", "take_rows", "take_rows_emptying", "value_changes"]
 
@@ -97,9 +99,6 @@ def value_changes(column: pd.Series) -> np.ndarray:
     >>> value_changes(pd.Series(["a", "a", "b", None, None, "b"]))
     array([ True, False,  True,  True,  True,  True])
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     n = len(column)
     out = np.ones(n, dtype=bool)
     if n < 2:

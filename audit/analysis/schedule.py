@@ -8,13 +8,15 @@ event: the smallest later number whose scheduled delay matches within a :class:`
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from audit.errors import ParameterError
 from audit.spec import MAX_ATTEMPTS, RETRY_DELAYS_S
 
-__all__ = ["Tolerance", "expected_delay", "number_attempts"]
+__all__ = ["AttemptNumbers", "Tolerance", "expected_delay", "number_attempts"]
 
 
 class Tolerance:
@@ -53,22 +55,35 @@ for _a in range(1, MAX_ATTEMPTS + 1):
 _FEW = 64
 
 
+class AttemptNumbers(NamedTuple):
+    """What :func:`number_attempts` infers, one value per row (a group's first row: attempt 1,
+    no delay, expected delay 0, on schedule)."""
+
+    #: The attempt number.
+    attempt_no: npt.NDArray[np.int64]
+    #: Seconds since the group's row before (NaN for a first row).
+    delay_s: npt.NDArray[np.float64]
+    #: The scheduled delay matched, else that to the next attempt (NaN past the last one).
+    expected_delay_s: npt.NDArray[np.float64]
+    #: Whether a scheduled delay matched within the tolerance.
+    on_schedule: npt.NDArray[np.bool_]
+
+
 def number_attempts(
-    t: np.ndarray, first: np.ndarray, tol: Tolerance
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Attempt numbers of rows sorted by group then time (``first`` marks a group's first row):
-    (attempt_no, delay_s, expected_delay_s, on_schedule), by the rule of
-    :func:`audit.analysis.deliveries.infer_attempts`.
+    t: npt.NDArray[np.float64], first: npt.NDArray[np.bool_], tol: Tolerance
+) -> AttemptNumbers:
+    """Attempt numbers of rows sorted by group then time (``first`` marks a group's first row;
+    ``t`` in seconds), by the rule of :func:`audit.analysis.deliveries.infer_attempts`.
 
     Each row depends only on the row before it in its group, so all the second rows are
     numbered at once, then all the third rows, and so on; when few rows remain at a position
     (one event delivered very many times), the rest are numbered one by one.
     """
     n = len(t)
-    no = np.ones(n, dtype=np.int64)
-    delay = np.full(n, np.nan)
-    expected = np.zeros(n)
-    ok = np.ones(n, dtype=bool)
+    out = AttemptNumbers(
+        np.ones(n, dtype=np.int64), np.full(n, np.nan), np.zeros(n), np.ones(n, dtype=bool)
+    )
+    no, delay, expected, ok = out
     starts = np.flatnonzero(first)
     position = np.arange(n) - np.repeat(starts, np.diff(np.append(starts, n)))
     by_position = np.argsort(position, kind="stable")
@@ -77,9 +92,7 @@ def number_attempts(
     for p in range(1, len(bounds)):
         rows = by_position[bounds[p - 1] : bounds[p]]
         if len(rows) < _FEW:
-            _number_one_by_one(
-                np.sort(by_position[bounds[p - 1] :]), t, no, delay, expected, ok, tol
-            )
+            _number_one_by_one(np.sort(by_position[bounds[p - 1] :]), t, out, tol)
             break
         d = t[rows] - t[rows - 1]
         prev = no[rows - 1]
@@ -98,11 +111,15 @@ def number_attempts(
         expected[rows] = np.where(found, e_found, fallback)
         ok[rows] = found
         delay[rows] = d
-    return no, delay, expected, ok
+    return out
 
 
-def _number_one_by_one(rows, t, no, delay, expected, ok, tol) -> None:
-    """:func:`number_attempts` for the rows left (ascending), each after the one before it."""
+def _number_one_by_one(
+    rows: npt.NDArray[np.intp], t: npt.NDArray[np.float64], out: AttemptNumbers, tol: Tolerance
+) -> None:
+    """:func:`number_attempts` for the rows left (ascending), each after the one before it,
+    written into ``out``."""
+    no, delay, expected, ok = out
     for j in rows.tolist():
         prev_no = int(no[j - 1])
         d = t[j] - t[j - 1]

@@ -20,12 +20,16 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import duckdb
 import pandas as pd
+import pyarrow as pa
 
 from audit.analysis.analyze import (
     DELIVERY_TABLE_COLUMNS,
     Analysis,
+    DeliveryCounts,
     add_counts,
     analyze,
     attempts_and_events,
@@ -33,6 +37,7 @@ from audit.analysis.analyze import (
     delivery_counts,
     incident_counts,
     parse_as_of,
+    store_as_of,
     table_folder,
     takedown_analysis,
     write_table,
@@ -47,16 +52,22 @@ from audit.atomic import (
     staged_files,
 )
 from audit.errors import InputError, OutputError, ParameterError
+from audit.ingest.query import DELIVERY_COLUMNS, load_deliveries, load_first_receipts, store_inputs
+from audit.ingest.scan import check_pinned, pinned_store
 from audit.ingest.store import Store
 from audit.memory import release_free_memory
 from audit.safe import write_csv_rows
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
 
-__all__ = ["ROWS_PER_PASS", "StoreAnalysis", "analyze_store", "passes_for", "store_as_of"]
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
+
+__all__ = ["ROWS_PER_PASS", "StoreAnalysis", "analyze_store", "passes_for"]
 
 #: Deliveries read per pass at most (on average: the pairs are split by hash). A pass of a
-#: million peaks at about 1.4 GiB (``docs/scale.md``, "Twelfth pass"), within the 2 GiB of a
-#: month's report; passes cost little time (each reads the store's key columns once more).
+#: million peaks at about 1.4 GiB ("Twelfth pass" of ``docs/scale.md``, in git history), within
+#: the 2 GiB of a month's report; passes cost little time (each reads the store's key columns
+#: once more).
 ROWS_PER_PASS = 1_000_000
 
 
@@ -75,31 +86,6 @@ class StoreAnalysis:
         return {"as_of": self.as_of, **self.figures}
 
 
-def store_as_of(
-    logs: Iterable[str | os.PathLike],
-    secrets_path: str | os.PathLike | None,
-    store: str | os.PathLike,
-    as_of: pd.Timestamp | None,
-    *,
-    header_prefix: str = DEFAULT_HEADER_PREFIX,
-    tolerance_s: float = CLOCK_TOLERANCE_S,
-) -> pd.Timestamp:
-    """Ingest ``logs`` (if any) into ``store``; return ``as_of``, by default its latest receipt."""
-    from audit.ingest.query import latest_receipt
-    from audit.ingest.store import ingest
-
-    logs = list(logs)
-    if logs or secrets_path is not None:
-        if secrets_path is None:
-            raise ParameterError("give --secrets to ingest logs into the store")
-        ingest(logs, secrets_path, store, header_prefix=header_prefix, tolerance_s=tolerance_s)
-    if as_of is None:
-        as_of = latest_receipt(store)
-        if as_of is None:
-            raise ParameterError("no readable record: give --as-of")
-    return as_of
-
-
 #: The most passes :func:`passes_for` allows (each pass reads the store's deliveries again).
 MAX_PASSES = 1000
 
@@ -111,8 +97,7 @@ def passes_for(records: int, rows_per_pass: int = ROWS_PER_PASS) -> int:
     >>> passes_for(0), passes_for(1_000_000), passes_for(1_000_001), passes_for(12_000_000)
     (1, 1, 2, 12)
     """
-    if not isinstance(rows_per_pass, int) or isinstance(rows_per_pass, bool) or rows_per_pass < 1:
-        raise ParameterError(f"rows per pass {rows_per_pass!r}: give a whole number from 1")
+    rows_per_pass = _whole_from_1(rows_per_pass)
     n = max(1, math.ceil(records / rows_per_pass))
     if n > MAX_PASSES:  # every pass reads the store again: a typo would run for hours
         least = math.ceil(records / MAX_PASSES)
@@ -123,13 +108,21 @@ def passes_for(records: int, rows_per_pass: int = ROWS_PER_PASS) -> int:
     return n
 
 
+def _whole_from_1(rows_per_pass: object) -> int:
+    """``rows_per_pass`` (any object: a caller may have no type checker) if it is an int from 1,
+    else a ParameterError."""
+    if not isinstance(rows_per_pass, int) or isinstance(rows_per_pass, bool) or rows_per_pass < 1:
+        raise ParameterError(f"rows per pass {rows_per_pass!r}: give a whole number from 1")
+    return rows_per_pass
+
+
 def analyze_store(
-    store: str | os.PathLike,
-    out_dir: str | os.PathLike,
+    store: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
     *,
-    logs: Iterable[str | os.PathLike] = (),
-    secrets_path: str | os.PathLike | None = None,
-    snapshots: Sequence[str | os.PathLike] = (),
+    logs: Iterable[str | os.PathLike[str]] = (),
+    secrets_path: str | os.PathLike[str] | None = None,
+    snapshots: Sequence[str | os.PathLike[str]] = (),
     as_of: pd.Timestamp | str | None = None,
     header_prefix: str = DEFAULT_HEADER_PREFIX,
     tolerance_s: float = CLOCK_TOLERANCE_S,
@@ -145,26 +138,35 @@ def analyze_store(
 
     Examples
     --------
-    >>> done = analyze_store("store/", "tables/")  # doctest: +SKIP
-    >>> done.passes, [p.name for p in done.paths][:2]  # doctest: +SKIP
-    (12, ['deliveries.parquet', 'events.parquet'])
-    """
-    from audit.ingest.query import store_inputs
-    from audit.ingest.scan import pinned_store
+    A week of the built-in demo data (:func:`audit.demo.simulate.simulate`: 464 records),
+    ingested, then analysed 200 records a pass:
 
+    >>> import tempfile, warnings
+    >>> from audit.demo.simulate import simulate
+    >>> with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")  # 20 incidents: small groups, imprecise estimates
+    ...     demo = simulate(Path(folder, "demo"), days=7, incidents=20)
+    ...     done = analyze_store(
+    ...         Path(folder, "store"), Path(folder, "tables"), logs=demo.captures,
+    ...         secrets_path=demo.secrets, rows_per_pass=200)
+    >>> done.passes, [p.name for p in done.paths][:2]
+    (3, ['deliveries.parquet', 'events.parquet'])
+    """
     check_table_format(fmt)
     when = parse_as_of(as_of)
     when = store_as_of(
         logs, secrets_path, store, when, header_prefix=header_prefix, tolerance_s=tolerance_s
     )
-    store = pinned_store(store)  # every read below sees the store as it is now
-    inputs = store_inputs(store)
+    pinned = pinned_store(store)  # every read below sees the store as it is now
+    inputs = store_inputs(pinned)
     n = passes_for(int(inputs["records"].sum()), rows_per_pass)
     table_folder(out_dir, fmt)  # created once the inputs are known to be readable
     if n == 1:
-        a = analyze([], None, snapshots=snapshots, as_of=when, clock_start=clock_start, store=store)
+        a = analyze(
+            [], None, snapshots=snapshots, as_of=when, clock_start=clock_start, store=pinned
+        )
         return StoreAnalysis(when, clock_start, 1, a.write(out_dir, fmt=fmt), _figures(a))
-    return _in_passes(store, Path(out_dir), n, when, snapshots, clock_start, fmt)
+    return _in_passes(pinned, Path(out_dir), n, when, snapshots, clock_start, fmt)
 
 
 def _figures(a: Analysis) -> dict[str, object]:
@@ -178,13 +180,11 @@ def _in_passes(
     out: Path,
     n: int,
     when: pd.Timestamp,
-    snapshots: Sequence[str | os.PathLike],
+    snapshots: Sequence[str | os.PathLike[str]],
     clock_start: str,
     fmt: str,
 ) -> StoreAnalysis:
     """The tables of ``store`` in ``n`` passes (:func:`analyze_store`)."""
-    from audit.ingest.query import load_first_receipts
-
     t = takedown_analysis(
         load_first_receipts(store, start=None, end=when), as_of=when, clock_start=clock_start
     )
@@ -201,16 +201,19 @@ def _in_passes(
         paths = [out / f"deliveries.{fmt}", out / f"events.{fmt}"]
         for name, table in small.items():
             paths += [stage.final(p) for p in write_table(stage, name, table, fmt)]
-    figures = {**(counts or {}), **incident_counts(t.incidents, t.durations, t.summary)}
+    figures: dict[str, object] = {
+        **(counts or {}),
+        **incident_counts(t.incidents, t.durations, t.summary),
+    }
     return StoreAnalysis(when, clock_start, n, paths, figures)
 
 
 def _passes(
     out: Stage, store: Store, n: int, when: pd.Timestamp, fmt: str
-) -> dict[str, object] | None:
+) -> DeliveryCounts | None:
     """Write the deliveries and events tables of ``store`` into ``out`` in ``n`` passes; return
     their summary counts, added up."""
-    counts: dict[str, object] | None = None
+    counts: DeliveryCounts | None = None
     with contextlib.ExitStack() as stack:
         rows = _Sink(stack, out / f"deliveries.{fmt}", fmt)
         events_out = _Sink(stack, out / f"events.{fmt}", fmt)
@@ -235,11 +238,6 @@ def _one_pass(
 
     Runs while the table files are open: a failure to read is said of the store (InputError),
     not of the file being written."""
-    import duckdb
-
-    from audit.ingest.query import DELIVERY_COLUMNS, load_deliveries
-    from audit.ingest.scan import check_pinned
-
     check_pinned(store)
     try:
         part = [load_deliveries(store, end=when, columns=DELIVERY_COLUMNS, part=(k, n))]
@@ -261,7 +259,7 @@ class _Sink:
         self._f = stack.enter_context(
             atomic_output(path, binary=binary, newline=None if binary else "")
         )
-        self._writer = None
+        self._writer: pq.ParquetWriter | None = None
         self._parts = 0
         stack.callback(self.close)  # before the file closes, also when a pass fails
 
@@ -279,8 +277,6 @@ class _Sink:
         if self.fmt == "csv":
             write_csv_rows(frame, self._f, header=self._parts == 0)
         else:
-            import pyarrow as pa
-
             table = pa.Table.from_pandas(frame, preserve_index=False)
             if self._writer is None:
                 self._writer = parquet_writer(self._f, table.schema)

@@ -13,8 +13,9 @@ A snapshot file is ``{"fetched_at": "<ISO time>", "base_url": "...", "response":
 from __future__ import annotations
 
 import json
+import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -118,15 +119,14 @@ def _kind(value: object) -> str:
     )
 
 
-def snapshot_files(paths: Iterable[str | Path]) -> list[Path]:
+def snapshot_files(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> list[Path]:
     """Files named by ``paths`` (files, folders' ``*.json``, globs), each once, in order.
 
     The rules are those of :func:`audit.paths.expand`, except that a folder is not searched
     recursively and a folder without snapshots yields none.
     """
-    if isinstance(paths, str | Path):
-        paths = [paths]
-    return expand(paths, ("json",), what="snapshot file", empty_folder_ok=True, recursive=False)
+    named = [paths] if isinstance(paths, str | os.PathLike) else paths
+    return expand(named, ("json",), what="snapshot file", empty_folder_ok=True, recursive=False)
 
 
 def _read_snapshot(path: Path) -> tuple[int, list[dict[str, Any]]]:
@@ -216,13 +216,15 @@ def _row(item: dict[str, Any], odd: list[str]) -> dict[str, Any]:
     return row
 
 
-def _utc(ns: list[int | None]) -> pd.Series:
-    import pandas as pd
+def _utc(ns: Sequence[int | None]) -> pd.Series:
+    import pandas as pd  # start-up: `audit snapshot` loads this module, never pandas
 
     return pd.to_datetime(pd.Series(pd.array(ns, dtype="Int64")), unit="ns", utc=True)
 
 
-def load_snapshots(paths: Iterable[str | Path] | str | Path) -> pd.DataFrame:
+def load_snapshots(
+    paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
+) -> pd.DataFrame:
     """Load ``GET /webhooks`` snapshot files into one frame, one row per listed subscription.
 
     Parameters
@@ -254,8 +256,16 @@ def load_snapshots(paths: Iterable[str | Path] | str | Path) -> pd.DataFrame:
 
     Examples
     --------
-    >>> df = load_snapshots(["snapshots/"])  # doctest: +SKIP
-    >>> df.groupby("fetched_at")["subscription_id"].count()  # doctest: +SKIP
+    >>> import tempfile
+    >>> listing = {"data": [{"id": "wh_1", "url": "https://hooks.example/a", "active": True}]}
+    >>> snapshot = {"fetched_at": "2026-10-01T12:00:00Z", "base_url": "https://api.example",
+    ...             "response": listing}
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = Path(folder, "snapshot.json").write_text(json.dumps(snapshot))
+    ...     df = load_snapshots([folder])
+    >>> print(df[["fetched_at", "subscription_id", "url", "active"]].to_string(index=False))
+                   fetched_at subscription_id                     url  active
+    2026-10-01 12:00:00+00:00            wh_1 https://hooks.example/a    True
     """
     rows: list[dict[str, Any]] = []
     fetched: list[int] = []
@@ -276,7 +286,7 @@ def load_snapshots(paths: Iterable[str | Path] | str | Path) -> pd.DataFrame:
                 SnapshotWarning,
                 stacklevel=2,
             )
-    import pandas as pd
+    import pandas as pd  # start-up: `audit snapshot` loads this module, never pandas
 
     df = pd.DataFrame(
         {

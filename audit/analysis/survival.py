@@ -138,11 +138,17 @@ def _as_observed(observed: object) -> np.ndarray:
     )
 
 
-def check_alpha(alpha: float) -> float:
+def check_alpha(alpha: object) -> float:
     """``alpha`` as a float strictly between 0 and 1, else a one-line :class:`ParameterError`."""
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
-        raise ParameterError(f"alpha must be a number strictly between 0 and 1, got {alpha!r}")
-    return float(alpha)
+    return _fraction("alpha", alpha)
+
+
+def _fraction(name: str, value: object) -> float:
+    """``value`` (any object: a caller may have no type checker) as a float strictly between 0
+    and 1, else a :class:`ParameterError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise ParameterError(f"{name} must be a number strictly between 0 and 1, got {value!r}")
+    return float(value)
 
 
 def kaplan_meier(
@@ -290,7 +296,9 @@ class KMQuantile:
 
         Examples
         --------
-        >>> KMQuantile(0.5, 23.0, 13.0, None, True, 0.95).describe(unit=" weeks")
+        >>> KMQuantile(0.5, 23.0, ci_lower=13.0, ci_upper=None, reached=True, level=0.95).describe(
+        ...     unit=" weeks"
+        ... )
         'median 23 weeks (95% CI 13 weeks to not reached)'
         """
 
@@ -337,8 +345,7 @@ def km_quantile(km: pd.DataFrame, q: float) -> KMQuantile:
     >>> km_quantile(kaplan_meier([5, 6], [False, False]), 0.5).reached
     False
     """
-    if isinstance(q, bool) or not isinstance(q, int | float) or not 0 < q < 1:
-        raise ParameterError(f"q must be a number strictly between 0 and 1, got {q!r}")
+    q = _fraction("q", q)
     missing = [c for c in ("time", "survival", "ci_lower", "ci_upper") if c not in km.columns]
     if missing:
         raise SchemaError(f"km frame lacks column(s) {', '.join(missing)}; use kaplan_meier()")
@@ -349,4 +356,6 @@ def km_quantile(km: pd.DataFrame, q: float) -> KMQuantile:
     est = _first_time_at_or_below(times, km["survival"].to_numpy(dtype="float64"), target)
     low = _first_time_at_or_below(times, km["ci_lower"].to_numpy(dtype="float64"), target)
     up = _first_time_at_or_below(times, km["ci_upper"].to_numpy(dtype="float64"), target)
-    return KMQuantile(float(q), est, low, up, est is not None, level)
+    return KMQuantile(
+        q=float(q), time=est, ci_lower=low, ci_upper=up, reached=est is not None, level=level
+    )

@@ -25,10 +25,15 @@ __all__ = [
     "DURATION_COLUMNS",
     "EXCLUSION_REASONS",
     "INCIDENT_COLUMNS",
+    "ClockStart",
     "TakedownDurations",
+    "check_clock_start",
     "takedown_durations",
     "takedown_summary",
 ]
+
+#: Which timestamp starts the takedown clock: ``created_at`` or ``burn_started_at``.
+ClockStart = Literal["created", "burn"]
 
 INCIDENT_COLUMNS: tuple[str, ...] = (  # required input of takedown_durations()
     "incident_id",
@@ -91,7 +96,8 @@ class TakedownDurations(NamedTuple):
 def _utc_column(df: pd.DataFrame, name: str) -> pd.Series:
     col = df[name]
     if isinstance(col.dtype, pd.DatetimeTZDtype):
-        return col.dt.tz_convert("UTC")
+        utc: pd.Series = col.dt.tz_convert("UTC")
+        return utc
     if col.isna().all():
         return pd.Series(pd.NaT, index=df.index, dtype="datetime64[ns, UTC]")
     raise SchemaError(
@@ -99,11 +105,24 @@ def _utc_column(df: pd.DataFrame, name: str) -> pd.Series:
     )
 
 
+def check_clock_start(start: str) -> ClockStart:
+    """``start`` as a :data:`ClockStart`; a ParameterError if it is neither.
+
+    >>> check_clock_start("burn")
+    'burn'
+    """
+    if start == "created":
+        return "created"
+    if start == "burn":
+        return "burn"
+    raise ParameterError(f"start must be 'created' or 'burn', got {start!r}")
+
+
 def takedown_durations(
     incidents: pd.DataFrame,
     *,
     as_of: pd.Timestamp,
-    start: Literal["created", "burn"] = "created",
+    start: ClockStart = "created",
 ) -> TakedownDurations:
     """Durations to takedown, right-censored, from the incidents table.
 
@@ -152,8 +171,7 @@ def takedown_durations(
               a     21600.0      True
               b     86400.0     False
     """
-    if start not in ("created", "burn"):
-        raise ParameterError(f"start must be 'created' or 'burn', got {start!r}")
+    start = check_clock_start(start)  # also for a caller without a type checker
     as_of_utc = as_utc(as_of)
     if not isinstance(incidents, pd.DataFrame):
         raise SchemaError(f"incidents must be a DataFrame, got {type(incidents).__name__}")

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, Protocol
 
 import click
 
-from audit.cli.data import _STORE, _need_logs
-from audit.cli.params import TEXT_PATH, NonEmptyPath
-from audit.cli.store import check_out_folder
+from audit.analysis.analyze import analyze as analyze_logs
+from audit.analysis.store_analysis import ROWS_PER_PASS, analyze_store
+from audit.cli.params import STORE_OPTION, TEXT_PATH, NonEmptyPath, check_out_folder, need_logs
+from audit.ingest.query import store_inputs
 from audit.spec import DEFAULT_HEADER_PREFIX, DELIVERY_TIMEOUT_S
 
-COMMANDS: list[click.Command] = []
+__all__ = ["analyze", "summary_text"]
 
 
-def _command(fn: click.Command) -> click.Command:
-    COMMANDS.append(fn)
-    return fn
-
-
-@_command
 @click.command()
 @click.argument("logs", nargs=-1, type=TEXT_PATH)
 @click.option("--secrets", "secrets_path", type=TEXT_PATH, help="Secrets file (JSON).")
@@ -50,7 +47,7 @@ def _command(fn: click.Command) -> click.Command:
     show_default=True,
     help="Table files: Parquet (typed, compact; the small tables also as CSV) or CSV.",
 )
-@_STORE
+@STORE_OPTION
 @click.option(
     "--rows-per-pass",
     type=click.IntRange(min=1),
@@ -72,16 +69,14 @@ def analyze(
 ) -> None:
     """Verify, then write deliveries, events, incidents, status intervals, takedown and
     subscription tables (Parquet, or CSV with --format csv), and print a short summary."""
-    _need_logs(logs, store_dir)
+    need_logs(logs, store_dir)
     if secrets_path is None and store_dir is None:
         raise click.UsageError("Missing option '--secrets'.")
     if rows_per_pass is not None and store_dir is None:
         raise click.UsageError("--rows-per-pass needs --store.")
     check_out_folder(out)  # before the work, not after
     if store_dir is not None:
-        from audit.analysis.store_analysis import ROWS_PER_PASS, analyze_store
-
-        result = analyze_store(
+        stored = analyze_store(
             store_dir,
             out,
             logs=logs,
@@ -93,14 +88,13 @@ def analyze(
             fmt=fmt,
             rows_per_pass=rows_per_pass or ROWS_PER_PASS,
         )
-        paths = result.paths
-        from audit.ingest.query import store_inputs
-
         read = int(store_inputs(store_dir)["records"].sum())
+        click.echo(summary_text(stored, read=read))
+        if stored.passes > 1:
+            click.echo(f"read in {stored.passes} passes (--rows-per-pass)")
+        paths = stored.paths
     else:
-        from audit.analysis.analyze import analyze as run
-
-        result = run(
+        result = analyze_logs(
             logs,
             secrets_path,
             snapshots=snapshots,
@@ -109,15 +103,21 @@ def analyze(
             clock_start=clock_start,
         )
         paths = result.write(out, fmt=fmt)
-        read = int(result.inputs["records"].sum())
-    click.echo(summary_text(result, read=read))
-    if getattr(result, "passes", 1) > 1:
-        click.echo(f"read in {result.passes} passes (--rows-per-pass)")
+        click.echo(summary_text(result, read=int(result.inputs["records"].sum())))
     for path in paths:
         click.echo(f"wrote {path}")
 
 
-def summary_text(result, read: int | None = None) -> str:
+class Summarised(Protocol):
+    """What :func:`summary_text` reads: an ``Analysis`` or a ``StoreAnalysis``."""
+
+    @property
+    def clock_start(self) -> str: ...
+
+    def summary(self) -> Mapping[str, Any]: ...
+
+
+def summary_text(result: Summarised, read: int | None = None) -> str:
     """A few lines an analyst reads first: :meth:`Analysis.summary`, formatted (nothing is
     refitted). ``read``: the records of the files read (their ``inputs``); those beyond the
     summary's were received after ``as_of`` and left out, which the text says."""

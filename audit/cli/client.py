@@ -15,7 +15,6 @@ import os
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -35,14 +34,12 @@ from audit.redaction import (
     register_sensitive,
     scrub,
 )
+from audit.service.client import IssuedSecret
 from audit.service.snapshots import write_snapshot
 from audit.service.wire import iso
 from audit.spec import EVENTS
 
-if TYPE_CHECKING:  # the service client (httpx) is imported when a command runs
-    from audit.service.client import IssuedSecret
-
-__all__ = ["COMMANDS", "snapshot", "webhooks", "write_snapshot"]
+__all__ = ["snapshot", "webhooks", "write_snapshot"]
 
 
 def _check_secrets_target(path: Path, subscription_id: str | None = None) -> None:
@@ -362,6 +359,3 @@ def snapshot(
     )
     _warn_exposed(exposed)
     click.echo(f"wrote {path} ({n} subscription{'s' if n != 1 else ''})")
-
-
-COMMANDS: list[click.Command] = [webhooks, snapshot]

@@ -12,15 +12,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from audit.errors import InputError
 from audit.redaction import register_sensitive
-
-if TYPE_CHECKING:  # httpx is imported when a service command runs, not by `audit --help`
-    from audit.service.client import ServiceClient
+from audit.service.client import RetryPolicy, ServiceClient
 
 __all__ = ["CLIENT_FACTORY", "ClientFactory", "client_factory", "service_client", "service_options"]
 
@@ -63,19 +61,9 @@ def service_options(f: Any) -> Any:
 
 
 #: Builds a command's client from keyword arguments (those of :class:`ServiceClient`).
-ClientFactory = Callable[..., "ServiceClient"]
-#: ``CLIENT_FACTORY`` is :class:`ServiceClient`, imported on first use (see ``__getattr__``).
-CLIENT_FACTORY: ClientFactory
-
-
-def __getattr__(name: str) -> Any:
-    """``CLIENT_FACTORY`` (:class:`ServiceClient`) on first use, then a plain attribute."""
-    if name != "CLIENT_FACTORY":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from audit.service.client import ServiceClient
-
-    globals()["CLIENT_FACTORY"] = ServiceClient
-    return ServiceClient
+ClientFactory = Callable[..., ServiceClient]
+#: What the commands build their client with, unless the click context object names another.
+CLIENT_FACTORY: ClientFactory = ServiceClient
 
 
 def client_factory() -> ClientFactory:
@@ -85,7 +73,7 @@ def client_factory() -> ClientFactory:
     obj = ctx.find_root().obj if ctx is not None else None
     if isinstance(obj, dict) and obj.get("client_factory") is not None:
         return obj["client_factory"]
-    return globals().get("CLIENT_FACTORY") or __getattr__("CLIENT_FACTORY")
+    return CLIENT_FACTORY
 
 
 def service_client(
@@ -101,8 +89,6 @@ def service_client(
             f"environment variable {api_key_env} is not set (it must hold the API key)"
         )
     register_sensitive(key)
-    from audit.service.client import RetryPolicy
-
     deadline_s = _env_number("AUDIT_DEADLINE_S", 120.0, float)
     client = client_factory()(
         base_url=base_url,

@@ -1,12 +1,23 @@
-"""Parameter types shared by the commands."""
+"""Parameter types, options and checks shared by the commands."""
 
 from __future__ import annotations
 
+import stat
+from pathlib import Path
 from typing import Any
 
 import click
 
-__all__ = ["SECRETS_FILE", "TEXT_PATH", "NonEmptyPath"]
+from audit.errors import InputError
+
+__all__ = [
+    "SECRETS_FILE",
+    "STORE_OPTION",
+    "TEXT_PATH",
+    "NonEmptyPath",
+    "check_out_folder",
+    "need_logs",
+]
 
 
 class NonEmptyPath(click.Path):
@@ -29,3 +40,33 @@ TEXT_PATH = NonEmptyPath(path_type=str, allow_dash=False, readable=False)  # the
 SECRETS_FILE = click.option(
     "--secrets", "secrets_path", required=True, type=TEXT_PATH, help="Secrets file (JSON)."
 )
+
+#: ``--store DIR`` of ``verify``, ``analyze`` and ``report``.
+STORE_OPTION = click.option(
+    "--store",
+    "store_dir",
+    type=NonEmptyPath(file_okay=False, path_type=Path),
+    help="Evidence store: LOGS are ingested into it first (verified once), then read from it.",
+)
+
+
+def need_logs(logs: tuple[str, ...], store_dir: Path | None) -> None:
+    """A usage error unless the command got LOGS or ``--store``."""
+    if not logs and store_dir is None:
+        raise click.UsageError("give LOGS, or --store DIR")
+
+
+def check_out_folder(path: Path, option: str = "--out") -> None:
+    """Refuse, before any work, an output folder that cannot be one: ``path`` or one of its
+    parents exists and is not a folder (a file, ``/dev/null``). A folder that does not exist
+    yet is fine (the writer creates it); a look that is refused is left to the writer."""
+    for at in (path, *path.parents):
+        try:
+            mode = at.stat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # missing (a parent that is a file is found further up)
+        except OSError:
+            return
+        if not stat.S_ISDIR(mode):
+            raise InputError(f"{at}: not a folder ({option})")
+        return

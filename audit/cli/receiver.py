@@ -11,25 +11,15 @@ import ipaddress
 import signal
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
-from audit.cli.params import NonEmptyPath
+from audit.cli.params import NonEmptyPath, check_out_folder
+from audit.receiver.probe import ProbeResult, check_target, plan, run_probe, shown_url
+from audit.receiver.reference import bind, make_server, receiver_app
 from audit.spec import DEFAULT_HEADER_PREFIX
 
-if TYPE_CHECKING:  # the receiver package (httpx, anyio) is imported when a command runs
-    from audit.receiver.probe import ProbeResult
-
-__all__ = ["COMMANDS", "probe", "receive"]
-
-COMMANDS: list[click.Command] = []
-
-
-def _command(fn: click.Command) -> click.Command:
-    COMMANDS.append(fn)
-    return fn
-
+__all__ = ["probe", "receive", "warn_if_exposed"]
 
 _prefix_option = click.option(
     "--header-prefix",
@@ -39,7 +29,6 @@ _prefix_option = click.option(
 )
 
 
-@_command
 @click.command()
 @click.argument("url")
 @click.option(
@@ -77,9 +66,6 @@ def probe(
     URL must be https://, or http:// to 127.0.0.1 / localhost. One request per check, no
     retries. Exit 0 all passed, 1 a check failed, 3 unreachable or bad input.
     """
-    from audit.cli.store import check_out_folder
-    from audit.receiver.probe import check_target, plan, run_probe, shown_url
-
     if out is not None:
         check_out_folder(out)  # before the requests, not after
     if dry_run:
@@ -98,7 +84,7 @@ def probe(
     )
     _print_result(result)
     if out is not None:
-        from audit.receiver.probe_report import write_outputs
+        from audit.receiver.probe_report import write_outputs  # start-up: pandas, for --out
 
         write_outputs(result, out)
         click.echo(
@@ -121,7 +107,6 @@ def _print_result(result: ProbeResult) -> None:
     click.echo(f"passed {passed}, failed {failed}, skipped {skipped}: {result.target}")
 
 
-@_command
 @click.command()
 @click.option("--port", type=click.IntRange(0, 65535), required=True, help="0: any free port.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -156,9 +141,6 @@ def receive(
 
     Needs the receiver extra (pip install 'audit[receiver]'). Stop it with Ctrl-C.
     """
-    from audit.cli.store import check_out_folder
-    from audit.receiver.reference import bind, make_server, receiver_app
-
     check_out_folder(out)
     app = receiver_app(
         secrets_path, out, subscription_id=subscription_id, header_prefix=header_prefix

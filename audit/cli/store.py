@@ -1,41 +1,26 @@
-"""CLI commands over the evidence store: ``audit ingest``, and the table writer by extension."""
+"""The ``audit ingest`` command, and the table writer of ``verify`` (by extension)."""
 
 from __future__ import annotations
 
-import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+import pyarrow as pa
 
-from audit.cli.params import SECRETS_FILE, TEXT_PATH, NonEmptyPath
-from audit.errors import InputError, ParameterError
+from audit.atomic import write_arrow_parquet_atomic, write_parquet_atomic
+from audit.cli.params import SECRETS_FILE, TEXT_PATH, NonEmptyPath, check_out_folder
+from audit.errors import ParameterError
+from audit.ingest.store import ingest as ingest_logs
 from audit.spec import DEFAULT_HEADER_PREFIX
 
 if TYPE_CHECKING:
     import pandas as pd
-    import pyarrow as pa
 
-COMMANDS: list[click.Command] = []
+__all__ = ["TABLE_SUFFIXES", "check_table_path", "ingest", "write_table"]
 
 #: Output suffixes :func:`write_table` knows.
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
-
-
-def check_out_folder(path: Path, option: str = "--out") -> None:
-    """Refuse, before any work, an output folder that cannot be one: ``path`` or one of its
-    parents exists and is not a folder (a file, ``/dev/null``). A folder that does not exist
-    yet is fine (the writer creates it); a look that is refused is left to the writer."""
-    for at in (path, *path.parents):
-        try:
-            mode = at.stat().st_mode
-        except (FileNotFoundError, NotADirectoryError):
-            continue  # missing (a parent that is a file is found further up)
-        except OSError:
-            return
-        if not stat.S_ISDIR(mode):
-            raise InputError(f"{at}: not a folder ({option})")
-        return
 
 
 def check_table_path(path: Path) -> str:
@@ -55,18 +40,13 @@ def write_table(df: pd.DataFrame | pa.Table, path: Path) -> None:
     :func:`audit.ingest.verdicts.verdict_table` gives): Parquet is then written without
     pandas, CSV from the frame the metadata describes.
     """
-    import pyarrow as pa
-
-    from audit.atomic import write_arrow_parquet_atomic, write_parquet_atomic
-
     suffix = check_table_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    arrow = isinstance(df, pa.Table)
     if suffix == ".csv":
-        from audit.safe import write_csv
+        from audit.safe import write_csv  # start-up: pandas, only for CSV (Parquet goes without)
 
-        write_csv(df.to_pandas() if arrow else df, path)
-    elif arrow:
+        write_csv(df.to_pandas() if isinstance(df, pa.Table) else df, path)
+    elif isinstance(df, pa.Table):
         write_arrow_parquet_atomic(df, path)
     else:
         write_parquet_atomic(df, path)
@@ -89,9 +69,7 @@ def ingest(logs: tuple[str, ...], secrets_path: str, store_dir: Path, header_pre
     Files already in the store are skipped; a grown log adds only its new lines; a changed
     file is re-ingested; records are verified again when the secrets file changed.
     """
-    from audit.ingest.store import ingest as run
-
-    r = run(logs, secrets_path, store_dir, header_prefix=header_prefix)
+    r = ingest_logs(logs, secrets_path, store_dir, header_prefix=header_prefix)
     for line in r.messages:
         click.echo(line)
     click.echo(
@@ -105,6 +83,3 @@ def ingest(logs: tuple[str, ...], secrets_path: str, store_dir: Path, header_pre
             "and were read as UTC",
             err=True,
         )
-
-
-COMMANDS.append(ingest)

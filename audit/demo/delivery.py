@@ -6,6 +6,7 @@ import json
 import math
 import random
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from audit.demo.lifecycle import Event
 from audit.demo.plan import CLIENT, DAY, FaultPlan, H, new_uuid
@@ -13,7 +14,7 @@ from audit.ingest.signatures import sign
 from audit.service.wire import compact_json, envelope, iso, signed_headers
 from audit.spec import DELIVERY_TIMEOUT_MS, INCIDENT_EVENTS, MAX_ATTEMPTS, RETRY_DELAYS_S
 
-__all__ = ["DeliveryRun", "Record"]
+__all__ = ["DeliveryRun", "Outcome", "Record"]
 
 CHANGED = INCIDENT_EVENTS[1]
 
@@ -36,6 +37,16 @@ class Record:
     extra: dict = field(default_factory=dict)
 
 
+class Outcome(NamedTuple):
+    """How one event's delivery to one subscription ended (after its last attempt)."""
+
+    subscription_id: str
+    event_id: str
+    last_sent: float  # when the last attempt was sent
+    finished: float  # when its answer came, or its timeout passed
+    delivered: bool  # the last attempt was acknowledged (2xx) in time
+
+
 @dataclass
 class DeliveryRun:
     """The service's delivery loop against the receiver, with every fault of the plan."""
@@ -46,7 +57,7 @@ class DeliveryRun:
     daily_offset: list[float]  # receiver clock minus true time, per day (outside the drift)
     recs: list[Record] = field(default_factory=list)
     lost: list[Record] = field(default_factory=list)
-    outcomes: list[tuple[str, str, float, float, bool]] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
 
     def receipt(self, t: float) -> float:
         """The receiver's clock when a request sent at ``t`` arrives."""
@@ -89,9 +100,9 @@ class DeliveryRun:
             self.recs.append(rec)
             wait_s = min(rec.ms, DELIVERY_TIMEOUT_MS) / 1000
             if 200 <= rec.status < 300 and rec.ms <= DELIVERY_TIMEOUT_MS:
-                self.outcomes.append((sub, ev.eid, t, t + wait_s, True))
+                self.outcomes.append(Outcome(sub, ev.eid, t, t + wait_s, True))
                 return
-        self.outcomes.append((sub, ev.eid, t, t + wait_s, False))
+        self.outcomes.append(Outcome(sub, ev.eid, t, t + wait_s, False))
 
     def attacks(self, incident_ids: list[str]) -> list[Record]:
         """Requests from an attacker to wh_main, answered 401 but for one tampered request."""

@@ -13,20 +13,22 @@ from audit.spec import INCIDENT_EVENTS
 __all__ = ["Event", "incident_events", "webhook_tests"]
 
 CREATED, CHANGED, HISTORY, TAKEDOWN, ACTION = INCIDENT_EVENTS
-# fmt: off
 LABELS = ("demobank-login", "demobank-secure", "demo-bank-verify", "my-demobank", "demobank-wallet")
 IDN_LABELS = ("dеmobank", "demobаnk-login", "démobank-sécurité", "demobank-ödeme")  # Cyrillic е, а
 PATHS = ("/login", "/verify/account", "/secure/update.php", "/claim?ref=sms", "/")
 NAMES = ("soc@demobank.example", "José Müller", "Zoë Lefèvre", "fraud-team@demobank.example")
 TYPES = ("website", "mobile_application", "browser_extension", "social_media", "email")
-COMMENTS = ("Evidence sent to the registrar.", "Site now serves a fake login form 🔒",
-            "Hosting provider contacted — awaiting reply.", "Le site a été signalé aux autorités.")
+COMMENTS = (
+    "Evidence sent to the registrar.",
+    "Site now serves a fake login form 🔒",
+    "Hosting provider contacted — awaiting reply.",
+    "Le site a été signalé aux autorités.",
+)
 REASONS = ("Please approve the takedown.", "Bitte Markenrechte bestätigen (Nachweis fehlt).")
 CLASSES = ("phishing", "scam", "brandabuse", "malware", "infringement", "other")
 CLASS_WEIGHTS = (60, 12, 10, 7, 6, 5)
 LIFE_PATHS = ("not_malicious", "pre_weaponised", "blocklisted", "takedown")
 LIFE_WEIGHTS = (6, 7, 8, 79)
-# fmt: on
 
 
 @dataclass

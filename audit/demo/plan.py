@@ -39,30 +39,70 @@ import random
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from typing import NamedTuple
 
 from audit.errors import ParameterError
 from audit.spec import INCIDENT_EVENTS
 
-__all__ = ["ATTACKS", "CLIENT", "DAY", "SUBS", "FaultPlan", "H", "plan_faults"]
+__all__ = [
+    "ATTACKS",
+    "CLIENT",
+    "DAY",
+    "SUBS",
+    "Attack",
+    "FaultPlan",
+    "H",
+    "Subscription",
+    "plan_faults",
+]
 
 H, DAY = 3600.0, 86400.0
 CREATED, CHANGED, HISTORY, TAKEDOWN, ACTION = INCIDENT_EVENTS
 CLIENT = "cl_demo"
-# fmt: off
-SUBS = {  # id: (url, events, description, created this many days before the period)
-    "wh_main": ("https://hooks.client.example/phishfort/wh_main", INCIDENT_EVENTS, "SOC feed", 180),
-    "wh_siem": ("https://hooks.client.example/phishfort/siem", (CREATED, CHANGED), "SIEM", 60),
-    "wh_legacy": ("http://legacy.client.example/webhook", (CREATED,), "old ticketing hook", 700),
+
+
+class Subscription(NamedTuple):
+    """One of the demo client's subscriptions."""
+
+    url: str
+    events: tuple[str, ...]
+    description: str
+    age_days: int  # created this many days before the period
+
+
+SUBS = {
+    "wh_main": Subscription(
+        "https://hooks.client.example/phishfort/wh_main", INCIDENT_EVENTS, "SOC feed", 180
+    ),
+    "wh_siem": Subscription(
+        "https://hooks.client.example/phishfort/siem", (CREATED, CHANGED), "SIEM", 60
+    ),
+    "wh_legacy": Subscription(
+        "http://legacy.client.example/webhook", (CREATED,), "old ticketing hook", 700
+    ),
 }
-ATTACKS = (  # kind, day as % of the period, hour UTC, verdict a correct verifier gives
-    ("forged", 15, 19.2, "signature_mismatch"), ("tampered", 25, 18.0, "signature_mismatch"),
-    ("replayed", 35, 16.0, "stale_timestamp"), ("forged", 45, 21.7, "signature_mismatch"),
-    ("missing_signature", 55, 20.25, "missing_signature"),
-    ("malformed_signature", 62, 22.5, "malformed_signature"),
-    ("tampered", 70, 18.5, "signature_mismatch"), ("replayed", 80, 16.5, "stale_timestamp"),
-    ("forged", 88, 23.1, "signature_mismatch"),
+
+
+class Attack(NamedTuple):
+    """One planted attacker request."""
+
+    kind: str
+    day_pct: int  # the day, as a percentage of the period
+    hour: float  # UTC
+    verdict: str  # what a correct verifier finds
+
+
+ATTACKS = (
+    Attack("forged", 15, 19.2, "signature_mismatch"),
+    Attack("tampered", 25, 18.0, "signature_mismatch"),
+    Attack("replayed", 35, 16.0, "stale_timestamp"),
+    Attack("forged", 45, 21.7, "signature_mismatch"),
+    Attack("missing_signature", 55, 20.25, "missing_signature"),
+    Attack("malformed_signature", 62, 22.5, "malformed_signature"),
+    Attack("tampered", 70, 18.5, "signature_mismatch"),
+    Attack("replayed", 80, 16.5, "stale_timestamp"),
+    Attack("forged", 88, 23.1, "signature_mismatch"),
 )
-# fmt: on
 
 
 @dataclass(frozen=True)
@@ -107,8 +147,8 @@ def plan_faults(start: date, days: int) -> FaultPlan:
     planted += [("gap", net0 - 100), ("inflight", rot - 25), ("inflight", rot - 12)]
     planted += [("stuck", end - h * H) for h in (30, 50, 80, 110)]
     planted += [("drift", drift0 + 5.75 * H)]  # received about 280 s ahead of its timestamp
-    attacks = tuple((k, at(days * pct // 100, hour), v) for k, pct, hour, v in ATTACKS)
-    tests = (("wh_main", at(1, 10)), ("wh_siem", at(2, 11)))
+    attacks = tuple((a.kind, at(days * a.day_pct // 100, a.hour), a.verdict) for a in ATTACKS)
+    tests: tuple[tuple[str, float], ...] = (("wh_main", at(1, 10)), ("wh_siem", at(2, 11)))
     tests += (("wh_main", o1 + 1200), ("wh_main", stale + 900))
     return FaultPlan(
         s,

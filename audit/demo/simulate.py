@@ -78,9 +78,15 @@ def simulate(
 
     Examples
     --------
-    >>> r = simulate("demo", days=10, incidents=40)  # doctest: +SKIP
-    >>> r.captures[0].name, r.secrets.name  # doctest: +SKIP
-    ('receiver-2026-10-01.jsonl', 'secrets.json')
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     r = simulate(Path(folder, "demo"), days=7, incidents=20)
+    ...     print(sorted(p.name for p in r.truth.parent.iterdir()))
+    ...     print(r.captures[0].name, len(r.captures), len(r.snapshots))
+    ['captures', 'secrets.json', 'snapshots', 'truth.json']
+    receiver-2026-10-02.jsonl 6 3
+    >>> r.incidents, r.events, r.attempts, r.records
+    (20, 193, 454, 464)
     """
     out = Path(out_dir)
     if incidents < 20:
@@ -104,7 +110,7 @@ def simulate(
     events, facts = incident_events(rng, plan, incidents)
     events = sorted(events + webhook_tests(rng, plan), key=lambda e: (e.emit, e.eid))
     for ev in events:
-        for sub in ev.subs or [s for s in ("wh_main", "wh_siem") if ev.event in SUBS[s][1]]:
+        for sub in ev.subs or [s for s in ("wh_main", "wh_siem") if ev.event in SUBS[s].events]:
             run.deliver(ev, sub)
     run.recs += run.attacks([f["incident_id"] for f in facts])
     captures, unreadable = write_captures(rng, out / "captures", run.recs)

@@ -9,7 +9,7 @@ import random
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
-from audit.demo.delivery import DeliveryRun, Record
+from audit.demo.delivery import DeliveryRun, Outcome, Record
 from audit.demo.lifecycle import Event
 from audit.demo.plan import CLIENT, DAY, SUBS, FaultPlan
 from audit.service.wire import compact_json, iso, snapshot_document, snapshot_stem
@@ -31,7 +31,7 @@ def capture_line(rng: random.Random, rec: Record, style: str) -> str:
     out: dict = {"received_at": round(rec.recv, 6) if style == "unix" else when}
     if rec.sub != "wh_siem":  # the SIEM endpoint's receiver does not log it
         out["subscription_id"] = rec.sub
-    out["url"] = SUBS[rec.sub][0]
+    out["url"] = SUBS[rec.sub].url
     out["headers"] = dict(rec.headers)
     if rec.sub == "wh_siem":
         out["headers"] = {k.lower(): v for k, v in rec.headers}
@@ -45,7 +45,9 @@ def capture_line(rng: random.Random, rec: Record, style: str) -> str:
     return compact_json(out)
 
 
-def write_captures(rng, folder: Path, recs: list[Record]) -> tuple[list[Path], list[dict]]:
+def write_captures(
+    rng: random.Random, folder: Path, recs: list[Record]
+) -> tuple[list[Path], list[dict[str, object]]]:
     """One JSON Lines file per day of receipt, sorted by receipt; plants the unreadable lines."""
     recs.sort(key=lambda r: r.recv)
     n = len(recs)
@@ -56,13 +58,16 @@ def write_captures(rng, folder: Path, recs: list[Record]) -> tuple[list[Path], l
     styles = dict.fromkeys(picks[:k], "plus2") | dict.fromkeys(picks[k : 2 * k], "unix")
     styles |= dict.fromkeys(picks[2 * k :], "b64")
     files: dict[str, list[str]] = {}
-    unreadable = []
+    unreadable: list[dict[str, object]] = []
     for i, rec in enumerate(recs):
         name = f"receiver-{datetime.fromtimestamp(rec.recv, UTC).date().isoformat()}.jsonl"
         lines = files.setdefault(name, [])
         if i == int(0.81 * n):  # a probe the receiver logged without its body
-            junk = {"received_at": iso(rec.recv, "microseconds"), "subscription_id": "wh_main"}
-            junk |= {"url": SUBS["wh_main"][0], "headers": {"User-Agent": "Mozilla/5.0"}}
+            junk: dict[str, object] = {
+                "received_at": iso(rec.recv, "microseconds"),
+                "subscription_id": "wh_main",
+            }
+            junk |= {"url": SUBS["wh_main"].url, "headers": {"User-Agent": "Mozilla/5.0"}}
             lines.append(compact_json(junk | {"response_status": 400, "response_ms": 1}))
             unreadable.append({"line": len(lines), "reason": "neither body nor body_b64"})
             unreadable[-1]["file"] = f"captures/{name}"
@@ -89,17 +94,22 @@ def write_json(path: Path, obj: object, mode: int = 0o644) -> Path:
 
 
 def subscription_created_at(plan: FaultPlan, sub: str) -> float:
-    return plan.start - SUBS[sub][3] * DAY + 37_000.0
+    return plan.start - SUBS[sub].age_days * DAY + 37_000.0
 
 
-def write_snapshot(folder: Path, plan: FaultPlan, outcomes: list, at: float) -> Path:
+def write_snapshot(folder: Path, plan: FaultPlan, outcomes: list[Outcome], at: float) -> Path:
     """GET /webhooks as fetched at ``at``: lastDeliveryStatus is the last finished event's."""
     subs = []
-    for sid, (url, events, desc, _) in SUBS.items():
-        done = [(o[3], o[4]) for o in outcomes if o[0] == sid and o[3] < at]
+    for sid, spec in SUBS.items():
+        done = [
+            (o.finished, o.delivered)
+            for o in outcomes
+            if o.subscription_id == sid and o.finished < at
+        ]
         last = None if sid == "wh_legacy" else "failed" if done and not max(done)[1] else "success"
-        sub = {"id": sid, "clientId": CLIENT, "url": url, "events": list(events)}
-        sub |= {"active": sid != "wh_legacy", "description": desc}
+        sub: dict[str, object] = {"id": sid, "clientId": CLIENT, "url": spec.url}
+        sub |= {"events": list(spec.events), "active": sid != "wh_legacy"}
+        sub |= {"description": spec.description}
         subs.append(
             sub | {"createdAt": iso(subscription_created_at(plan, sid)), "lastDeliveryStatus": last}
         )
@@ -120,12 +130,14 @@ def truth_document(
     attacks = [r for r in run.recs if r.kind != "service"]
 
     def exhausted(a: float, b: float) -> list[dict]:
-        failed = [o for o in run.outcomes if not o[4] and a <= o[2] < b]
-        return [{"event_id": o[1], "subscription_id": o[0]} for o in failed]
+        failed = [o for o in run.outcomes if not o.delivered and a <= o.last_sent < b]
+        return [{"event_id": o.event_id, "subscription_id": o.subscription_id} for o in failed]
 
     def rows(recs: list[Record], *keys: str) -> list[dict]:
-        return [{"delivery_id": r.did, "subscription_id": r.sub, **{k: getattr(r, k) for k in keys}}
-                for r in recs]  # fmt: skip
+        return [
+            {"delivery_id": r.did, "subscription_id": r.sub, **{k: getattr(r, k) for k in keys}}
+            for r in recs
+        ]
 
     seen = {(r.event_id, r.sub, r.attempt) for r in svc}
     gaps = {x.event_id for x in run.lost if (x.event_id, x.sub, x.attempt + 1) in seen}
@@ -139,22 +151,33 @@ def truth_document(
     return {
         "period": window(plan.start, plan.end),
         "receiver_outage": window(*plan.outage, status=503, exhausted=exhausted(*plan.outage)),
-        "network_outage": window(*plan.network, lost=rows(run.lost, "event_id", "attempt"),
-                                  gap_event_ids=sorted(gaps)),
+        "network_outage": window(
+            *plan.network, lost=rows(run.lost, "event_id", "attempt"), gap_event_ids=sorted(gaps)
+        ),
         "secret_rotation": {"subscription_id": "wh_main", "at": iso(plan.rotation, "seconds")},
-        "stale_secret": window(plan.rotation, plan.stale_until,
-                                answered_401_delivery_ids=[r.did for r in svc if r.status == 401],
-                                exhausted=exhausted(plan.rotation, plan.stale_until),
-                                inflight_new_secret_delivery_ids=inflight),
+        "stale_secret": window(
+            plan.rotation,
+            plan.stale_until,
+            answered_401_delivery_ids=[r.did for r in svc if r.status == 401],
+            exhausted=exhausted(plan.rotation, plan.stale_until),
+            inflight_new_secret_delivery_ids=inflight,
+        ),
         "slow_acks": rows(slow, "event_id", "ms"),
         "clock_drift": window(*plan.drift, max_offset_s=plan.drift_max_s),
-        "attacks": [row | {"received_at": iso(a.recv, "microseconds"), **a.extra}
-                    for row, a in zip(rows(attacks, "kind", "status"), attacks, strict=True)],
+        "attacks": [
+            row | {"received_at": iso(a.recv, "microseconds"), **a.extra}
+            for row, a in zip(rows(attacks, "kind", "status"), attacks, strict=True)
+        ],
         "wrongly_accepted": [a.did for a in attacks if a.status < 300],
         "webhook_tests": [e.eid for e in events if e.event == "webhook.test"],
         "non_ascii_event_ids": [e.eid for e in events if not e.text.isascii()],
         "open_incidents": [f for f in facts if f["status"] not in ("closed", "takedown_success")],
         "waiting_on_client": waiting,
-        "counts": {"incidents": len(facts), "events": len(events), "attempts_captured": len(svc),
-                   "attempts_lost": len(run.lost), "attacks": len(attacks)},
-    }  # fmt: skip
+        "counts": {
+            "incidents": len(facts),
+            "events": len(events),
+            "attempts_captured": len(svc),
+            "attempts_lost": len(run.lost),
+            "attacks": len(attacks),
+        },
+    }

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+from pandas.api.typing import NaTType
 
 from audit.errors import InputError, SchemaError
 from audit.findings.catalogue import load_catalogue
@@ -44,8 +45,14 @@ def read_mutes(path: str | Path) -> pd.DataFrame:
 
     Examples
     --------
-    >>> mutes = read_mutes("mutes.json")  # doctest: +SKIP
-    >>> mutes.loc[0, "expires"]  # doctest: +SKIP
+    >>> import tempfile
+    >>> mute = {"check_id": "SIG-01", "resource": "*", "reason": "accepted until the fix",
+    ...         "expires": "2026-12-31"}
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = Path(folder, "mutes.json")
+    ...     _ = path.write_text(json.dumps([mute]))
+    ...     mutes = read_mutes(path)
+    >>> mutes.loc[0, "expires"]
     Timestamp('2026-12-31 00:00:00+0000', tz='UTC')
     """
     p = Path(path)
@@ -98,7 +105,7 @@ def read_mutes(path: str | Path) -> pd.DataFrame:
     return frame
 
 
-def _expires(value: str, at: str) -> pd.Timestamp:
+def _expires(value: str, at: str) -> pd.Timestamp | NaTType:
     """A mute's expiry: NaT (never) for a time after 2262-04-11, the last a table holds."""
     try:
         ns, _ = parse_iso_ns(value)

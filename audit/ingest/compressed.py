@@ -56,7 +56,7 @@ class ExpansionLimits:
         return f"ExpansionLimits(max_bytes={self.max_bytes}, max_ratio={self.max_ratio})"
 
 
-def _env(name: str, kind: type) -> float:
+def _env(name: str, kind: type[int] | type[float]) -> float:
     default = DEFAULT_MAX_EXPANDED_BYTES if kind is int else DEFAULT_MAX_RATIO
     raw = os.environ.get(name)
     if not raw:
@@ -85,7 +85,7 @@ def inflate(path: Path, blob: bytes, limits: ExpansionLimits | None = None) -> b
     while True:  # one gzip member per round
         d = zlib.decompressobj(wbits=31)
         while not d.eof:
-            data = d.unconsumed_tail
+            data: bytes | memoryview = d.unconsumed_tail
             if not data:
                 if pos >= len(blob):
                     raise LoadError(f"{path}: truncated or corrupt gzip file (unexpected end)")

@@ -26,21 +26,34 @@ import gc
 import hashlib
 import hmac
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from audit.ingest.extract import EXTRACTED
+from audit.ingest.extract import EXTRACTED, Extracted, extracted_columns
 from audit.ingest.extract import extract as _extract
 from audit.ingest.formats import jsonl as _jsonl
-from audit.ingest.formats.base import _NO_ENVELOPE, COLUMNS, NAT, _in_range, _time_ns
+from audit.ingest.formats.base import (
+    _NO_ENVELOPE,
+    COLUMNS,
+    NAT,
+    Columns,
+    Envelope,
+    _in_range,
+    _time_ns,
+)
 from audit.ingest.formats.jsonl import parse_jsonl, prefix_markers
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import subscription_logged, verify_parsed
 from audit.spec import SIGNATURE_HEX_LEN, SIGNATURE_PREFIX
 from audit.timeutil import parse_iso_ns
 
-__all__ = ["verify_jsonl"]
+if TYPE_CHECKING:
+    from _hashlib import HASH
+
+__all__ = ["Verified", "verify_jsonl"]
 
 _KEYS = frozenset(
     ("received_at", "headers", "body", "subscription_id", "url", "response_status", "response_ms")
@@ -61,8 +74,8 @@ class _Keyed:
 
     valid_from_ns: int | None
     until_ns: int | None
-    inner: object
-    outer: object
+    inner: HASH
+    outer: HASH
     label: str
 
 
@@ -79,10 +92,10 @@ class _Keys:
 
 def _keyed(secrets: SecretStore) -> _Keys:
     by_sub: dict[str, tuple[_Keyed, ...]] = {}
-    ordered = []
-    values = []
+    ordered: list[tuple[str, _Keyed]] = []
+    values: list[bytes] = []
     for sub, items in secrets.by_subscription.items():
-        keyed = []
+        keyed: list[_Keyed] = []
         for s in items:
             key = s.key if len(s.key) <= _BLOCK else hashlib.sha256(s.key).digest()
             key = key.ljust(_BLOCK, b"\0")
@@ -107,14 +120,14 @@ class _Envelope:
         self._extract = extract
         self._event_times = event_times  # False: event_timestamp is not wanted (left NaT)
 
-    def __call__(self, body: bytes) -> tuple:
+    def __call__(self, body: bytes) -> tuple[Envelope, Extracted | None]:
         try:
             env = orjson.loads(body)
         except orjson.JSONDecodeError:
             env = None
-        more = _extract(body, env) if self._extract else ()
+        more = _extract(body, env) if self._extract else None
         if type(env) is not dict:
-            return (*_NO_ENVELOPE, *more)
+            return _NO_ENVELOPE, more
         eid, event, ts, data = (
             env.get("id"),
             env.get("event"),
@@ -123,8 +136,8 @@ class _Envelope:
         )
         ts_ns = NAT
         if type(ts) is str and self._event_times:
-            ts_ns = self._times.get(ts)
-            if ts_ns is None:
+            cached = self._times.get(ts)
+            if cached is None:
                 try:
                     ts_ns = parse_iso_ns(ts)[0]
                 except ValueError:
@@ -132,14 +145,16 @@ class _Envelope:
                 if not _in_range(ts_ns):
                     ts_ns = NAT
                 self._times[ts] = ts_ns
+            else:
+                ts_ns = cached
         inc = data.get("incidentId") if type(data) is dict else None
-        return (
+        found = Envelope(
             eid if type(eid) is str else None,
             event if type(event) is str else None,
             ts_ns,
             inc if type(inc) is str else None,
-            *more,
         )
+        return found, more
 
 
 def _current(keyed: tuple[_Keyed, ...], t_ns: int) -> _Keyed | None:
@@ -149,6 +164,69 @@ def _current(keyed: tuple[_Keyed, ...], t_ns: int) -> _Keyed | None:
         ):
             return k
     return None
+
+
+class Verified(NamedTuple):
+    """What :func:`verify_jsonl` gives."""
+
+    columns: Columns
+    naive_times: int
+    unreadable: int
+    #: How many records went through the exact path.
+    exact: int
+
+
+class _Row(NamedTuple):
+    """One verified record: the columns of :data:`audit.ingest.formats.base.COLUMNS`, the
+    verification columns, ``subscription_logged``, what :func:`audit.ingest.extract.extract`
+    read from the body (None without ``extract``) and whether ``received_at`` had no offset."""
+
+    source: str
+    line: int
+    received_at: int
+    subscription_id: str | None
+    url: str | None
+    response_status: int | None
+    response_ms: float | None
+    signature: str | None
+    timestamp_header: str | None
+    event_header: str | None
+    delivery_id: str | None
+    body: bytes | None
+    event_id: str | None
+    event: str | None
+    event_timestamp: int
+    incident_id: str | None
+    verdict: str | None
+    detail: str | None
+    hmac_ok: bool | None
+    skew_s: float | None
+    matched_secret: str | None
+    subscription_logged: bool | None
+    extracted: Extracted | None
+    naive: bool
+
+
+#: The columns of a :class:`_Row` that :func:`verify_jsonl` gives as they are.
+_NAMES = _Row._fields[:-2]
+#: The columns of the exact path's rows (:func:`_exact`), before ``subscription_logged``.
+_EXACT_NAMES = (*COLUMNS, "hmac_ok", "skew_s", "matched_secret")
+#: The delivery header names of a tuple of header names, and their prefix markers (:func:`_plan`).
+_Plan = tuple[tuple[str | None, ...], tuple[tuple[bytes, int], ...]]
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every record of one :func:`verify_jsonl` call is verified with."""
+
+    source: str
+    wanted: dict[str, str]
+    keyed: _Keys
+    tol_ns: int
+    envelope: _Envelope
+    compare: Callable[[bytes, bytes], bool]
+    #: :func:`_plan` by tuple of header names (receivers repeat them: a few are remembered).
+    plans: dict[tuple[str, ...], _Plan | None]
 
 
 def verify_jsonl(
@@ -162,8 +240,8 @@ def verify_jsonl(
     keyed: _Keys | None = None,
     extract: bool = False,
     event_times: bool = True,
-) -> tuple[dict[str, list], int, int, int]:
-    """Parse and verify JSONL bytes; return (columns, naive times, unreadable, exact).
+) -> Verified:
+    """Parse and verify JSONL bytes: (columns, naive times, unreadable, exact).
 
     ``exact`` counts the records that went through the exact path.
     The columns are those of :data:`audit.ingest.formats.base.COLUMNS` plus the verification
@@ -172,14 +250,18 @@ def verify_jsonl(
     ``extract``, also :data:`audit.ingest.records.EXTRACTED` (each body parsed once). Without
     ``event_times`` the fast rows' ``event_timestamp`` is left empty (for callers that drop it).
     """
-    keyed = _keyed(secrets) if keyed is None else keyed
-    tol_ns = round(tolerance_s * 1e9)
-    envelope = _Envelope(extract, event_times)
-    plans: dict = {}
+    ctx = _Context(
+        source,
+        wanted,
+        _keyed(secrets) if keyed is None else keyed,
+        round(tolerance_s * 1e9),
+        _Envelope(extract, event_times),
+        hmac.compare_digest,
+        {},
+    )
     loads, decode_error = orjson.loads, orjson.JSONDecodeError
-    compare = hmac.compare_digest
-    rows: list = []  # a row tuple (its last field: naive time), or (line, raw) for the exact path
-    slow: list[int] = []
+    rows: list[_Row | None] = []  # None: left to the exact path (a record of ``slow``)
+    slow: list[tuple[int, int, bytes]] = []  # (position in rows, line number, line)
     longest = _jsonl.MAX_RECORD_BYTES  # a longer record: the exact path counts it unreadable
     collecting = gc.isenabled()
     gc.disable()  # rows are tuples of plain values (no cycles); collections of the list cost 5-20%
@@ -193,35 +275,29 @@ def verify_jsonl(
             except decode_error:
                 rec = None
             if type(rec) is dict and rec.keys() <= _KEYS:
-                row = _fast(rec, raw, source, line, wanted, keyed, tol_ns, envelope, compare, plans)
+                row = _fast(rec, raw, line, ctx)
             if row is None:
-                slow.append(len(rows))
-                rows.append((line, raw))
-            else:
-                rows.append(row)
+                slow.append((len(rows), line, raw))
+            rows.append(row)
         naive = unreadable = 0
         if slow:
             naive, unreadable = _exact(rows, slow, source, wanted, secrets, tolerance_s, extract)
-        names = (*COLUMNS, "hmac_ok", "skew_s", "matched_secret", "subscription_logged")
-        if extract:
-            names = (*names, *EXTRACTED)
         if not rows:
-            return {n: [] for n in names}, 0, unreadable, len(slow)
+            names = (*_NAMES, *EXTRACTED) if extract else _NAMES
+            return Verified({n: [] for n in names}, 0, unreadable, len(slow))
         transposed = list(zip(*rows, strict=True))
         naive += sum(transposed.pop())  # the rows' last field
-        columns = {n: list(v) for n, v in zip(names, transposed, strict=True)}
+        extracted = transposed.pop()
+        columns = {n: list(v) for n, v in zip(_NAMES, transposed, strict=True)}
+        if extract:
+            columns.update(extracted_columns(extracted))
     finally:
         if collecting:
             gc.enable()
-    return columns, naive, unreadable, len(slow)
+    return Verified(columns, naive, unreadable, len(slow))
 
 
-_MISS = object()
-
-
-def _plan(
-    names: tuple[str, ...], wanted: dict[str, str]
-) -> tuple[tuple[str | None, ...], tuple[tuple[bytes, int], ...]] | None:
+def _plan(names: tuple[str, ...], wanted: dict[str, str]) -> _Plan | None:
     """The name of each delivery header among ``names`` (in :data:`_HEADER_KEYS` order, None
     when absent), and how often a line may hold each spelling of their common prefix as the
     start of a JSON string (``"X-PhishFort-``: once per such header); None when one is named
@@ -233,16 +309,12 @@ def _plan(
     return tuple(by_key.get(k) for k in _HEADER_KEYS), prefix_markers(names, wanted)
 
 
-def _fast(
-    rec: dict, raw: bytes, source, line, wanted, keyed, tol_ns, envelope, compare, plans
-) -> tuple | None:
+def _fast(rec: dict[str, Any], raw: bytes, line: int, ctx: _Context) -> _Row | None:
     """The row of a plain, valid record; None sends it to the exact path."""
-    received, headers, text, sub = (
-        rec.get("received_at"),
-        rec.get("headers"),
-        rec.get("body"),
-        rec.get("subscription_id"),
-    )
+    received: Any = rec.get("received_at")
+    headers: Any = rec.get("headers")
+    text: Any = rec.get("body")
+    sub: Any = rec.get("subscription_id")
     logged = "subscription_id" in rec
     if type(headers) is not dict or type(text) is not str:
         return None
@@ -265,9 +337,11 @@ def _fast(
     except (ValueError, TypeError, OverflowError):
         return None
     names = tuple(headers)
-    plan = plans.get(names, _MISS)
-    if plan is _MISS:
-        plan = _plan(names, wanted)
+    plans = ctx.plans
+    try:
+        plan = plans[names]
+    except KeyError:
+        plan = _plan(names, ctx.wanted)
         if len(plans) < 4096:  # receivers repeat the same header names: remember a few
             plans[names] = plan
     if plan is None:
@@ -287,9 +361,9 @@ def _fast(
     for marker, count in markers:
         if raw.count(marker) != count:
             return None
-    signature, timestamp, event_name, delivery_name = spelled
-    signature = None if signature is None else headers[signature]
-    timestamp = None if timestamp is None else headers[timestamp]
+    signature_name, timestamp_name, event_name, delivery_name = spelled
+    signature = None if signature_name is None else headers[signature_name]
+    timestamp = None if timestamp_name is None else headers[timestamp_name]
     if (
         signature is None
         or len(signature) != _SIG_LEN
@@ -307,10 +381,11 @@ def _fast(
     if len(sig) != 32:  # fromhex skips whitespace: 64 characters must give 32 bytes
         return None
     diff_ns = received_ns - int(timestamp) * 1_000_000_000
-    if diff_ns > tol_ns or -diff_ns > tol_ns:
+    if diff_ns > ctx.tol_ns or -diff_ns > ctx.tol_ns:
         return None
     body = text.encode("utf-8")
     message = timestamp.encode("ascii") + b"." + body
+    keyed, compare = ctx.keyed, ctx.compare
     if logged:
         cands = keyed.by_sub.get(sub)
         current = _current(cands, received_ns) if cands else None
@@ -326,9 +401,9 @@ def _fast(
                 break
         if current is None:
             return None
-    eid, event, event_ns, incident, *more = envelope(body)
-    return (
-        source,
+    (eid, event, event_ns, incident), more = ctx.envelope(body)
+    return _Row(
+        ctx.source,
         line,
         received_ns,
         sub,
@@ -350,12 +425,14 @@ def _fast(
         diff_ns / 1e9,
         current.label,
         logged,
-        *more,
+        more,
         not had_offset,
     )
 
 
-def _matches(k: _Keyed, message: bytes, sig: bytes, compare) -> bool:
+def _matches(
+    k: _Keyed, message: bytes, sig: bytes, compare: Callable[[bytes, bytes], bool]
+) -> bool:
     h = k.inner.copy()
     h.update(message)
     o = k.outer.copy()
@@ -363,12 +440,20 @@ def _matches(k: _Keyed, message: bytes, sig: bytes, compare) -> bool:
     return compare(o.digest(), sig)
 
 
-def _exact(rows: list, slow: list[int], source, wanted, secrets, tolerance_s, extract) -> tuple:
-    """Run the exact path on the records at ``slow`` positions; fill their rows in place."""
+def _exact(
+    rows: list[_Row | None],
+    slow: list[tuple[int, int, bytes]],
+    source: str,
+    wanted: dict[str, str],
+    secrets: SecretStore,
+    tolerance_s: float,
+    extract: bool,
+) -> tuple[int, int]:
+    """Run the exact path on the records of ``slow`` (position in ``rows``, line number, line);
+    fill their rows in place. Returns (naive times, unreadable)."""
     naive = unreadable = 0
     buffers = []
-    for i in slow:
-        line, raw = rows[i]
+    for _, line, raw in slow:
         buf = parse_jsonl(raw, source, wanted, line)
         naive += buf.naive_times
         unreadable += buf.unreadable
@@ -376,8 +461,7 @@ def _exact(rows: list, slow: list[int], source, wanted, secrets, tolerance_s, ex
     cols = {n: list(v) for n, v in zip(COLUMNS, zip(*buffers, strict=True), strict=True)}
     logged = subscription_logged(cols)
     cols.update(verify_parsed(cols, secrets, tolerance_s=tolerance_s))
-    names = (*COLUMNS, "hmac_ok", "skew_s", "matched_secret")
-    for k, i in enumerate(slow):
-        more = _extract(cols["body"][k]) if extract else ()
-        rows[i] = (*(cols[n][k] for n in names), logged[k], *more, False)
+    for k, (i, _, _) in enumerate(slow):
+        more = _extract(cols["body"][k]) if extract else None
+        rows[i] = _Row._make((*(cols[n][k] for n in _EXACT_NAMES), logged[k], more, False))
     return naive, unreadable

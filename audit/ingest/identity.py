@@ -13,14 +13,16 @@ import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from audit.errors import InputError, LoadError
 from audit.ingest.compressed import ExpansionLimits
 from audit.ingest.compressed import _check as check_expansion
-from audit.ingest.formats import format_of
+from audit.ingest.formats import CaptureFormat, format_of
 from audit.ingest.records import is_gzip
 
 __all__ = [
+    "Identity",
     "Seen",
     "content_sha256",
     "distinct_contents",
@@ -33,13 +35,24 @@ __all__ = [
 _BLOCK = 4 * 2**20
 
 
-def file_identity(
-    path: Path, prefix_len: int | None, *, gz: bool
-) -> tuple[str, int, str | None, bool]:
-    """(content sha256, size on disk, sha256 of the first ``prefix_len`` bytes, whether the
-    byte before ``prefix_len`` is a newline); a gzip file has no prefix (None, False)."""
+class Identity(NamedTuple):
+    """What :func:`file_identity` reads of a file."""
+
+    #: sha256 of the content (a gzip file's inflated content).
+    sha: str
+    #: Size on disk.
+    size: int
+    #: sha256 of the first ``prefix_len`` bytes (None for a gzip file, or no such prefix).
+    prefix_sha: str | None
+    #: Whether the byte before ``prefix_len`` is a newline (False for a gzip file).
+    at_newline: bool
+
+
+def file_identity(path: Path, prefix_len: int | None, *, gz: bool) -> Identity:
+    """A file's content sha256 and size, and the sha256 of its first ``prefix_len`` bytes
+    (with whether they end at a newline); a gzip file has no prefix (None, False)."""
     if gz:
-        return content_sha256(path, gz=True), _size(path), None, False
+        return Identity(content_sha256(path, gz=True), _size(path), None, False)
     h = hashlib.sha256()
     prefix_hex, at_newline, done = None, False, 0
     try:
@@ -56,7 +69,7 @@ def file_identity(
                 done += len(block)
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
-    return h.hexdigest(), done, prefix_hex, at_newline
+    return Identity(h.hexdigest(), done, prefix_hex, at_newline)
 
 
 def distinct_contents(files: list[Path]) -> tuple[list[Path], list[tuple[Path, Path]]]:
@@ -70,7 +83,7 @@ def distinct_contents(files: list[Path]) -> tuple[list[Path], list[tuple[Path, P
     gives its last member's, so its copy as a plain file is not found).
     """
     keyed: dict[int, list[int]] = {}
-    gz = []
+    gz: list[bool] = []
     for i, path in enumerate(files):
         gz.append(is_gzip(path))
         keyed.setdefault(_content_size(path, gz[i]), []).append(i)
@@ -105,7 +118,7 @@ def _content_size(path: Path, gz: bool) -> int:
 def content_sha256(path: Path, *, gz: bool) -> str:
     """sha256 of a file's content (inflated within the expansion limits when ``gz``)."""
     if not gz:
-        return file_identity(path, None, gz=False)[0]
+        return file_identity(path, None, gz=False).sha
     h, limits, inflated = hashlib.sha256(), ExpansionLimits(), 0
     try:
         with open(path, "rb") as raw, gzip.open(raw) as f:
@@ -145,7 +158,7 @@ class Seen:
     the prefix being that of the entry stored under its path, if any)."""
 
     resolved: str
-    fmt: object
+    fmt: CaptureFormat
     gz: bool
     sha: str
     size: int
@@ -153,17 +166,18 @@ class Seen:
     at_newline: bool
 
 
-def identify(path: Path, manifest: dict) -> Seen:
+def identify(path: Path, manifest: dict[str, Any]) -> Seen:
     """A given file as the store sees it (``manifest``: the prefix of a grown log)."""
     resolved = str(path.resolve())
     old = next((e for e in manifest["files"] if e["path"] == resolved), None)
     fmt = format_of(path.name)  # the registry decides, rotated names included
     gz = is_gzip(path)
     prefix_len = old["size"] if old and not gz and fmt.SPLITS_AT_LINES else None
-    return Seen(resolved, fmt, gz, *file_identity(path, prefix_len, gz=gz))
+    got = file_identity(path, prefix_len, gz=gz)
+    return Seen(resolved, fmt, gz, got.sha, got.size, got.prefix_sha, got.at_newline)
 
 
-def follow(manifest: dict, entry: dict, path: str) -> None:
+def follow(manifest: dict[str, Any], entry: dict[str, Any], path: str) -> None:
     """``entry`` (its content) is now known by ``path``; an entry that held that name before
     has moved on too (it is found again by its sha256 when its file is given)."""
     for e in manifest["files"]:

@@ -23,10 +23,9 @@ import os
 import threading
 import warnings
 from collections.abc import Iterable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,7 +33,8 @@ import pyarrow.compute as pc
 from audit.errors import LoadError
 from audit.ingest.compressed import ExpansionLimits, inflate
 from audit.ingest.formats import FORMATS, format_of
-from audit.ingest.formats.base import NAT
+from audit.ingest.formats.base import NAT, Columns
+from audit.ingest.identity import distinct_contents
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import verify_parsed
 from audit.ingest.workers import default_workers, forked_workers
@@ -75,7 +75,7 @@ class Captures:
 
 
 def expand_paths(
-    paths: Iterable[str | os.PathLike], suffixes: tuple[str, ...] | None = None
+    paths: Iterable[str | os.PathLike[str]], suffixes: tuple[str, ...] | None = None
 ) -> list[Path]:
     """Turn files, folders (searched recursively for capture logs) and globs into files.
 
@@ -97,8 +97,6 @@ def distinct_logs(files: list[Path]) -> list[Path]:
     """``files`` without a copy of an earlier one's content (:func:`audit.ingest.identity.
     distinct_contents`), each left out named in a :class:`LoadWarning`: the evidence store keeps
     such a copy once, and a report from raw captures must count what one from the store does."""
-    from audit.ingest.identity import distinct_contents
-
     kept, left_out = distinct_contents(files)
     for copy, first in left_out:
         warnings.warn(
@@ -138,20 +136,35 @@ _FORK_INPUTS: list[bytes] = []
 _FORK_LOCK = threading.Lock()
 
 
-def _work(task: tuple, data: bytes | None = None) -> tuple[pa.RecordBatch, int, int]:
+class _Task(NamedTuple):
+    """One chunk of one file to parse (and verify): bytes ``start:end`` of the file's content."""
+
+    #: The format's name (a key of :data:`audit.ingest.formats.FORMATS`).
+    kind: str
+    #: The file's index among the inputs.
+    file: int
+    start: int
+    end: int
+    source: str
+    first_line: int
+    wanted: dict[str, str]
+    secrets: SecretStore | None
+    tolerance_s: float
+
+
+def _work(task: _Task, data: bytes | None = None) -> tuple[pa.RecordBatch, int, int]:
     """Parse (and verify) one chunk into an Arrow batch: (batch, naive times, unreadable).
 
     Runs in a worker process or in-process. A worker finds its bytes in the inherited
     ``_FORK_INPUTS``; Arrow buffers cross back far cheaper than Python objects, and the string
     conversion happens here, in parallel.
     """
-    kind, k, start, end, source, first_line, wanted, secrets, tolerance_s = task
     if data is None:
-        data = _FORK_INPUTS[k][start:end]
-    buf = FORMATS[kind].parse(data, source, wanted, first_line)
+        data = _FORK_INPUTS[task.file][task.start : task.end]
+    buf = FORMATS[task.kind].parse(data, task.source, task.wanted, task.first_line)
     columns = buf.columns()
-    if secrets is not None:
-        columns.update(verify_parsed(columns, secrets, tolerance_s=tolerance_s))
+    if task.secrets is not None:
+        columns.update(verify_parsed(columns, task.secrets, tolerance_s=task.tolerance_s))
     return _batch(columns), buf.naive_times, buf.unreadable
 
 
@@ -167,7 +180,7 @@ _ARROW_TYPES = {
 }
 
 
-def _batch(columns: dict[str, list]) -> pa.RecordBatch:
+def _batch(columns: Columns) -> pa.RecordBatch:
     arrays = {}
     for name, values in columns.items():
         typ = _ARROW_TYPES.get(name, pa.large_string())
@@ -180,7 +193,7 @@ def _batch(columns: dict[str, list]) -> pa.RecordBatch:
 
 
 def load_captures(
-    paths: Iterable[str | os.PathLike] | str | os.PathLike,
+    paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
     *,
     header_prefix: str = DEFAULT_HEADER_PREFIX,
     secrets: SecretStore | None = None,
@@ -217,8 +230,17 @@ def load_captures(
 
     Examples
     --------
-    >>> caps = load_captures(["captures/"])  # doctest: +SKIP
-    >>> caps.deliveries[["source", "line", "delivery_id"]].head(1)  # doctest: +SKIP
+    >>> import tempfile, pathlib
+    >>> log = pathlib.Path(tempfile.mkdtemp()) / "log.jsonl"
+    >>> _ = log.write_text('{"received_at": 0, "body": "{}",'
+    ...                    ' "headers": {"X-PhishFort-Delivery-Id": "dlv_1"}}\\nnot json\\n')
+    >>> caps = load_captures([log])
+    >>> caps.deliveries[["line", "delivery_id", "verdict"]]
+       line delivery_id     verdict
+    0     1       dlv_1         NaN
+    1     2         NaN  unreadable
+    >>> caps.inputs["records"].tolist(), caps.naive_times
+    ([2], 0)
     """
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
@@ -229,40 +251,47 @@ def load_captures(
     contents = [(path, *_read(path, limits)) for path in files]
     total = sum(len(data) for _, _, data in contents)
     pieces = workers * 2 if workers > 1 and total >= PARALLEL_MIN_BYTES else 1
-    tasks: list[tuple[int, tuple]] = []  # (file index, task)
+    tasks: list[_Task] = []
     for k, (path, _, data) in enumerate(contents):
         source = source_name(path)
         fmt = format_of(path.name)
         if not fmt.SPLITS_AT_LINES:
-            task = (fmt.NAME, k, 0, len(data), source, 1, wanted, secrets, tolerance_s)
-            tasks.append((k, task))
+            tasks.append(_Task(fmt.NAME, k, 0, len(data), source, 1, wanted, secrets, tolerance_s))
             continue
         share = max(1, round(pieces * len(data) / total)) if total else 1
         for start, end, first in _chunks(data, share):
-            task = (fmt.NAME, k, start, end, source, first, wanted, secrets, tolerance_s)
-            tasks.append((k, task))
+            task = _Task(fmt.NAME, k, start, end, source, first, wanted, secrets, tolerance_s)
+            tasks.append(task)
+    results: list[tuple[pa.RecordBatch, int, int]]
     if pieces > 1 and len(tasks) > 1:
         with _FORK_LOCK:
             _FORK_INPUTS[:] = [data for _, _, data in contents]
             try:
                 with forked_workers(min(workers, len(tasks))) as pool:
-                    futures: list[Future] = [pool.submit(_work, task) for _, task in tasks]
+                    futures = [pool.submit(_work, task) for task in tasks]
                     hashes = [hashlib.sha256(blob).hexdigest() for _, blob, _ in contents]
                     results = [f.result() for f in futures]
             finally:
                 _FORK_INPUTS.clear()
     else:
-        results = [_work(t, contents[k][2][t[2] : t[3]]) for k, t in tasks]
+        results = [_work(t, contents[t.file][2][t.start : t.end]) for t in tasks]
         hashes = [hashlib.sha256(blob).hexdigest() for _, blob, _ in contents]
     return _assemble(files, contents, hashes, tasks, results)
 
 
-def _assemble(files, contents, hashes, tasks, results) -> Captures:
+def _assemble(
+    files: list[Path],
+    contents: list[tuple[Path, bytes, bytes]],
+    hashes: list[str],
+    tasks: list[_Task],
+    results: list[tuple[pa.RecordBatch, int, int]],
+) -> Captures:
+    """The :class:`Captures` of the parsed chunks (``results``, one per task)."""
     per_file = [[0, 0] for _ in files]
     naive = 0
-    for (k, _), (batch, naive_one, unreadable) in zip(tasks, results, strict=True):
-        per_file[k][0] += batch.num_rows
-        per_file[k][1] += unreadable
+    for task, (batch, naive_one, unreadable) in zip(tasks, results, strict=True):
+        per_file[task.file][0] += batch.num_rows
+        per_file[task.file][1] += unreadable
         naive += naive_one
     if naive:
         warnings.warn(
@@ -270,7 +299,7 @@ def _assemble(files, contents, hashes, tasks, results) -> Captures:
             LoadWarning,
             stacklevel=3,
         )
-    import pandas as pd
+    import pandas as pd  # start-up: pandas only once a frame is built (`audit verify` never)
 
     inputs = pd.DataFrame(
         {
@@ -289,8 +318,8 @@ def _assemble(files, contents, hashes, tasks, results) -> Captures:
 def _pandas_types() -> dict[pa.DataType, object]:
     """Arrow type -> the pandas dtype of the deliveries columns (pandas imported on first use:
     the verify path never needs it)."""
-    import numpy as np
-    import pandas as pd
+    import numpy as np  # start-up: with pandas, below
+    import pandas as pd  # start-up: pandas only once a frame is built (`audit verify` never)
 
     return {
         pa.int64(): pd.Int64Dtype(),
@@ -300,13 +329,13 @@ def _pandas_types() -> dict[pa.DataType, object]:
     }
 
 
-def frame_from_columns(columns: dict[str, list]) -> pd.DataFrame:
+def frame_from_columns(columns: Columns) -> pd.DataFrame:
     """Build deliveries columns (any subset) with their declared dtypes."""
     return _frame(pa.Table.from_batches([_batch(columns)]))
 
 
 def _frame(table: pa.Table) -> pd.DataFrame:
-    df = table.to_pandas(types_mapper=_pandas_types().get)
+    df: pd.DataFrame = table.to_pandas(types_mapper=_pandas_types().get)
     if "line" in df:
         df["line"] = df["line"].astype("int64")
     return df

@@ -13,18 +13,23 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
 
 import pyarrow as pa
 
 from audit.ingest import records
 from audit.ingest.fast import _keyed, verify_jsonl
+from audit.ingest.formats.base import Columns
 from audit.ingest.secrets import SecretStore
 from audit.ingest.workers import default_workers, forked_workers
 
-__all__ = ["Piece", "map_pieces", "plan_pieces"]
+__all__ = ["Piece", "Verdicts", "map_pieces", "plan_pieces"]
+
+T = TypeVar("T")
 
 _SCAN_BLOCK = 8 * 2**20
 
@@ -85,14 +90,14 @@ def plan_pieces(
 #: What forked workers inherit (set, under _LOCK, only while a pool's workers are forked or a
 #: piece is done in process): hashlib states
 #: cannot be pickled, and inheriting them costs nothing.
-_CONTEXT: dict = {}
+_CONTEXT: dict[str, Any] = {}
 _LOCK = threading.Lock()
 
 
-def verify_piece(piece: Piece, source: str | None = None) -> tuple[dict[str, list], int, int]:
+def verify_piece(piece: Piece, source: str | None = None) -> tuple[Columns, int, int]:
     """Verify one piece with the inherited context: (columns, naive times, unreadable)."""
     c = _CONTEXT
-    cols, naive, unreadable, _ = verify_jsonl(
+    got = verify_jsonl(
         piece.read(),
         source or c["source"][piece.path],
         c["wanted"],
@@ -103,11 +108,11 @@ def verify_piece(piece: Piece, source: str | None = None) -> tuple[dict[str, lis
         extract=c.get("extract", False),
         event_times="event_timestamp" in c.get("names", ("event_timestamp",)),
     )
-    return cols, naive, unreadable
+    return got.columns, got.naive_times, got.unreadable
 
 
 def map_pieces(
-    fn: Callable[[Piece], object],
+    fn: Callable[[Piece], T],
     pieces: Iterator[Piece],
     *,
     sources: dict[str, str],
@@ -115,8 +120,8 @@ def map_pieces(
     secrets: SecretStore,
     tolerance_s: float,
     workers: int | None = None,
-    extra: dict | None = None,
-) -> Iterator[object]:
+    extra: dict[str, Any] | None = None,
+) -> Generator[T, None, None]:
     """``fn(piece)`` for every piece, in order, on ``workers`` forked processes (at most two
     pieces in flight per worker, so memory stays bounded).
 
@@ -143,7 +148,7 @@ def map_pieces(
     with contextlib.ExitStack() as stack:
         with _inherited(context):  # the workers are all forked with it, then it is cleared
             pool = stack.enter_context(forked_workers(workers))
-        pending = []
+        pending: list[Future[T]] = []
         for piece in pieces:
             pending.append(pool.submit(fn, piece))
             if len(pending) >= 2 * workers:
@@ -153,7 +158,7 @@ def map_pieces(
 
 
 @contextlib.contextmanager
-def _inherited(context: dict) -> Iterator[None]:
+def _inherited(context: dict[str, Any]) -> Iterator[None]:
     """:data:`_CONTEXT` set to ``context`` for a block, under the module's lock."""
     with _LOCK:
         _CONTEXT.clear()
@@ -164,15 +169,26 @@ def _inherited(context: dict) -> Iterator[None]:
             _CONTEXT.clear()
 
 
-def verdict_batch(piece: Piece) -> tuple[Piece, tuple[pa.Table, int, int, pa.Table | None]]:
-    """Worker: verify a piece, return it (without its bytes) and only the columns ``names``
-    (no bodies), the naive-time count, the unreadable count and, when the context asks for
-    ``evidence``, :func:`audit.ingest.records.evidence_table` (the bodies of the records that
-    are not valid, else None)."""
+class Verdicts(NamedTuple):
+    """The verdicts of some records, without their bodies."""
+
+    #: The requested columns (the context's ``names``).
+    table: pa.Table
+    naive_times: int
+    unreadable: int
+    #: :func:`audit.ingest.records.evidence_table` (the bodies of the records that are not
+    #: valid) when asked for, else None.
+    evidence: pa.Table | None
+
+
+def verdict_batch(piece: Piece) -> tuple[Piece, Verdicts]:
+    """Worker: verify a piece, return it (without its bytes) and its :class:`Verdicts`: only
+    the columns ``names`` (no bodies), and the evidence when the context asks for
+    ``evidence``."""
     cols, naive, unreadable = verify_piece(piece)
     table = records.stored_columns(cols, _CONTEXT["names"])
     evidence = records.evidence_table(cols) if _CONTEXT.get("evidence") else None
-    got = (table, naive, unreadable, evidence)
+    got = Verdicts(table, naive, unreadable, evidence)
     return Piece(piece.path, piece.first_line, piece.start, piece.end), got
 
 

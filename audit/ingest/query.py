@@ -12,9 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
+import audit.memory
 from audit.errors import ParameterError
 from audit.ingest.receipts import FOLD_FIELDS, FirstReceipts, load_first_receipts
 from audit.ingest.scan import (
@@ -28,7 +30,8 @@ from audit.ingest.scan import (
     window,
 )
 from audit.ingest.side import Pending, aside, cancelled_on_error
-from audit.ingest.store import DATASET, Store
+from audit.ingest.store import Store
+from audit.ingest.store_folder import DATASET
 from audit.paths import source_name
 from audit.tables import EVIDENCE_COLUMNS, STORED_DELIVERIES
 from audit.timeutil import as_utc
@@ -81,7 +84,7 @@ class StoreInputs:
     deliveries: pd.DataFrame
     inputs: pd.DataFrame
     first_receipts: FirstReceipts | None = None
-    folded: Pending | None = None
+    folded: Pending[Any] | None = None
     """With ``fold``: what it makes of the first receipts, computed beside the deliveries' read
     (:func:`load_analysis_inputs`); ``first_receipts`` is then None."""
 
@@ -96,7 +99,7 @@ def _source_order(store: Store, parts: list[Path]) -> list[Path]:
 
 
 def load_deliveries(
-    store: Store | str | os.PathLike,
+    store: Store | str | os.PathLike[str],
     *,
     start: pd.Timestamp | None = None,
     end: pd.Timestamp | None = None,
@@ -151,8 +154,9 @@ def load_deliveries(
     return frame_from_arrow(scan(parts, columns, sql_where, params, frugal=frugal))
 
 
-def _part_of(k: int, n: int) -> str:
-    """The SQL condition of :func:`load_deliveries`' ``part=(k, n)``."""
+def _part_of(k: object, n: object) -> str:
+    """The SQL condition of :func:`load_deliveries`' ``part=(k, n)`` (checked: any values may
+    come)."""
     if not (isinstance(k, int) and isinstance(n, int) and 0 <= k < n):
         raise ValueError(f"part {k} of {n}: need 0 <= k < n")
     pair = "hash(coalesce(subscription_id, chr(0)), event_id)"
@@ -160,8 +164,12 @@ def _part_of(k: int, n: int) -> str:
 
 
 def _with_history(
-    parts: list[Path], cond: str, params: list, history_from: pd.Timestamp, end: pd.Timestamp | None
-) -> tuple[str, list]:
+    parts: list[Path],
+    cond: str,
+    params: list[int],
+    history_from: pd.Timestamp,
+    end: pd.Timestamp | None,
+) -> tuple[str, list[int]]:
     """``cond`` (the window) widened to the earlier rows :func:`load_deliveries` describes."""
     src = f"read_parquet({sql_list(parts)}, hive_partitioning = false)"
     since, since_params = window(history_from, end)
@@ -176,7 +184,7 @@ def _with_history(
 
 
 def not_valid_evidence(
-    store: Store | str | os.PathLike,
+    store: Store | str | os.PathLike[str],
     *,
     start: pd.Timestamp | None = None,
     end: pd.Timestamp | None = None,
@@ -197,7 +205,7 @@ def not_valid_evidence(
     return frame_from_arrow(scan(parts, columns, "WHERE " + " AND ".join(where), params))
 
 
-def latest_receipt(store: Store | str | os.PathLike) -> pd.Timestamp | None:
+def latest_receipt(store: Store | str | os.PathLike[str]) -> pd.Timestamp | None:
     """The newest ``received_at`` in the store (None when it holds no readable record)."""
     s = open_store(store)
     parts = [p for p in s.parts() if p.parent.name != "month=none"]
@@ -209,7 +217,7 @@ def latest_receipt(store: Store | str | os.PathLike) -> pd.Timestamp | None:
     return None if value is None else pd.Timestamp(value).tz_convert("UTC")
 
 
-def store_inputs(store: Store | str | os.PathLike) -> pd.DataFrame:
+def store_inputs(store: Store | str | os.PathLike[str]) -> pd.DataFrame:
     """One row per stored file: ``source, size, sha256, records, unreadable``."""
     entries = open_store(store).manifest()["files"]
     return pd.DataFrame(
@@ -224,7 +232,7 @@ def store_inputs(store: Store | str | os.PathLike) -> pd.DataFrame:
 
 
 def load_analysis_inputs(
-    store: Store | str | os.PathLike,
+    store: Store | str | os.PathLike[str],
     *,
     start: pd.Timestamp | None,
     end: pd.Timestamp,
@@ -250,10 +258,21 @@ def load_analysis_inputs(
 
     Examples
     --------
-    >>> got = load_analysis_inputs("store/", start=pd.Timestamp("2026-10-01", tz="UTC"),
-    ...                            end=pd.Timestamp("2026-11-01", tz="UTC"))  # doctest: +SKIP
-    >>> run_analyses(got.deliveries, as_of=end, inputs=got.inputs,
-    ...              first_receipts=got.first_receipts)  # doctest: +SKIP
+    >>> import tempfile, pathlib
+    >>> from audit.ingest.store import ingest
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (tmp / "log.jsonl").write_text(
+    ...     '{"received_at": "2026-10-02T00:00:00Z", "headers": {}, "body": "{}"}\\n')
+    >>> _ = (tmp / "secrets.json").write_text('{"wh_1": [{"secret": "whsec_demo"}]}')
+    >>> (tmp / "secrets.json").chmod(0o600)
+    >>> _ = ingest([tmp / "log.jsonl"], tmp / "secrets.json", tmp / "store", workers=1)
+    >>> got = load_analysis_inputs(tmp / "store", start=pd.Timestamp("2026-10-01", tz="UTC"),
+    ...                            end=pd.Timestamp("2026-11-01", tz="UTC"))
+    >>> got.deliveries["verdict"].tolist(), got.inputs["records"].tolist()
+    (['missing_signature'], [1])
+
+    The frames then go to :func:`audit.analysis.run_analyses` (``deliveries``, ``inputs=``,
+    ``first_receipts=``).
     """
     upto = as_utc(end, name="end") if as_of is None else as_utc(as_of)
     start = None if start is None else as_utc(start, name="start")
@@ -291,14 +310,19 @@ SIDE_SHARE = 2 / 3
 PLAIN_SHARE = 1 / 3
 
 
-def _read_and_fold(fold: Callable[[FirstReceipts], object], store, start, end) -> object:
+def _read_and_fold(
+    fold: Callable[[FirstReceipts], object],
+    store: Store | str | os.PathLike[str],
+    start: pd.Timestamp | None,
+    end: pd.Timestamp,
+) -> object:
     return fold(load_first_receipts(store, start=start, end=end))
 
 
 #: Bytes an analysis holds at its peak per delivery it reads, and per row of the months its
 #: incidents' history reads: fitted on two measured reports of the same month of 1M deliveries,
 #: alone in its store (1,468 MiB) and in a four-month store (1,911 MiB), less the 250 MiB of the
-#: process itself (``docs/scale.md``, "Fifteenth pass").
+#: process itself ("Fifteenth pass" of ``docs/scale.md``, in git history).
 BYTES_PER_DELIVERY, BYTES_PER_HISTORY_ROW = 1150, 150
 
 
@@ -314,7 +338,7 @@ def _covered(month: str, since: pd.Timestamp, end: pd.Timestamp) -> float:
 
 
 def check_memory(
-    store: Store | str | os.PathLike,
+    store: Store | str | os.PathLike[str],
     *,
     deliveries_from: pd.Timestamp | None,
     receipts_from: pd.Timestamp | None,
@@ -331,9 +355,7 @@ def check_memory(
     with :data:`BYTES_PER_DELIVERY` and :data:`BYTES_PER_HISTORY_ROW`. A period that is refused
     may still be analysed in passes: ``audit analyze --store DIR --rows-per-pass``.
     """
-    from audit.memory import available_memory
-
-    free = available_memory()
+    free = audit.memory.available_memory()  # looked up now: tests replace it
     if free is None:
         return None
     s = open_store(store)

@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pandas as pd
 
@@ -93,7 +94,7 @@ class FirstReceipts:
 
 
 def load_first_receipts(
-    store: Store | str | os.PathLike,
+    store: Store | str | os.PathLike[str],
     *,
     start: pd.Timestamp | None = None,
     end: pd.Timestamp | None = None,
@@ -117,7 +118,7 @@ def load_first_receipts(
     counts = dict.fromkeys(RECEIPT_COUNT_KEYS, 0)
     if not parts:
         return FirstReceipts(STORED_DELIVERIES.empty()[list(RECEIPT_COLUMNS)], counts)
-    import duckdb  # imported on use: `audit verify` without a store never needs it
+    import duckdb  # start-up: only a store read needs duckdb (`audit verify` never)
 
     cond, params = window(start, end)
     # Rows are told apart by their part file and row, not by (source, line): two files ingested
@@ -159,7 +160,7 @@ def load_first_receipts(
     return FirstReceipts(rows, {k: int(v) for k, v in counts.items()})
 
 
-def _part_file_column(duckdb, parts: list[Path]) -> tuple[str, str]:
+def _part_file_column(duckdb: ModuleType, parts: list[Path]) -> tuple[str, str]:
     """(the column naming a row's part file, the ``read_parquet`` source of ``parts``).
 
     DuckDB 1.3 and later number the files read (``file_index``, in the order given: ``parts``

@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Iterator
 from itertools import compress, repeat
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +27,7 @@ from audit.ingest.compressed import _check as check_expansion
 from audit.ingest.extract import body_columns
 from audit.ingest.fast import verify_jsonl
 from audit.ingest.formats import FORMATS
-from audit.ingest.formats.base import NAT
+from audit.ingest.formats.base import NAT, Columns
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import subscription_logged, verify_columns, verify_parsed
 from audit.memory import release_free_memory
@@ -103,7 +104,7 @@ def read_whole(path: Path) -> bytes:
 read_har = read_whole
 
 
-def stored_columns(columns: dict[str, list], names: list[str] | tuple[str, ...]) -> pa.Table:
+def stored_columns(columns: Columns, names: list[str] | tuple[str, ...]) -> pa.Table:
     """Some columns of the store schema, from lists (times as int64 ns, NAT for missing)."""
     arrays, fields = [], []
     for name in names:
@@ -136,7 +137,7 @@ def _pandas_loaded() -> bool:
     return "pandas" in sys.modules
 
 
-def _array(values: list, typ: pa.DataType) -> pa.Array:
+def _array(values: list[Any], typ: pa.DataType) -> pa.Array:
     """``pa.array(values, typ, from_pandas=True)``, without pandas for a plain column."""
     plain = _PLAIN.get(typ)
     if plain is None or _pandas_loaded():
@@ -155,9 +156,9 @@ def _array(values: list, typ: pa.DataType) -> pa.Array:
     if not kinds <= {plain, _NONE}:
         return pa.array(values, typ, from_pandas=True)
     if plain is float:
-        data = np.array(values, dtype=np.float64)  # None is NaN, and NaN is missing too
-        missing = np.isnan(data)
-        return _from_buffers(typ, n, ~missing if missing.any() else None, [data])
+        floats = np.array(values, dtype=np.float64)  # None is NaN, and NaN is missing too
+        missing = np.isnan(floats)
+        return _from_buffers(typ, n, ~missing if missing.any() else None, [floats])
     valid = None
     if _NONE in kinds:
         valid = np.fromiter(map(operator.is_not, values, repeat(None)), dtype=bool, count=n)
@@ -175,7 +176,7 @@ def _array(values: list, typ: pa.DataType) -> pa.Array:
     return _from_buffers(typ, n, valid, buffers)
 
 
-def _utf8(present: list[str], valid: np.ndarray | None, n: int) -> list | None:
+def _utf8(present: list[str], valid: np.ndarray[Any, Any] | None, n: int) -> list[Any] | None:
     """Arrow string offsets and data for ``n`` values, ``present`` those not missing (where
     ``valid``); None for ``pa.array`` to deal with (a lone surrogate, over 2 GiB)."""
     # str's own methods: a subclass's overrides (len, encode) must not change the bytes
@@ -197,7 +198,7 @@ def _utf8(present: list[str], valid: np.ndarray | None, n: int) -> list | None:
     return [offsets, data]
 
 
-def _times(values: list, typ: pa.DataType) -> pa.Array:
+def _times(values: list[Any], typ: pa.DataType) -> pa.Array:
     """Nanoseconds since the epoch as ``typ`` (a timestamp type), NAT and None missing."""
     if set(map(type, values)) <= {int}:
         try:
@@ -211,13 +212,15 @@ def _times(values: list, typ: pa.DataType) -> pa.Array:
     return pc.if_else(pc.equal(ints, NAT), None, ints).cast(typ)
 
 
-def _from_buffers(typ: pa.DataType, n: int, valid: np.ndarray | None, buffers: list) -> pa.Array:
+def _from_buffers(
+    typ: pa.DataType, n: int, valid: np.ndarray[Any, Any] | None, buffers: list[Any]
+) -> pa.Array:
     bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
     nulls = 0 if valid is None else n - int(np.count_nonzero(valid))
     return pa.Array.from_buffers(typ, n, [bitmap, *map(pa.py_buffer, buffers)], null_count=nulls)
 
 
-def combine_columns(schema: pa.Schema, columns: list, *, frugal: bool = True) -> pa.Table:
+def combine_columns(schema: pa.Schema, columns: list[Any], *, frugal: bool = True) -> pa.Table:
     """A table of ``schema`` with one chunk per column from ``columns`` (chunked arrays), which
     it empties as it goes: when nothing else holds them, at most one column exists twice.
     Without ``frugal`` (memory to spare), Arrow's pool is used and nothing is given back.
@@ -246,7 +249,7 @@ def combine_columns(schema: pa.Schema, columns: list, *, frugal: bool = True) ->
 EVIDENCE_NAMES: tuple[str, ...] = ("source", "line", "received_at", *EVIDENCE_COLUMNS)
 
 
-def evidence_table(columns: dict[str, list]) -> pa.Table:
+def evidence_table(columns: Columns) -> pa.Table:
     """``source, line, received_at`` and the request as received
     (:data:`audit.tables.EVIDENCE_COLUMNS`) of the rows whose ``verdict`` is not ``valid``:
     the few rows a report shows whole."""
@@ -255,7 +258,7 @@ def evidence_table(columns: dict[str, list]) -> pa.Table:
     return stored_columns(picked, EVIDENCE_NAMES)
 
 
-def stored_table(columns: dict[str, list], file_sha256: str) -> pa.Table:
+def stored_table(columns: Columns, file_sha256: str) -> pa.Table:
     """Parsed and verified columns (plus ``subscription_logged``) as a store table."""
     cols = dict(columns)
     if "body_sha256" not in cols:
@@ -283,10 +286,10 @@ def verify_chunk(
     validator) unless ``exact``; every other format through the exact path.
     """
     if kind == "jsonl" and not exact:
-        columns, naive, _, _ = verify_jsonl(
+        got = verify_jsonl(
             data, source, wanted, first_line, secrets, tolerance_s=tolerance_s, extract=True
         )
-        return stored_table(columns, file_sha256), naive
+        return stored_table(got.columns, file_sha256), got.naive_times
     buf = FORMATS[kind].parse(data, source, wanted, first_line)
     columns = buf.columns()
     columns["subscription_logged"] = subscription_logged(columns)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,7 +19,7 @@ __all__ = ["reverify_parts"]
 
 def reverify_parts(
     root: Path,
-    manifest: dict,
+    manifest: dict[str, Any],
     subs: set[str],
     secrets: SecretStore,
     tolerance_s: float,

@@ -9,17 +9,23 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from audit.errors import InputError
 from audit.ingest.records import combine_columns
 from audit.ingest.store import Store
 from audit.tables import STORED_DELIVERIES
+
+if TYPE_CHECKING:
+    import duckdb
 
 __all__ = [
     "BATCH_ROWS",
@@ -39,7 +45,7 @@ __all__ = [
 ]
 
 
-def open_store(store: Store | str | os.PathLike) -> Store:
+def open_store(store: Store | str | os.PathLike[str]) -> Store:
     s = store if isinstance(store, Store) else Store(Path(store))
     if not s.manifest_path.is_file():
         raise InputError(f"{s.root}: not an evidence store (no manifest.json); run audit ingest")
@@ -52,7 +58,7 @@ def open_store(store: Store | str | os.PathLike) -> Store:
     return s
 
 
-def pinned_store(store: Store | str | os.PathLike) -> Store:
+def pinned_store(store: Store | str | os.PathLike[str]) -> Store:
     """The store as its manifest lists it now: a reader that reads it several times (in passes)
     sees one state, whatever an ingest commits meanwhile. :func:`check_pinned` says when an
     ingest has since removed some of its parts."""
@@ -74,9 +80,9 @@ def check_pinned(store: Store) -> None:
 class _Pinned(Store):
     """A :class:`Store` whose manifest was read once (:func:`pinned_store`)."""
 
-    data: dict = field(default_factory=dict, compare=False, repr=False)
+    data: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    def manifest(self) -> dict:
+    def manifest(self) -> dict[str, Any]:
         return self.data
 
 
@@ -89,17 +95,24 @@ def months_between(lo: pd.Timestamp, hi: pd.Timestamp) -> list[str]:
     return [str(m) for m in months]
 
 
-def sql_list(paths) -> str:
+def sql_list(paths: Iterable[object]) -> str:
     return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
 
 
-def arrow_of(result) -> pa.Table:
+def arrow_of(result: duckdb.DuckDBPyRelation) -> pa.Table:
     """A result as an Arrow table (``to_arrow_table`` in DuckDB 2, ``fetch_arrow_table`` before)."""
     fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
     return fetch()
 
 
-def scan(files, columns, where: str, params: list, *, frugal: bool = True) -> pa.Table:
+def scan(
+    files: Collection[Path],
+    columns: Iterable[str],
+    where: str,
+    params: list[Any],
+    *,
+    frugal: bool = True,
+) -> pa.Table:
     """The rows of ``files`` (parts, best in source order) in input order (``source, line``).
 
     No ``ORDER BY``: DuckDB's sort holds about twice the result (measured: +230 MB against
@@ -122,10 +135,10 @@ def scan(files, columns, where: str, params: list, *, frugal: bool = True) -> pa
 
 
 @contextlib.contextmanager
-def parts_read(parts: Collection[Path]) -> Iterator:
+def parts_read(parts: Collection[Path]) -> Iterator[duckdb.DuckDBPyConnection]:
     """A DuckDB connection that reads store ``parts``: a part replaced by an ingest while it is
     read, or damaged (truncated, not Parquet), ends in one :class:`InputError`, not DuckDB's."""
-    import duckdb  # imported on use: `audit verify` without a store never needs it
+    import duckdb  # start-up: only a store read needs duckdb (`audit verify` never)
 
     con = duckdb.connect()
     try:
@@ -149,7 +162,7 @@ def parts_read(parts: Collection[Path]) -> Iterator:
 BATCH_ROWS = 1_000_000
 
 
-def owned(result, encode: Collection[str] = ()) -> pa.Table:
+def owned(result: duckdb.DuckDBPyRelation, encode: Collection[str] = ()) -> pa.Table:
     """A result as an Arrow table whose columns are each freeable on their own.
 
     DuckDB exports each batch as one block: no column of it is freed before all are. So every
@@ -160,8 +173,6 @@ def owned(result, encode: Collection[str] = ()) -> pa.Table:
     ``encode`` are dictionary-encoded instead of copied (texts that repeat: combining their
     chunks unifies the dictionaries).
     """
-    import pyarrow.compute as pc
-
     reader_of = getattr(result, "to_arrow_reader", None) or result.fetch_record_batch
     reader = reader_of(BATCH_ROWS)
     pool = pa.system_memory_pool()
@@ -193,9 +204,6 @@ def in_input_order(box: list[pa.Table], *, frugal: bool = True) -> pa.Table:
     (the source's rank, then the line) and the table is rebuilt from its contiguous runs
     (zero-copy slices); only a badly shuffled table is copied column by column with ``take``.
     """
-    import numpy as np
-    import pyarrow.compute as pc
-
     table = box.pop()
     if table.num_rows < 2:
         return table
@@ -247,7 +255,7 @@ def frame_from_arrow(table: pa.Table) -> pd.DataFrame:
         pa.float64(): pd.Float64Dtype(),
         pa.bool_(): pd.BooleanDtype(),
     }.get
-    df = table.to_pandas(types_mapper=mapper)
+    df: pd.DataFrame = table.to_pandas(types_mapper=mapper)
     for name in df.columns:
         dtype = declared[name]
         if df[name].dtype != dtype and str(dtype) != "object":

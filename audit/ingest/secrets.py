@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from audit.errors import SecretsError
 from audit.paths import read_regular
@@ -49,17 +50,17 @@ class SecretsWarning(UserWarning):
     """The secrets file can be read by other users (group or others have access)."""
 
 
-class _Object(dict):
+class _Object(dict[str, Any]):
     """A decoded JSON object that remembers which keys appeared more than once."""
 
-    repeated: list
+    repeated: list[str]
 
 
-def _object(pairs: list) -> _Object:
+def _object(pairs: list[tuple[str, Any]]) -> _Object:
     obj = _Object(pairs)
     obj.repeated = []
     if len(obj) < len(pairs):
-        seen: set = set()
+        seen: set[str] = set()
         for k, _ in pairs:
             if k in seen:
                 obj.repeated.append(k)
@@ -73,7 +74,7 @@ def load_json_noting_repeats(text: str) -> object:
     return json.loads(text, object_pairs_hook=_object)
 
 
-def repeated_keys(value: object) -> list:
+def repeated_keys(value: object) -> list[str]:
     """The keys a decoded object (:func:`load_json_noting_repeats`) named twice; [] otherwise."""
     return value.repeated if isinstance(value, _Object) else []
 
@@ -184,7 +185,9 @@ class SecretStore:
         return _parse(raw, where="<values>", environ={})
 
 
-def read_secrets(path: str | os.PathLike, environ: Mapping[str, str] | None = None) -> SecretStore:
+def read_secrets(
+    path: str | os.PathLike[str], environ: Mapping[str, str] | None = None
+) -> SecretStore:
     """Read and validate a secrets file.
 
     Parameters
@@ -202,9 +205,14 @@ def read_secrets(path: str | os.PathLike, environ: Mapping[str, str] | None = No
 
     Examples
     --------
-    >>> store = read_secrets("secrets.json")  # doctest: +SKIP
-    >>> store  # doctest: +SKIP
-    SecretStore(3 subscriptions, 4 secrets)
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "secrets.json"
+    >>> _ = path.write_text('{"wh_1": [{"secret": "whsec_a"}, {"secret": "whsec_b", '
+    ...                     '"valid_from": "2026-10-01T00:00:00Z"}], '
+    ...                     '"wh_2": [{"secret": "whsec_c"}]}')
+    >>> path.chmod(0o600)
+    >>> read_secrets(path)
+    SecretStore(2 subscriptions, 3 secrets)
     """
     p = Path(path)
     try:  # a regular file of at most 16 MiB (audit.paths.MAX_SMALL_FILE_BYTES): never a FIFO
@@ -230,7 +238,7 @@ def read_secrets(path: str | os.PathLike, environ: Mapping[str, str] | None = No
     return SecretStore(store.by_subscription, path=str(p))
 
 
-def secret_values(path: str | os.PathLike | None) -> list[str]:
+def secret_values(path: str | os.PathLike[str] | None) -> list[str]:
     """The secret values of a secrets file, best effort ([] when it cannot be read), no warning.
 
     For refusing parameter files that hold a secret (:func:`audit.redaction.refuse_known_secrets`).

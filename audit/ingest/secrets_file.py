@@ -13,11 +13,12 @@ import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 try:  # POSIX
     import fcntl
 except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # no fcntl on Windows: None says so
 
 from audit.atomic import real_target, write_json_atomic
 from audit.errors import SecretsError
@@ -41,7 +42,7 @@ def _locked(target: Path) -> Iterator[None]:
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_EX)
         else:  # pragma: no cover - Windows: a byte-range lock, retried until granted
-            import msvcrt
+            import msvcrt  # platform: Windows only
 
             while True:
                 try:
@@ -55,7 +56,7 @@ def _locked(target: Path) -> Iterator[None]:
 
 
 def add_secret(
-    path: str | os.PathLike, subscription_id: str, secret: str, valid_from: datetime
+    path: str | os.PathLike[str], subscription_id: str, secret: str, valid_from: datetime
 ) -> None:
     """Add a newly issued secret to the secrets file, atomically, under a lock, mode 0600.
 
@@ -72,18 +73,19 @@ def add_secret(
     target = real_target(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     with _locked(target):
-        data: dict = {}
+        data: dict[str, Any] = {}
         if target.exists():
             try:  # a regular file of at most 16 MiB, as the reader takes
-                text = read_regular(target, what="secrets file", error=SecretsError)
-                text = text.decode("utf-8")
+                raw = read_regular(target, what="secrets file", error=SecretsError)
+                text = raw.decode("utf-8")
             except (OSError, UnicodeDecodeError):
                 raise SecretsError(f"{target}: existing secrets file cannot be read") from None
-            data = load_secrets_json(text, target) if text.strip() else {}
-            if not isinstance(data, dict):
+            loaded = load_secrets_json(text, target) if text.strip() else {}
+            if not isinstance(loaded, dict):
                 raise SecretsError(
                     f"{target}: expected an object mapping subscription id to a list"
                 )
+            data = loaded
         entries = data.setdefault(subscription_id, [])
         if not isinstance(entries, list):
             raise SecretsError(f"{target}: {subscription_id!r} must map to a list of secrets")
@@ -96,7 +98,7 @@ def add_secret(
 CLOCK_BEHIND_S = 600
 
 
-def _merge(p: Path, sub: str, entries: list, secret: str, valid_from: datetime) -> None:
+def _merge(p: Path, sub: str, entries: list[Any], secret: str, valid_from: datetime) -> None:
     times: list[int | None] = []
     for i, item in enumerate(entries):
         vf = item.get("valid_from") if isinstance(item, dict) else None

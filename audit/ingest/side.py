@@ -4,7 +4,8 @@ A report from the evidence store reads two independent things, each then analyse
 the first receipts (the incident fold's input) and the deliveries (attempts and events). Much
 of each runs on one core (pandas); :func:`aside` lets the first run in another process while
 the caller does the second, and hands its result over when asked (:meth:`Pending.result`):
-the month's warm report takes 0.87x its time (``docs/scale.md``, "Seventeenth pass").
+the month's warm report takes 0.87x its time ("Seventeenth pass" of ``docs/scale.md``, in git
+history).
 
 The outcome never depends on where the work ran. The child's warnings are issued again in the
 caller when the result is taken. When the child fails in any way (it raised, it was killed, its
@@ -29,10 +30,11 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+import audit.memory
 from audit.ingest.workers import default_workers
-from audit.interrupts import deliver_noted, note, restore
+from audit.interrupts import Handler, deliver_noted, note, restore
 from audit.locks import in_forked_worker
 
 __all__ = ["Pending", "aside", "aside_if_room", "cancelled_on_error"]
@@ -70,6 +72,8 @@ class Pending(Generic[T]):
             if fn is None:
                 raise ChildProcessError("the process working aside failed")
             return fn()  # the same work here: the same result, or the same error
+        value: T
+        caught: list[_Caught]
         value, caught = got
         for w in caught:
             w.issue()
@@ -139,9 +143,7 @@ def aside_if_room(fn: Callable[[], T], *, share: float, rerun: bool = True) -> P
     """:func:`aside`, unless this process holds over ``share`` of the memory still available
     (or either cannot be read): None then, and the caller runs ``fn``. A child keeps alive,
     until it ends, every page this process frees meanwhile: the two may hold twice as much."""
-    from audit.memory import available_memory, resident_memory
-
-    held, free = resident_memory(), available_memory()
+    held, free = audit.memory.resident_memory(), audit.memory.available_memory()
     if held is None or free is None or held > share * free:
         return None
     return aside(fn, rerun=rerun)
@@ -152,7 +154,7 @@ _MULTI_THREADED = r"This process \(pid=\d+\) is multi-threaded"
 
 
 @contextlib.contextmanager
-def cancelled_on_error(pending: Pending | None) -> Iterator[None]:
+def cancelled_on_error(pending: Pending[Any] | None) -> Iterator[None]:
     """Cancel ``pending`` (if any) when the block raises (an error, a ^C): its process is
     stopped then, not left holding memory until the object is collected."""
     try:
@@ -163,8 +165,13 @@ def cancelled_on_error(pending: Pending | None) -> Iterator[None]:
         raise
 
 
-def _child(fn: Callable[[], object], send: Connection, parent: int, handler, noted: list[int]
-           ) -> int:  # fmt: skip
+def _child(
+    fn: Callable[[], object],
+    send: Connection,
+    parent: int,
+    handler: Handler,
+    noted: list[int],
+) -> int:
     """The forked process: run ``fn``, send (result, warnings), or nothing when it fails (the
     caller then runs ``fn`` itself); the exit code. ``handler``: the caller's SIGINT handler,
     restored; a ^C ``noted`` while the child was made ends it here, quietly."""

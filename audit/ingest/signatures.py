@@ -13,7 +13,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+from audit.ingest.formats.base import Columns
 from audit.ingest.secrets import SecretStore, SigningSecret
 from audit.spec import CLOCK_TOLERANCE_S, SIGNATURE_HEX_LEN, SIGNATURE_PREFIX
 
@@ -166,7 +168,7 @@ def verify(
     if isinstance(sig, str):
         return Verification("malformed_signature", None, None, None, sig)
     ts = parse_timestamp_header(timestamp)
-    if ts is None:
+    if ts is None or timestamp is None:  # (no timestamp gives no ts)
         why = (
             "no timestamp header"
             if timestamp is None
@@ -219,22 +221,22 @@ def _match(
 class VerifiedColumns:
     """Per-row results of :func:`verify_columns` (plain lists, one entry per row)."""
 
-    verdict: list
-    detail: list
-    hmac_ok: list
-    skew_s: list
-    matched_secret: list
-    subscription_id: list
+    verdict: list[str | None]
+    detail: list[str | None]
+    hmac_ok: list[bool | None]
+    skew_s: list[float | None]
+    matched_secret: list[str | None]
+    subscription_id: list[str | None]
 
 
 def verify_columns(
-    signatures: list,
-    timestamps: list,
-    bodies: list,
-    received_ns: list,
-    subscription_ids: list,
-    prior_verdicts: list,
-    prior_details: list,
+    signatures: list[Any],
+    timestamps: list[Any],
+    bodies: list[Any],
+    received_ns: list[Any],
+    subscription_ids: list[Any],
+    prior_verdicts: list[Any],
+    prior_details: list[Any],
     secrets: SecretStore,
     *,
     tolerance_s: float = CLOCK_TOLERANCE_S,
@@ -261,10 +263,11 @@ def verify_columns(
     all_secrets = tuple(secrets.all_secrets())
     by_sub = secrets.by_subscription
     n = len(bodies)
-    verdicts, details = list(prior_verdicts), list(prior_details)
-    hmac_ok: list = [None] * n
-    skews: list = [None] * n
-    matched_ids: list = [None] * n
+    verdicts: list[str | None] = list(prior_verdicts)
+    details: list[str | None] = list(prior_details)
+    hmac_ok: list[bool | None] = [None] * n
+    skews: list[float | None] = [None] * n
+    matched_ids: list[str | None] = [None] * n
     subs = [s if type(s) is str else None for s in subscription_ids]
     notes = {i: d for i, d in enumerate(prior_details) if type(d) is str and d}
     for i in range(n):
@@ -276,7 +279,7 @@ def verify_columns(
         if sig is None:
             verdicts[i], details[i] = "missing_signature", "no signature header"
             continue
-        if type(sig) is str:
+        if isinstance(sig, str):
             verdicts[i], details[i] = "malformed_signature", sig
             continue
         timestamp = timestamps[i]
@@ -327,8 +330,8 @@ def verify_columns(
 
 
 def verify_parsed(
-    columns: dict[str, list], secrets: SecretStore, *, tolerance_s: float = CLOCK_TOLERANCE_S
-) -> dict[str, list]:
+    columns: Columns, secrets: SecretStore, *, tolerance_s: float = CLOCK_TOLERANCE_S
+) -> Columns:
     """The verification columns (``hmac_ok``, ``skew_s``, ``matched_secret``, and the final
     ``verdict`` and ``detail``) of a parser's columns (:meth:`Buffer.columns`), in one call.
 
@@ -352,7 +355,7 @@ def verify_parsed(
     )
 
 
-def subscription_logged(columns: dict[str, list]) -> list[bool | None]:
+def subscription_logged(columns: Columns) -> list[bool | None]:
     """Whether each record named its subscription (None for unreadable records)."""
     return [
         None if v == "unreadable" else s is not None

@@ -38,6 +38,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal, NamedTuple
 
 import pyarrow.compute as pc
 
@@ -45,7 +46,7 @@ from audit.atomic import write_json_atomic
 from audit.errors import InputError
 from audit.ingest import parallel, records
 from audit.ingest.fast import verify_jsonl
-from audit.ingest.identity import follow, identify, moved_away
+from audit.ingest.identity import Seen, follow, identify, moved_away
 from audit.ingest.load import LoadWarning, expand_paths
 from audit.ingest.parts import PartWriter
 from audit.ingest.reverify import reverify_parts
@@ -112,7 +113,7 @@ class Store:
     def manifest_path(self) -> Path:
         return self.root / "manifest.json"
 
-    def manifest(self) -> dict:
+    def manifest(self) -> dict[str, Any]:
         """The manifest (an empty store's when there is none yet)."""
         if self.manifest_path.is_symlink():
             raise InputError(f"{self.manifest_path}: a symbolic link; a store's is a plain file")
@@ -170,9 +171,9 @@ class Store:
 
 
 def ingest(
-    logs: Iterable[str | os.PathLike],
-    secrets_path: str | os.PathLike,
-    store_dir: str | os.PathLike,
+    logs: Iterable[str | os.PathLike[str]],
+    secrets_path: str | os.PathLike[str],
+    store_dir: str | os.PathLike[str],
     *,
     header_prefix: str = DEFAULT_HEADER_PREFIX,
     tolerance_s: float = CLOCK_TOLERANCE_S,
@@ -183,12 +184,32 @@ def ingest(
 
     Examples
     --------
-    >>> r = ingest(["captures/"], "secrets.json", "store/")  # doctest: +SKIP
-    >>> r.records, r.files_unchanged  # doctest: +SKIP
+    >>> import tempfile, pathlib
+    >>> from audit.ingest.signatures import sign
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> body = '{"id": "evt_1", "event": "incident.created", "data": {}}'
+    >>> headers = {"X-PhishFort-Signature": sign("whsec_demo", 1790812800, body.encode()),
+    ...            "X-PhishFort-Timestamp": "1790812800"}
+    >>> rec = {"received_at": "2026-10-01T00:00:01Z", "subscription_id": "wh_1",
+    ...        "headers": headers, "body": body}
+    >>> _ = (tmp / "log.jsonl").write_text(json.dumps(rec) + "\\n")
+    >>> _ = (tmp / "secrets.json").write_text('{"wh_1": [{"secret": "whsec_demo"}]}')
+    >>> (tmp / "secrets.json").chmod(0o600)
+    >>> r = ingest([tmp / "log.jsonl"], tmp / "secrets.json", tmp / "store", workers=1)
+    >>> r.records, r.files_added, r.unreadable
+    (1, 1, 0)
+    >>> ingest([tmp / "log.jsonl"], tmp / "secrets.json", tmp / "store", workers=1).files_unchanged
+    1
     """
     files = expand_paths(logs)
     secrets = read_secrets(secrets_path)
-    wanted = {v: k for k, v in header_names(header_prefix).items()}
+    settings = _Settings(
+        wanted={v: k for k, v in header_names(header_prefix).items()},
+        secrets=secrets,
+        tolerance_s=tolerance_s,
+        chunk_bytes=chunk_bytes,
+        workers=workers,
+    )
     store = Store(Path(store_dir))
     result = IngestResult()
     check_folder(store.root, creating=bool(files))
@@ -222,22 +243,11 @@ def ingest(
             seen = {path: identify(path, manifest) for path in files}
             holds = {v.resolved: v.sha for v in seen.values()}
             given = {v: k for k, v in reversed(holds.items())}  # a content's first given path
+            contents = _Contents(holds, given)
             for path in files:
-                _ingest_file(
-                    path,
-                    seen[path],
-                    (holds, given),
-                    store,
-                    manifest,
-                    result,
-                    staging,
-                    obsolete,
-                    wanted=wanted,
-                    secrets=secrets,
-                    tolerance_s=tolerance_s,
-                    chunk_bytes=chunk_bytes,
-                    workers=workers,
-                )
+                done = _ingest_file(path, seen[path], contents, store, manifest, staging, settings)
+                _tally(result, done)
+                obsolete.extend(done.obsolete)
             write_json_atomic(store.manifest_path, manifest)
         except BaseException:  # a full disk, ^C: the parts of this run go, the store stays
             remove_strays(store.root, store.manifest())
@@ -248,7 +258,61 @@ def ingest(
     return result
 
 
-def _check_settings(store: Store, manifest: dict, header_prefix: str, tolerance_s: float) -> None:
+@dataclass(frozen=True)
+class _Settings:
+    """What every file of one ingest is read and verified with."""
+
+    wanted: dict[str, str]
+    secrets: SecretStore
+    tolerance_s: float
+    chunk_bytes: int
+    workers: int | None
+
+
+@dataclass(frozen=True)
+class _Contents:
+    """Every given file's content (sha256) by resolved path, and its first given path by
+    content: an entry whose content moved to another given file follows it."""
+
+    holds: dict[str, str]
+    given: dict[str, str]
+
+
+@dataclass
+class _FileIngested:
+    """What :func:`_ingest_file` did with one file (the manifest is edited in place)."""
+
+    #: The manifest entry (resolved path) that holds the file.
+    path: str
+    outcome: Literal["added", "unchanged", "grown", "changed"]
+    records: int = 0
+    unreadable: int = 0
+    naive_times: int = 0
+    messages: list[str] = field(default_factory=list)
+    #: Parts (dataset-relative names) to delete once the manifest no longer lists them.
+    obsolete: list[str] = field(default_factory=list)
+
+
+def _tally(result: IngestResult, done: _FileIngested) -> None:
+    """Add one file's outcome to ``result``."""
+    result.messages.extend(done.messages)
+    result.paths.append(done.path)
+    if done.outcome == "added":
+        result.files_added += 1
+    elif done.outcome == "unchanged":
+        result.files_unchanged += 1
+    elif done.outcome == "grown":
+        result.files_grown += 1
+    else:
+        result.files_changed += 1
+    result.records += done.records
+    result.unreadable += done.unreadable
+    result.naive_times += done.naive_times
+
+
+def _check_settings(
+    store: Store, manifest: dict[str, Any], header_prefix: str, tolerance_s: float
+) -> None:
     for key, value in (("header_prefix", header_prefix), ("tolerance_s", tolerance_s)):
         old = manifest.setdefault(key, value)
         if old != value:
@@ -258,17 +322,25 @@ def _check_settings(store: Store, manifest: dict, header_prefix: str, tolerance_
             )
 
 
-def _ingest_file(path, seen, contents, store, manifest, result, staging, obsolete, **kw) -> None:
-    """Ingest one file. ``contents``: every given file's content by path, and its (first)
-    path by content, so that an entry whose content moved to another given file follows it."""
-    holds, given = contents
+def _ingest_file(
+    path: Path,
+    seen: Seen,
+    contents: _Contents,
+    store: Store,
+    manifest: dict[str, Any],
+    staging: Path,
+    settings: _Settings,
+) -> _FileIngested:
+    """Ingest one file into ``manifest`` (its entries edited in place); what was done."""
     resolved, fmt, sha = seen.resolved, seen.fmt, seen.sha
     whole = not fmt.SPLITS_AT_LINES
+    messages: list[str] = []
+    obsolete: list[str] = []
     old = next((e for e in manifest["files"] if e["path"] == resolved), None)
     same = next((e for e in manifest["files"] if e["sha256"] == sha), None)
     refill = same is not None and not parts_present(store.root, same)
-    if refill:  # parts deleted or truncated: the file is ingested again in full
-        result.messages.append(
+    if same is not None and refill:  # parts deleted or truncated: ingested again in full
+        messages.append(
             f"{path}: some of its stored parts are missing; its {same['records']} record(s) "
             "replaced"
         )
@@ -276,36 +348,35 @@ def _ingest_file(path, seen, contents, store, manifest, result, staging, obsolet
         manifest["files"].remove(same)
         old, same = (None if old is same else old), None
     if same is not None:
-        result.files_unchanged += 1
-        if same["path"] != resolved and _gone_from(same["path"], sha, holds):
+        if same["path"] != resolved and _gone_from(same["path"], sha, contents.holds):
             # renamed or compressed since (log rotation): the entry follows its content
-            result.messages.append(f"{path}: already stored as {same['path']}; renamed since")
+            messages.append(f"{path}: already stored as {same['path']}; renamed since")
             follow(manifest, same, resolved)
-        result.paths.append(same["path"])
-        return
-    result.paths.append(resolved)
+        return _FileIngested(same["path"], "unchanged", messages=messages, obsolete=obsolete)
     skip, first_line, entry = 0, 1, None
-    moved_to = given.get(old["sha256"], resolved) if old is not None else resolved
+    outcome: Literal["added", "grown", "changed"]
+    moved_to = contents.given.get(old["sha256"], resolved) if old is not None else resolved
     if old is not None and seen.prefix_sha == old["sha256"] and seen.at_newline:
         skip, first_line, entry = old["size"], old["lines"] + 1, old
-        result.files_grown += 1
-        result.messages.append(f"{path}: grew; ingesting from line {first_line}")
-    elif moved_to != resolved:  # this name's stored content lies in another given file
-        result.messages.append(f"{path}: its stored content is now {moved_to}")
+        outcome = "grown"
+        messages.append(f"{path}: grew; ingesting from line {first_line}")
+    elif old is not None and moved_to != resolved:  # its stored content is in another file
+        messages.append(f"{path}: its stored content is now {moved_to}")
         follow(manifest, old, moved_to)
-        result.files_added += 1
+        outcome = "added"
     elif old is not None:
-        result.files_changed += 1
-        result.messages.append(
+        outcome = "changed"
+        messages.append(
             f"{path}: changed since it was ingested; its {old['records']} record(s) replaced"
         )
         obsolete.extend(old["parts"])
         manifest["files"].remove(old)
     elif refill:
-        result.files_changed += 1
+        outcome = "changed"
     else:
-        result.files_added += 1
-    counts = [0, 0, 0]  # records, unreadable, newlines
+        outcome = "added"
+    done = _FileIngested(resolved, outcome, messages=messages, obsolete=obsolete)
+    newlines = 0
     written: list[tuple[Path, str]] = []
     if whole:
         writer = PartWriter(staging, sha[:16])
@@ -314,50 +385,47 @@ def _ingest_file(path, seen, contents, store, manifest, result, staging, obsolet
             kind=fmt.NAME,
             source=source_name(path),
             first_line=1,
-            wanted=kw["wanted"],
-            secrets=kw["secrets"],
-            tolerance_s=kw["tolerance_s"],
+            wanted=settings.wanted,
+            secrets=settings.secrets,
+            tolerance_s=settings.tolerance_s,
             file_sha256=sha,
         )
         writer.write(table)
         written = writer.finish()
-        n_unreadable = pc.sum(pc.equal(table.column("verdict"), "unreadable")).as_py() or 0
-        outcomes = [(table.num_rows, n_unreadable, naive, 0)]
+        done.records += table.num_rows
+        done.unreadable += pc.sum(pc.equal(table.column("verdict"), "unreadable")).as_py() or 0
+        done.naive_times += naive
     else:
         pieces = parallel.plan_pieces(
-            path, piece_bytes=kw["chunk_bytes"], skip_bytes=skip, first_line=first_line
+            path, piece_bytes=settings.chunk_bytes, skip_bytes=skip, first_line=first_line
         )
-        outcomes = []
         results = parallel.map_pieces(
             _ingest_piece,
             pieces,
             sources={str(path): source_name(path)},
-            wanted=kw["wanted"],
-            secrets=kw["secrets"],
-            tolerance_s=kw["tolerance_s"],
-            workers=kw["workers"],
+            wanted=settings.wanted,
+            secrets=settings.secrets,
+            tolerance_s=settings.tolerance_s,
+            workers=settings.workers,
             extra={"staging": staging, "file_sha256": sha},
         )
         with contextlib.closing(results):  # an error here stops the workers at once
-            for done, *numbers in results:
-                written.extend(done)
-                outcomes.append(numbers)
-    for rows, unreadable, naive, newlines in outcomes:
-        counts[0] += rows
-        counts[1] += unreadable
-        counts[2] += newlines
-        result.naive_times += naive
+            for piece in results:
+                written.extend(piece.parts)
+                done.records += piece.rows
+                done.unreadable += piece.unreadable
+                done.naive_times += piece.naive_times
+                newlines += piece.newlines
     names = publish(store.root, written)
-    result.records += counts[0]
-    result.unreadable += counts[1]
     if entry is None:
         entry = {"path": resolved, "records": 0, "unreadable": 0, "lines": 0, "parts": []}
         manifest["files"].append(entry)
     entry.update(sha256=sha, size=seen.size, gzip=seen.gz)
-    entry["records"] += counts[0]
-    entry["unreadable"] += counts[1]
-    entry["lines"] += counts[2]
+    entry["records"] += done.records
+    entry["unreadable"] += done.unreadable
+    entry["lines"] += newlines
     entry["parts"] = [*entry["parts"], *names]
+    return done
 
 
 def _gone_from(path: str, sha: str, holds: dict[str, str]) -> bool:
@@ -366,11 +434,22 @@ def _gone_from(path: str, sha: str, holds: dict[str, str]) -> bool:
     return holds[path] != sha if path in holds else moved_away(path, sha)
 
 
-def _ingest_piece(piece: parallel.Piece) -> tuple[list, int, int, int, int]:
+class _PieceWritten(NamedTuple):
+    """What :func:`_ingest_piece` did with one piece."""
+
+    #: The staged parts: (staging path, dataset-relative name).
+    parts: list[tuple[Path, str]]
+    rows: int
+    unreadable: int
+    naive_times: int
+    newlines: int
+
+
+def _ingest_piece(piece: parallel.Piece) -> _PieceWritten:
     """Worker: verify one piece and write its rows as staged parts (bodies stay here)."""
     c = parallel._CONTEXT
     data = piece.read()
-    cols, naive, unreadable, _ = verify_jsonl(
+    got = verify_jsonl(
         data,
         c["source"][piece.path],
         c["wanted"],
@@ -380,7 +459,9 @@ def _ingest_piece(piece: parallel.Piece) -> tuple[list, int, int, int, int]:
         keyed=c["keyed"],
         extract=True,
     )
-    table = records.stored_table(cols, c["file_sha256"])
+    table = records.stored_table(got.columns, c["file_sha256"])
     writer = PartWriter(c["staging"], c["file_sha256"][:16])
     writer.write(table)
-    return writer.finish(), table.num_rows, unreadable, naive, data.count(b"\n")
+    return _PieceWritten(
+        writer.finish(), table.num_rows, got.unreadable, got.naive_times, data.count(b"\n")
+    )

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 from audit.errors import InputError
 
@@ -44,7 +45,7 @@ _ENTRY = {
 }
 
 
-def check_manifest(data: object, where: Path, version: int) -> dict:
+def check_manifest(data: object, where: Path, version: int) -> dict[str, Any]:
     """``data`` (a parsed manifest) when it has the store's shape; InputError otherwise."""
 
     def bad(why: str) -> InputError:
@@ -89,7 +90,7 @@ def check_folder(root: Path, *, creating: bool) -> None:
         raise InputError(f"{root}: not an evidence store (no manifest.json); give LOGS")
 
 
-def remove_strays(root: Path, manifest: dict) -> None:
+def remove_strays(root: Path, manifest: dict[str, Any]) -> None:
     """Delete parts a crashed or failed ingest left (on disk, not in ``manifest``), and its
     staged files."""
     listed = {p for e in manifest["files"] for p in e["parts"]}
@@ -122,7 +123,7 @@ def publish(root: Path, written: list[tuple[Path, str]]) -> list[str]:
     return names
 
 
-def parts_present(root: Path, entry: dict) -> bool:
+def parts_present(root: Path, entry: dict[str, Any]) -> bool:
     """Whether every part of ``entry`` is a file that ends as Parquet does (a part truncated or
     deleted counts as missing: its file is ingested again)."""
     for part in entry["parts"]:

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from audit.ingest import parallel, records
 from audit.ingest.extract import EXTRACTED, body_columns
-from audit.ingest.formats import format_of, jsonl
+from audit.ingest.formats import CaptureFormat, format_of, jsonl
 from audit.ingest.load import LoadWarning, distinct_logs, expand_paths
+from audit.ingest.parallel import Verdicts
 from audit.ingest.secrets import SecretStore, read_secrets
 from audit.ingest.signatures import subscription_logged, verify_parsed
 from audit.ingest.verification import VERDICT_COLUMNS
@@ -45,8 +47,8 @@ class LogRows:
 
 
 def read_logs(
-    logs: Iterable[str | os.PathLike],
-    secrets_path: str | os.PathLike | SecretStore,
+    logs: Iterable[str | os.PathLike[str]],
+    secrets_path: str | os.PathLike[str] | SecretStore,
     *,
     columns: Sequence[str] = VERDICT_COLUMNS,
     header_prefix: str = DEFAULT_HEADER_PREFIX,
@@ -68,9 +70,9 @@ def read_logs(
     ``secrets_path`` may be secrets already read (:class:`audit.ingest.secrets.SecretStore`). With
     ``evidence``, the bodies of the records that are not valid come back too (``evidence``).
     """
-    import pandas as pd
+    import pandas as pd  # start-up: pandas only once a frame is built (`audit verify` never)
 
-    from audit.ingest.query import frame_from_arrow
+    from audit.ingest.scan import frame_from_arrow  # start-up: scan loads pandas
 
     got = _read(
         logs,
@@ -119,8 +121,8 @@ class _Read:
 
 
 def _read(
-    logs: Iterable[str | os.PathLike],
-    secrets_path: str | os.PathLike | SecretStore,
+    logs: Iterable[str | os.PathLike[str]],
+    secrets_path: str | os.PathLike[str] | SecretStore,
     *,
     columns: Sequence[str],
     header_prefix: str,
@@ -139,7 +141,7 @@ def _read(
     total = sum(f.stat().st_size for f in files)
     size = piece_bytes or parallel.default_piece_bytes(total, workers)
     # JSONL is read in pieces through the fast path; every other format whole (exact path).
-    whole = [format_of(f.name) is not jsonl for f in files]
+    whole = [format_of(f.name) is not _JSONL for f in files]
     lines = [f for f, w in zip(files, whole, strict=True) if not w]
     pieces = (p for f in lines for p in parallel.plan_pieces(f, piece_bytes=size))
     names = list(columns)
@@ -163,26 +165,24 @@ def _read(
     naive = 0
     hashes = _Hashes(files, enabled=hash_files)
     with contextlib.closing(results):
-        for piece, (table, naive_one, unreadable, not_valid) in results:
+        for piece, got in results:
             hashes.start()  # after the first result: the workers are forked by then
-            by_file[piece.path].append(table)
-            proof[piece.path].append(not_valid)
-            counts[piece.path][0] += table.num_rows
-            counts[piece.path][1] += unreadable
-            naive += naive_one
+            by_file[piece.path].append(got.table)
+            proof[piece.path].append(got.evidence)
+            counts[piece.path][0] += got.table.num_rows
+            counts[piece.path][1] += got.unreadable
+            naive += got.naive_times
             if upto is not None:
-                by_file[piece.path][-1] = _received_upto(table, upto)
+                by_file[piece.path][-1] = _received_upto(got.table, upto)
     for f, w in zip(files, whole, strict=True):
         if w:
-            table, unreadable, naive_one, not_valid = _whole(
-                f, wanted, secrets, tolerance_s, names, evidence
-            )
-            by_file[str(f)].append(table)
-            proof[str(f)].append(not_valid)
-            counts[str(f)] = [table.num_rows, unreadable]
-            naive += naive_one
+            got = _whole(f, wanted, secrets, tolerance_s, names, evidence)
+            by_file[str(f)].append(got.table)
+            proof[str(f)].append(got.evidence)
+            counts[str(f)] = [got.table.num_rows, got.unreadable]
+            naive += got.naive_times
             if upto is not None:
-                by_file[str(f)][-1] = _received_upto(table, upto)
+                by_file[str(f)][-1] = _received_upto(got.table, upto)
     tables = [t for f in files for t in by_file[str(f)]]
     empty = records.stored_columns({n: [] for n in names}, names)
     table = pa.concat_tables([empty, *tables])
@@ -198,28 +198,57 @@ def _read(
     return _Read(table, files, counts, hashes.result(), naive, kept)
 
 
+#: The JSONL format (read in pieces through the fast path).
+_JSONL: CaptureFormat = jsonl
+
+
 def _naive_message(naive: int) -> str:
     return f"{naive} received_at value(s) had no UTC offset and were read as UTC"
 
 
 def verify_logs(
-    logs: Iterable[str | os.PathLike],
-    secrets_path: str | os.PathLike,
-    **kw,
+    logs: Iterable[str | os.PathLike[str]],
+    secrets_path: str | os.PathLike[str],
+    *,
+    columns: Sequence[str] = VERDICT_COLUMNS,
+    header_prefix: str = DEFAULT_HEADER_PREFIX,
+    tolerance_s: float = CLOCK_TOLERANCE_S,
+    workers: int | None = None,
+    piece_bytes: int | None = None,
+    upto: pd.Timestamp | None = None,
+    evidence: bool = False,
 ) -> pd.DataFrame:
     """One row per input record with the verdict columns (``VERDICT_COLUMNS``), in input order:
-    the rows of ``audit_signatures(...).deliveries[VERDICT_COLUMNS]`` (see :func:`read_logs`).
+    the rows of ``audit_signatures(...).deliveries[VERDICT_COLUMNS]`` (see :func:`read_logs`,
+    whose keywords these are).
 
     Examples
     --------
-    >>> verify_logs(["captures/"], "secrets.json")["verdict"].value_counts()  # doctest: +SKIP
+    >>> import tempfile, pathlib
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (tmp / "log.jsonl").write_text('{"received_at": 0, "headers": {}, "body": ""}\\nx\\n')
+    >>> _ = (tmp / "secrets.json").write_text('{"wh_1": [{"secret": "whsec_demo"}]}')
+    >>> (tmp / "secrets.json").chmod(0o600)
+    >>> verify_logs([tmp / "log.jsonl"], tmp / "secrets.json")["verdict"].tolist()
+    ['missing_signature', 'unreadable']
     """
-    return read_logs(logs, secrets_path, hash_files=False, **kw).rows
+    return read_logs(
+        logs,
+        secrets_path,
+        columns=columns,
+        header_prefix=header_prefix,
+        tolerance_s=tolerance_s,
+        workers=workers,
+        piece_bytes=piece_bytes,
+        hash_files=False,
+        upto=upto,
+        evidence=evidence,
+    ).rows
 
 
 def verdict_table(
-    logs: Iterable[str | os.PathLike],
-    secrets_path: str | os.PathLike,
+    logs: Iterable[str | os.PathLike[str]],
+    secrets_path: str | os.PathLike[str],
     *,
     header_prefix: str = DEFAULT_HEADER_PREFIX,
     tolerance_s: float = CLOCK_TOLERANCE_S,
@@ -251,15 +280,12 @@ def verdict_table(
 def verdicts_by_name(table: pa.Table) -> dict[str, int]:
     """How many rows of ``table`` have each ``verdict`` (missing ones not counted), for
     :func:`audit.ingest.verification.verdict_count_rows`."""
-    import pyarrow.compute as pc
-
     counts = pc.value_counts(table.column("verdict")).to_pylist()
     return {c["values"]: c["counts"] for c in counts if c["values"] is not None}
 
 
 def _received_upto(table: pa.Table, upto: pd.Timestamp) -> pa.Table:
     """The rows received at or before ``upto``, and those without a receipt time."""
-    import pyarrow.compute as pc
 
     if "received_at" not in table.column_names or table.num_rows == 0:
         return table
@@ -273,7 +299,7 @@ class _Hashes:
     """The files' sha256 in a background thread (``hashlib`` releases the GIL while it hashes),
     so the parent hashes while the workers verify instead of after them."""
 
-    def __init__(self, files, *, enabled: bool = True) -> None:
+    def __init__(self, files: Iterable[Path], *, enabled: bool = True) -> None:
         self._files = list(files)
         self._enabled = enabled
         self._thread: threading.Thread | None = None
@@ -305,7 +331,7 @@ class _Hashes:
         return self._out
 
 
-def _sha256(path) -> str:
+def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(4 * 2**20):
@@ -314,8 +340,14 @@ def _sha256(path) -> str:
 
 
 def _whole(
-    path, wanted, secrets, tolerance_s, names, evidence=False
-) -> tuple[pa.Table, int, int, pa.Table | None]:
+    path: Path,
+    wanted: dict[str, str],
+    secrets: SecretStore,
+    tolerance_s: float,
+    names: list[str],
+    evidence: bool = False,
+) -> Verdicts:
+    """A file read whole (not JSONL), verified by the exact path."""
     buf = format_of(path.name).parse(records.read_whole(path), source_name(path), wanted)
     cols = buf.columns()
     cols["subscription_logged"] = subscription_logged(cols)
@@ -323,4 +355,4 @@ def _whole(
     if set(names) & set(EXTRACTED):
         cols.update(body_columns(cols["body"]))
     not_valid = records.evidence_table(cols) if evidence else None
-    return records.stored_columns(cols, names), buf.unreadable, buf.naive_times, not_valid
+    return Verdicts(records.stored_columns(cols, names), buf.naive_times, buf.unreadable, not_valid)

@@ -58,8 +58,8 @@ class SignatureAudit:
 
 
 def audit_signatures(
-    logs: Iterable[str | os.PathLike] | str | os.PathLike,
-    secrets_path: str | os.PathLike,
+    logs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
+    secrets_path: str | os.PathLike[str],
     *,
     header_prefix: str = DEFAULT_HEADER_PREFIX,
     tolerance_s: float = CLOCK_TOLERANCE_S,
@@ -68,8 +68,15 @@ def audit_signatures(
 
     Examples
     --------
-    >>> result = audit_signatures(["captures/"], "secrets.json")  # doctest: +SKIP
-    >>> result.counts()  # doctest: +SKIP
+    >>> import tempfile, pathlib
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (tmp / "log.jsonl").write_text('{"received_at": 0, "headers": {}, "body": ""}\\n')
+    >>> _ = (tmp / "secrets.json").write_text('{"wh_1": [{"secret": "whsec_demo"}]}')
+    >>> (tmp / "secrets.json").chmod(0o600)
+    >>> result = audit_signatures([tmp / "log.jsonl"], tmp / "secrets.json")
+    >>> result.counts()
+                 verdict  count  share
+    0  missing_signature      1    1.0
     """
     store = read_secrets(secrets_path)
     caps = load_captures(logs, header_prefix=header_prefix, secrets=store, tolerance_s=tolerance_s)
@@ -93,8 +100,17 @@ def verify_frame(
 
     Examples
     --------
-    >>> verified = verify_frame(load_captures("log.jsonl").deliveries, store)  # doctest: +SKIP
-    >>> verified["verdict"].value_counts()  # doctest: +SKIP
+    >>> import tempfile, pathlib
+    >>> from audit.ingest.signatures import sign
+    >>> log = pathlib.Path(tempfile.mkdtemp()) / "log.jsonl"
+    >>> sig = sign("whsec_demo", 1790812800, b"{}")
+    >>> _ = log.write_text('{"received_at": 1790812801, "subscription_id": "wh_1", "body": "{}",'
+    ...                    f' "headers": {{"X-PhishFort-Signature": "{sig}",'
+    ...                    ' "X-PhishFort-Timestamp": "1790812800"}}\\n')
+    >>> store = SecretStore.from_values({"wh_1": [("whsec_demo", None)]})
+    >>> verified = verify_frame(load_captures(log).deliveries, store)
+    >>> verified[["verdict", "skew_s", "matched_secret"]].to_dict("records")
+    [{'verdict': 'valid', 'skew_s': 1.0, 'matched_secret': 'wh_1#1'}]
     """
     received = deliveries["received_at"].to_numpy(dtype="datetime64[ns]").view("int64").tolist()
     v = verify_columns(
@@ -116,7 +132,7 @@ def verify_frame(
 
 def verdict_counts(deliveries: pd.DataFrame) -> pd.DataFrame:
     """Counts by verdict in check order, with shares; verdicts that did not occur are omitted."""
-    import pandas as pd
+    import pandas as pd  # start-up: `audit verify` loads this module and never needs pandas
 
     counts = deliveries["verdict"].value_counts()
     order = _check_order(counts.index)

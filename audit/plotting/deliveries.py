@@ -7,8 +7,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import PercentFormatter
 
 from audit.analysis.deliveries import Tolerance, latency_summary
@@ -46,7 +48,17 @@ def plot_daily_failure_rate(attempts: pd.DataFrame, *, title: str | None = None)
 
     Examples
     --------
-    >>> plot_daily_failure_rate(infer_attempts(verified, as_of=end))  # doctest: +SKIP
+    >>> from audit.analysis.deliveries import infer_attempts
+    >>> t = pd.Timestamp("2026-10-01 12:00", tz="UTC")
+    >>> verified = pd.DataFrame({  # one event, answered 500, 500, then 200
+    ...     "verdict": "valid", "subscription_id": "wh_1", "event_id": "evt_1",
+    ...     "event": "incident.created", "incident_id": "inc_1",
+    ...     "received_at": [t, t + pd.Timedelta("31s"), t + pd.Timedelta("150s")],
+    ...     "response_status": [500, 500, 200], "response_ms": [120, 95, 80]})
+    >>> attempts = infer_attempts(verified, as_of=t + pd.Timedelta("1D"))
+    >>> ax = plot_daily_failure_rate(attempts).axes[0]
+    >>> [text.get_text() for text in ax.get_legend().get_texts()]
+    ['wh_1 (3 answered)']
     """
     rates = daily_failure_rate(attempts)
     fig, (ax,) = new_figure()
@@ -99,7 +111,17 @@ def plot_retry_delays(
 
     Examples
     --------
-    >>> plot_retry_delays(infer_attempts(verified, as_of=end))  # doctest: +SKIP
+    >>> from audit.analysis.deliveries import infer_attempts
+    >>> t = pd.Timestamp("2026-10-01 12:00", tz="UTC")
+    >>> verified = pd.DataFrame({  # one event, answered 500, 500, then 200
+    ...     "verdict": "valid", "subscription_id": "wh_1", "event_id": "evt_1",
+    ...     "event": "incident.created", "incident_id": "inc_1",
+    ...     "received_at": [t, t + pd.Timedelta("31s"), t + pd.Timedelta("150s")],
+    ...     "response_status": [500, 500, 200], "response_ms": [120, 95, 80]})
+    >>> attempts = infer_attempts(verified, as_of=t + pd.Timedelta("1D"))
+    >>> ax = plot_retry_delays(attempts).axes[0]
+    >>> [text.get_text() for text in ax.get_legend().get_texts()]
+    ['schedule (shaded: tolerance)', 'on schedule (n=2)']
     """
     points = retry_delays(attempts)
     tol = tolerance or Tolerance()
@@ -119,7 +141,8 @@ def plot_retry_delays(
         "after_missing": ("s", "tab:orange", "after missed attempt(s)"),
         "off_schedule": ("x", "tab:red", "off schedule"),
     }
-    handles, labels = [sched], ["schedule (shaded: tolerance)"]
+    handles: list[Artist] = [sched]
+    labels = ["schedule (shaded: tolerance)"]
     for kind in RETRY_KINDS:
         g = points[points["kind"] == kind]
         if g.empty:
@@ -170,7 +193,8 @@ def log_bins(
     >>> log_bins([1.0, 1000.0], per_decade=1).tolist()
     [1.0, 10.0, 100.0, 1000.0]
     """
-    if isinstance(per_decade, bool) or not isinstance(per_decade, int) or per_decade < 1:
+    given: object = per_decade  # checked as a caller may pass anything
+    if isinstance(given, bool) or not isinstance(given, int) or given < 1:
         raise ParameterError(f"per_decade must be a positive integer, got {per_decade!r}")
     if isinstance(values, np.ndarray) and values.dtype.kind == "f":  # as drawn: no conversion
         v = values.astype(float, copy=False)
@@ -197,7 +221,7 @@ def _histogram(
     if not values.size:
         no_data(ax, title)
         return
-    ax.hist(values, bins=log_bins(values), color=colour, alpha=0.8)
+    ax.hist(values, bins=log_bins(values).tolist(), color=colour, alpha=0.8)
     ax.set_xscale("log")
     plain_log_ticks(ax.xaxis)
     ax.set_title(title)
@@ -205,9 +229,14 @@ def _histogram(
     ax.grid(alpha=0.3)
     if dropped:
         ax.text(
-            0.98, 0.70, f"{dropped} value(s) <= 0 {unit} not shown", transform=ax.transAxes,
-            ha="right", fontsize="small", color="0.3",
-        )  # fmt: skip
+            0.98,
+            0.70,
+            f"{dropped} value(s) <= 0 {unit} not shown",
+            transform=ax.transAxes,
+            ha="right",
+            fontsize="small",
+            color="0.3",
+        )
 
 
 def plot_latency_distributions(
@@ -245,8 +274,14 @@ def plot_latency_distributions(
 
     Examples
     --------
-    >>> plot_latency_distributions(attempts, events_table(attempts, as_of=end))
-    ... # doctest: +SKIP
+    >>> attempts = pd.DataFrame({"verdict": "valid", "response_ms": [80.0, 120.0, 6000.0],
+    ...                          "skew_s": [0.5, 1.0, 2.0]})
+    >>> events = pd.DataFrame({"is_test": [False, False], "emission_latency_s": [1.5, 30.0]})
+    >>> ack, emission = plot_latency_distributions(attempts, events).axes
+    >>> [text.get_text() for text in ack.get_legend().get_texts()]
+    ['timeout 5000 ms (1 of 3 over)', 'median 120 ms', 'p95 5412 ms']
+    >>> [text.get_text() for text in emission.get_legend().get_texts()]
+    ['median 15.8 s', 'p95 28.6 s']
     """
     require_columns(attempts, ("verdict", "response_ms", "skew_s"), "attempts", "infer_attempts()")
     require_columns(events, ("is_test", "emission_latency_s"), "events", "events_table()")
@@ -265,24 +300,32 @@ def plot_latency_distributions(
         summary = latency_summary(attempts if has_a else _EMPTY_ATT, real if has_e else _EMPTY_EV)
     summary = summary.set_index("metric").astype({"p50": float, "p95": float})
     _histogram(
-        ack_ax, ack, ack_dropped, colour="tab:blue", unit="ms",
+        ack_ax,
+        ack,
+        ack_dropped,
+        colour="tab:blue",
+        unit="ms",
         title="Acknowledgement latency (valid deliveries)",
-    )  # fmt: skip
+    )
     if ack.size:
         timeout = ack_ax.axvline(DELIVERY_TIMEOUT_MS, color="tab:red", linewidth=1.5)
         over = int((ack > DELIVERY_TIMEOUT_MS).sum())
-        handles = [timeout, *_quantile_lines(ack_ax, summary.loc["ack_latency_ms"], "ms")]
+        handles = [timeout, *_quantile_lines(ack_ax, summary, "ack_latency_ms", "ms")]
         labels = [f"timeout {DELIVERY_TIMEOUT_MS} ms ({over} of {ack.size} over)"]
-        labels += [h.get_label() for h in handles[1:]]
+        labels += [str(h.get_label()) for h in handles[1:]]
         ack_ax.legend(handles, labels, fontsize="small")
         ack_ax.set_xlabel("response time (ms, log scale)")
     _histogram(
-        emit_ax, emit, emit_dropped, colour="tab:purple", unit="s",
+        emit_ax,
+        emit,
+        emit_dropped,
+        colour="tab:purple",
+        unit="s",
         title="Emission latency (non-test events)",
-    )  # fmt: skip
+    )
     if emit.size:
-        handles = _quantile_lines(emit_ax, summary.loc["emission_latency_s"], "s")
-        emit_ax.legend(handles, [h.get_label() for h in handles], fontsize="small")
+        handles = _quantile_lines(emit_ax, summary, "emission_latency_s", "s")
+        emit_ax.legend(handles, [str(h.get_label()) for h in handles], fontsize="small")
         emit_ax.set_xlabel("first receipt − event timestamp (s, log scale)")
     return fig
 
@@ -291,10 +334,11 @@ _EMPTY_ATT = pd.DataFrame({"verdict": [], "response_ms": [], "skew_s": []})
 _EMPTY_EV = pd.DataFrame({"is_test": pd.Series([], dtype=bool), "emission_latency_s": []})
 
 
-def _quantile_lines(ax: Axes, row: pd.Series, unit: str) -> list:
+def _quantile_lines(ax: Axes, summary: pd.DataFrame, metric: str, unit: str) -> list[Line2D]:
+    """The median and 95th percentile of ``metric`` (a row of ``summary``) as vertical lines."""
     lines = []
     for name, style in (("p50", "--"), ("p95", ":")):
-        value = float(row[name])
+        value = float(summary[name].loc[metric])
         if value > 0:
             shown = f"{value:.3g}" if value < 1000 else f"{value:.0f}"
             label = f"{'median' if name == 'p50' else name} {shown} {unit}"

@@ -36,9 +36,12 @@ def plot_takedown_curves(
 
     Examples
     --------
-    >>> km = kaplan_meier_by(takedown_durations(incidents, as_of=end).durations, "source")
-    ... # doctest: +SKIP
-    >>> plot_takedown_curves(km).savefig("takedown.png")  # doctest: +SKIP
+    >>> km = pd.DataFrame({"group": ["a", "a"], "time": [3600.0, 7200.0], "at_risk": [2, 1],
+    ...                    "events": [1, 0], "censored": [0, 1], "survival": [0.5, 0.5],
+    ...                    "ci_lower": [0.1, 0.1], "ci_upper": [0.9, 0.9]})
+    >>> legend = plot_takedown_curves(km).axes[0].get_legend()
+    >>> legend.get_title().get_text(), [text.get_text() for text in legend.get_texts()]
+    ('shaded: 95% pointwise CI; | censored', ['a (n=2)'])
     """
     steps = km_steps(km, unit=unit)
     fig, (ax,) = new_figure()

@@ -24,7 +24,13 @@ from typing import Any
 
 import anyio.to_thread
 
-from audit.receiver.capture_log import CaptureRecord, CaptureWriter, oversized, why_not_written
+from audit.receiver.capture_log import (
+    CaptureRecord,
+    CaptureWriter,
+    oversized,
+    why_not_written,
+    writer_for,
+)
 from audit.spec import MAX_REQUEST_BYTES
 
 __all__ = ["RECEIVED_AT_KEY", "CaptureMiddleware"]
@@ -82,10 +88,8 @@ class CaptureMiddleware:
         subscription_id: str | None = None,
         max_body_bytes: int = MAX_REQUEST_BYTES,
     ) -> None:
-        if (folder is None) == (writer is None):
-            raise ValueError("give exactly one of folder and writer")
+        self.writer = writer_for(folder, writer)
         self.app = app
-        self.writer = writer if writer is not None else CaptureWriter(folder)  # type: ignore[arg-type]
         self.paths = None if paths is None else frozenset(paths)
         self.methods = frozenset(m.upper() for m in methods)
         self.subscription_id = subscription_id
@@ -114,8 +118,9 @@ class CaptureMiddleware:
         while more:
             message = await receive()
             if message["type"] == "http.disconnect":  # nothing to answer, said in the log
-                log.warning("sender left before its body arrived (%d bytes read): not captured",
-                            size)  # fmt: skip
+                log.warning(
+                    "sender left before its body arrived (%d bytes read): not captured", size
+                )
                 return
             chunk = message.get("body", b"")
             size += len(chunk)

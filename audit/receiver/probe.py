@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import NamedTuple
 
 import httpx
 
@@ -104,10 +105,11 @@ class ProbeResult:
         }
 
 
-def check_target(url: str) -> str:
+def check_target(url: object) -> str:
     """The receiver URL, if the probe may send to it; InputError otherwise.
 
     HTTPS, or HTTP to a loopback host (the API client's rule), with a host and no credentials.
+    Takes any object: callers without type checking may pass None.
 
     >>> check_target("http://127.0.0.1:8000/hook")
     'http://127.0.0.1:8000/hook'
@@ -141,8 +143,9 @@ def shown_url(url: str) -> str:
     if not u.query and not u.fragment:
         return url
     items = u.query.split(b"&") if u.query else []
-    query = b"&".join(i.split(b"=", 1)[0] + b"=REDACTED" if b"=" in i else b"REDACTED"
-                      for i in items if i)  # fmt: skip
+    query = b"&".join(
+        i.split(b"=", 1)[0] + b"=REDACTED" if b"=" in i else b"REDACTED" for i in items if i
+    )
     return str(u.copy_with(query=query or None, fragment="REDACTED" if u.fragment else None))
 
 
@@ -168,7 +171,9 @@ def plan(
     return out
 
 
-def _context(secrets_path: str | os.PathLike, subscription_id: str, now: float, prefix: str):
+def _context(
+    secrets_path: str | os.PathLike, subscription_id: str, now: float, prefix: str
+) -> ProbeContext:
     store = read_secrets(secrets_path)
     items = store.by_subscription.get(subscription_id)
     if not items:
@@ -181,8 +186,17 @@ def _context(secrets_path: str | os.PathLike, subscription_id: str, now: float, 
     return ProbeContext(secret=items[at].key, previous=previous, header_prefix=prefix)
 
 
-def _send(client: httpx.Client, url: str, p: Prepared, timeout_s: float) -> tuple:
-    """(response or None, ms, error text or None, connected)."""
+class _Sent(NamedTuple):
+    """What came of sending one check's request."""
+
+    response: httpx.Response | None  # None when no usable answer came
+    ms: float  # to the answer, or to giving up
+    error: str | None  # why no answer came
+    connected: bool  # False when the request never reached the receiver
+
+
+def _send(client: httpx.Client, url: str, p: Prepared, timeout_s: float) -> _Sent:
+    """Send ``p`` to ``url`` and wait at most ``timeout_s`` for the status and headers."""
     request = client.build_request("POST", url, headers=p.headers, content=p.body)
     started = time.perf_counter()
     try:
@@ -195,15 +209,15 @@ def _send(client: httpx.Client, url: str, p: Prepared, timeout_s: float) -> tupl
     except httpx.TimeoutException as e:
         ms = (time.perf_counter() - started) * 1000
         connected = not isinstance(e, httpx.ConnectTimeout)
-        return None, ms, f"no answer within {timeout_s:g} s", connected
+        return _Sent(None, ms, f"no answer within {timeout_s:g} s", connected)
     except httpx.ConnectError as e:
         ms = (time.perf_counter() - started) * 1000
-        return None, ms, f"could not connect ({_one_line(e)})", False
+        return _Sent(None, ms, f"could not connect ({_one_line(e)})", False)
     except httpx.RequestError as e:  # closed mid-answer, bad HTTP, undecodable body
         ms = (time.perf_counter() - started) * 1000
-        return None, ms, f"no usable answer ({type(e).__name__}: {_one_line(e)})", True
+        return _Sent(None, ms, f"no usable answer ({type(e).__name__}: {_one_line(e)})", True)
     ms = (time.perf_counter() - started) * 1000
-    return response, ms, None, True
+    return _Sent(response, ms, None, True)
 
 
 #: Checks whose outcome depends on the receiver's clock agreeing with the probe's.
@@ -240,7 +254,10 @@ def _one_line(e: Exception) -> str:
     return (str(e).splitlines() or [type(e).__name__])[0][:200] or type(e).__name__
 
 
-def _judge(check: Check, status: int | None, ms: float, error: str | None, limit_ms: float):
+def _judge(
+    check: Check, status: int | None, ms: float, error: str | None, limit_ms: float
+) -> tuple[bool, str]:
+    """(passed, detail) for one check's answer."""
     if status is None:
         return False, error or "no answer"
     if check.expected == ACCEPT:
@@ -294,9 +311,22 @@ def run_probe(
 
     Examples
     --------
-    >>> result = run_probe("http://127.0.0.1:8000/", "secrets.json", "wh_main")  # doctest: +SKIP
-    >>> [c.id for c in result.checks if c.passed is False]  # doctest: +SKIP
-    []
+    A receiver that accepts everything (here an in-process stand-in) fails the rejections:
+
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from audit.ingest.secrets_file import add_secret
+    >>> accept_all = httpx.MockTransport(lambda request: httpx.Response(204))
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     secrets = Path(folder, "secrets.json")
+    ...     add_secret(secrets, "wh_main", "whsec_demo", datetime(2025, 1, 1, tzinfo=UTC))
+    ...     result = run_probe("http://127.0.0.1:8000/", secrets, "wh_main", transport=accept_all)
+    >>> result.passed, result.exit_code
+    (False, 1)
+    >>> [c.id for c in result.checks if c.passed][:3]
+    ['valid_accepted', 'uppercase_hex_accepted', 'unicode_body_accepted']
+    >>> [c.id for c in result.checks if c.passed is False][:3]
+    ['missing_signature_rejected', 'bad_prefix_rejected', 'short_hex_rejected']
     """
     target = check_target(url)
     checks = select_checks(only)

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from audit.errors import InputError, SecretsError
 from audit.ingest.secrets import SecretStore, SigningSecret, read_secrets
@@ -24,6 +25,9 @@ from audit.ingest.signatures import verify
 from audit.receiver.asgi import RECEIVED_AT_KEY, CaptureMiddleware, Message, Receive, Scope, Send
 from audit.receiver.capture_log import CaptureWriter
 from audit.spec import DEFAULT_HEADER_PREFIX, header_names
+
+if TYPE_CHECKING:
+    import uvicorn
 
 __all__ = ["CurrentSecret", "receiver_app", "serve"]
 
@@ -106,7 +110,7 @@ def _verifier_app(secret: CurrentSecret, header_prefix: str) -> Callable:
             return
         body = await _body(receive)
         now = scope.get(RECEIVED_AT_KEY) or time.time()
-        wanted = {names["signature"]: None, names["timestamp"]: None}
+        wanted: dict[str, str | None] = {names["signature"]: None, names["timestamp"]: None}
         for n, v in scope["headers"]:
             key = n.decode("latin-1").lower()
             if key in wanted:  # a repeated header is combined as HTTP does, so it fails
@@ -164,7 +168,29 @@ def receiver_app(
 
     Examples
     --------
-    >>> app = receiver_app("secrets.json", "captures", subscription_id="wh_main")  # doctest: +SKIP
+    In-process, through httpx's ASGI transport: a signed delivery is answered 204, an unsigned
+    request 401, and both are captured.
+
+    >>> import asyncio, tempfile
+    >>> from datetime import UTC, datetime
+    >>> import httpx
+    >>> from audit.ingest.secrets_file import add_secret
+    >>> from audit.ingest.signatures import sign
+    >>> from audit.service.wire import signed_headers
+    >>> async def post(app, body, headers=()):
+    ...     transport = httpx.ASGITransport(app=app)
+    ...     async with httpx.AsyncClient(transport=transport, base_url="http://receiver") as c:
+    ...         return (await c.post("/hook", content=body, headers=list(headers))).status_code
+    >>> body, ts = b'{"id":"evt_1"}', int(time.time())
+    >>> headers = signed_headers("webhook.test", "dlv_1", ts, sign("whsec_demo", ts, body))
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     secrets = Path(folder, "secrets.json")
+    ...     add_secret(secrets, "wh_main", "whsec_demo", datetime(2025, 1, 1, tzinfo=UTC))
+    ...     app = receiver_app(secrets, Path(folder, "captures"), subscription_id="wh_main")
+    ...     print(asyncio.run(post(app, body, headers)), asyncio.run(post(app, b"{}")))
+    ...     print(sum(len(f.read_text().splitlines()) for f in app.writer.folder.iterdir()))
+    204 401
+    2
     """
     secret = CurrentSecret(secrets_path, subscription_id)
     return CaptureMiddleware(
@@ -200,7 +226,7 @@ def make_server(
     *,
     log_level: str = "warning",
     limit_concurrency: int | None = MAX_CONCURRENT_CONNECTIONS,
-):
+) -> uvicorn.Server:
     """A uvicorn server for ``app`` on an already bound socket (``server.run(sockets=[sock])``),
     serving at most ``limit_concurrency`` connections at once when given (503 beyond; idle
     connections count, see :data:`MAX_CONCURRENT_CONNECTIONS`).
@@ -208,7 +234,7 @@ def make_server(
     Raises InputError when uvicorn (the ``audit[receiver]`` extra) is not installed.
     """
     try:
-        import uvicorn
+        import uvicorn  # start-up: uvicorn, the optional audit[receiver] extra, only to serve
     except ImportError:
         raise InputError(
             "the reference receiver needs uvicorn: pip install 'audit[receiver]'"

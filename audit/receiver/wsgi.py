@@ -23,7 +23,13 @@ from typing import Any
 from wsgiref.util import request_uri
 
 from audit.receiver.asgi import RECEIVED_AT_KEY
-from audit.receiver.capture_log import CaptureRecord, CaptureWriter, oversized, why_not_written
+from audit.receiver.capture_log import (
+    CaptureRecord,
+    CaptureWriter,
+    oversized,
+    why_not_written,
+    writer_for,
+)
 from audit.spec import MAX_REQUEST_BYTES
 
 __all__ = ["WSGICaptureMiddleware"]
@@ -56,10 +62,8 @@ class WSGICaptureMiddleware:
         subscription_id: str | None = None,
         max_body_bytes: int = MAX_REQUEST_BYTES,
     ) -> None:
-        if (folder is None) == (writer is None):
-            raise ValueError("give exactly one of folder and writer")
+        self.writer = writer_for(folder, writer)
         self.app = app
-        self.writer = writer if writer is not None else CaptureWriter(folder)  # type: ignore[arg-type]
         self.paths = None if paths is None else frozenset(paths)
         self.methods = frozenset(m.upper() for m in methods)
         self.subscription_id = subscription_id
@@ -77,8 +81,11 @@ class WSGICaptureMiddleware:
         try:
             body, size = _read_body(environ, self.max_body_bytes)
         except _CutShort as e:  # the application would answer a request that never arrived
-            log.warning("request body cut short (%d of %d bytes): answered 400, not captured",
-                        e.size, e.length)  # fmt: skip
+            log.warning(
+                "request body cut short (%d of %d bytes): answered 400, not captured",
+                e.size,
+                e.length,
+            )
             start_response(_STATUS_TEXT[400], [("Content-Length", "0")])
             return [b""]
         headers = _headers(environ)

@@ -14,6 +14,8 @@ from functools import partial
 
 import pandas as pd
 
+from audit.analysis.analyze import Analysis, run_analyses
+from audit.findings import run_controls
 from audit.ingest.query import SIDE_SHARE
 from audit.ingest.side import aside_if_room, cancelled_on_error
 from audit.memory import release_free_memory
@@ -28,7 +30,7 @@ __all__ = ["Computed", "compute"]
 class Computed:
     """The analyses, the findings and the report tables of one period (in memory)."""
 
-    analysis: object
+    analysis: Analysis
     findings: pd.DataFrame
     tables: dict[str, pd.DataFrame]
     notes: list[str] = field(default_factory=list)
@@ -52,9 +54,6 @@ def compute(
     (:func:`audit.ingest.side.aside_if_room`), else here after the tables: the same findings,
     and the same warnings (issued here when the findings are taken).
     """
-    from audit.analysis.analyze import run_analyses
-    from audit.findings import run_controls
-
     subs = inputs.subscriptions
     if not subs.empty:
         subs = subs[subs["fetched_at"] <= params.as_of].reset_index(drop=True)
@@ -80,7 +79,7 @@ def compute(
             mutes=inputs.mutes,
         )
         # The controls run in a forked process while this one builds the report tables: the
-        # other core is idle here (docs/scale.md, "Nineteenth pass").
+        # other core is idle here ("Nineteenth pass" of docs/scale.md, in git history).
         checking = aside_if_room(controls, share=SIDE_SHARE)
         with cancelled_on_error(checking):
             tables = report_tables(analysis, period, evidence=inputs.evidence, on_drawn=on_tables)

@@ -9,15 +9,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
+from audit.demo import simulate
 from audit.errors import ParameterError
+from audit.report.compute import compute
 from audit.report.inputs import load_inputs
 from audit.report.params import Period, check_params
-from audit.report.pipeline import compute, versions
-from audit.report.rundir import RunData, findings_records
+from audit.report.rundir import RunData, findings_records, versions
 from audit.spec import DEFAULT_HEADER_PREFIX
 
 __all__ = ["demo_inputs", "explore"]
@@ -25,10 +28,6 @@ __all__ = ["demo_inputs", "explore"]
 
 def demo_inputs(seed: int = 7) -> dict[str, object]:
     """Parameters pointing at the built-in demo data (generated once into a temporary folder)."""
-    import tempfile
-
-    from audit.demo import simulate
-
     root = Path(tempfile.gettempdir()) / f"audit-demo-seed{seed}"
     if not (root / "truth.json").is_file():
         tmp = Path(tempfile.mkdtemp(prefix="audit-demo-"))
@@ -56,6 +55,17 @@ def _day(name: str, value: object) -> pd.Timestamp:
     if pd.isna(ts):
         raise ParameterError(f"{name} is missing")
     return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+
+
+def _paths(value: object, name: str) -> list[str | os.PathLike[str]]:
+    """A notebook's path parameter (one path, a list of them, or none) as a list."""
+    if isinstance(value, str | os.PathLike):
+        return [value]
+    if not value:
+        return []
+    if not isinstance(value, Iterable):
+        raise TypeError(f"{name}: a path or a list of paths, not {type(value).__name__}")
+    return list(value)
 
 
 def explore(
@@ -99,13 +109,11 @@ def explore(
         },
         period,
     )
-    logs_list = [logs] if isinstance(logs, str | os.PathLike) else list(logs or [])  # type: ignore[call-overload]
-    snaps = [snapshots] if isinstance(snapshots, str | os.PathLike) else list(snapshots or [])  # type: ignore[call-overload]
     inputs = load_inputs(
-        logs_list,
+        _paths(logs, "logs"),
         secrets_path=str(secrets_path),
-        snapshots=snaps,
-        mutes_path=mutes_path,  # type: ignore[arg-type]
+        snapshots=_paths(snapshots, "snapshots"),
+        mutes_path=str(mutes_path) if mutes_path else None,
         header_prefix=params.header_prefix,
         client_id=params.client_id,
         store=None if store is None else str(store),

@@ -6,12 +6,22 @@ the run folder, cut to the period where the tables say so.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 import pandas as pd
 
 from audit.report.drawing import shared
 from audit.report.format import HTML
+from audit.report.params import Period
 from audit.report.rundir import RunData
+from audit.report.tables import deliveries_in_period, in_period
 from audit.spec import schedule_text
+
+if TYPE_CHECKING:  # annotations only
+    from matplotlib.figure import Figure
+
+    from audit.report.compute import Computed
 
 __all__ = [
     "FIGURES",
@@ -65,7 +75,7 @@ _READ = {
 def drawn_tables(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     """What the figures read of a run's tables, as copies: a :class:`RunData` of them draws
     the figures of the run folder those tables are written to, while the run's frames go."""
-    out = {}
+    out: dict[str, pd.DataFrame] = {}
     for name, columns in _READ.items():
         if name in tables:
             frame = tables[name]
@@ -74,19 +84,21 @@ def drawn_tables(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     return out
 
 
-def in_memory(run_dir, manifest: dict, computed) -> RunData:
+def in_memory(run_dir: Path, manifest: dict[str, Any], computed: Computed) -> RunData:
     """A :class:`~audit.report.rundir.RunData` of what the figures read of a run's computed
-    tables (copies, :func:`drawn_tables`), for :class:`~audit.report.drawing.DrawingAhead` to
+    tables (copies, :func:`drawn_tables`), for :class:`~audit.report.ahead.DrawingAhead` to
     draw the figures of ``run_dir`` from while the run's other frames go."""
-    return RunData(manifest=dict(manifest), findings=computed.findings, run_dir=run_dir,
-                   tables=drawn_tables(computed.tables))  # fmt: skip
+    return RunData(
+        manifest=dict(manifest),
+        findings=computed.findings,
+        run_dir=run_dir,
+        tables=drawn_tables(computed.tables),
+    )
 
 
-def _period(run: RunData):
+def _period(run: RunData) -> Period | None:
     """The run's period (:class:`~audit.report.params.Period`), or None when its manifest
     gives none (a run folder put together by hand)."""
-    from audit.report.params import Period
-
     p = run.manifest.get("period", {})
     if not p.get("start"):
         return None
@@ -96,15 +108,14 @@ def _period(run: RunData):
 def _period_deliveries(run: RunData) -> pd.DataFrame:
     """The drawn columns of the run's deliveries received in its period, cut once per
     deliveries table (each figure asks twice)."""
-    from audit.report.tables import deliveries_in_period
-
     d = run.table("deliveries", _DRAWN)
     period = _period(run)
     if d.empty or period is None:
         return d
     cached = run.derived.get("period_deliveries")
-    if cached is not None and cached[0] is d:  # the same table object, not a replaced one
-        return cached[1]
+    if isinstance(cached, tuple) and cached[0] is d:  # the same table, not a replaced one
+        cut: pd.DataFrame = cached[1]
+        return cut
     cut = deliveries_in_period(d, period)
     run.derived["period_deliveries"] = (d, cut)
     return cut
@@ -114,8 +125,6 @@ def _period_events(run: RunData) -> pd.DataFrame:
     """The drawn columns of the run's events first received in its period, as the report's
     tables count them (``audit.report.tables.report_tables``: an events table from a store
     also holds the events of the day before, read for retry inference)."""
-    from audit.report.tables import in_period
-
     e = run.table("events", _READ["events"])
     period = _period(run)
     if e.empty or period is None or "first_received_at" not in e:
@@ -123,11 +132,11 @@ def _period_events(run: RunData) -> pd.DataFrame:
     return e[in_period(e["first_received_at"], period)]
 
 
-def _embed(fig, alt: str, caption: str | None = None) -> HTML:
+def _embed(fig: Figure, alt: str, caption: str | None = None) -> HTML:
     """The figure as HTML (:func:`audit.report.plotting.embed`). matplotlib is imported when a
     figure is drawn: the report's kernel takes most figures drawn by another process and need
     not import it (0.3 s)."""
-    from audit.report.plotting import embed
+    from audit.report.plotting import embed  # start-up: matplotlib only where a figure is drawn
 
     return embed(fig, alt, caption)
 
@@ -145,7 +154,7 @@ def _nothing(run: RunData, what: str) -> HTML | None:
 @shared
 def verdicts(run: RunData) -> HTML:
     """Bars of requests per signature verdict."""
-    from audit.plotting import plot_verdict_counts
+    from audit.plotting import plot_verdict_counts  # start-up: matplotlib, as in _embed
 
     counts = run.table("verdict_counts")
     listed = ", ".join(f"{r.verdict} {r.count:,}" for r in counts.itertuples()) or "none"
@@ -160,7 +169,7 @@ def clock_skew(run: RunData) -> HTML:
     """Scatter over the period of receipt time minus signed timestamp, by verdict."""
     if (note := _nothing(run, "Clock skew")) is not None:
         return note
-    from audit.plotting import plot_clock_skew
+    from audit.plotting import plot_clock_skew  # start-up: matplotlib, as in _embed
 
     return _embed(
         plot_clock_skew(_period_deliveries(run)),
@@ -175,7 +184,7 @@ def daily_failures(run: RunData) -> HTML:
     """Daily share of failed delivery attempts."""
     if (note := _nothing(run, "Daily failure rate")) is not None:
         return note
-    from audit.plotting import plot_daily_failure_rate
+    from audit.plotting import plot_daily_failure_rate  # start-up: matplotlib, as in _embed
 
     return _embed(
         plot_daily_failure_rate(_period_deliveries(run)),
@@ -188,12 +197,12 @@ def latency(run: RunData) -> HTML:
     """Acknowledgement and emission latency distributions."""
     if (note := _nothing(run, "Latency")) is not None:
         return note
-    from audit.plotting import plot_latency_distributions
+    from audit.plotting import plot_latency_distributions  # start-up: matplotlib, as _embed
 
     lat = run.table("latency")
     p95 = ""
     if not lat.empty and "ack_latency_ms" in set(lat["metric"]):
-        v = lat.set_index("metric").loc["ack_latency_ms", "p95"]
+        v = float(lat.set_index("metric")["p95"].astype(float)["ack_latency_ms"])
         p95 = f" The 95th percentile of acknowledgement latency is {v:,.0f} ms." if v == v else ""
     return _embed(
         plot_latency_distributions(_period_deliveries(run), _period_events(run), summary=lat),
@@ -207,7 +216,7 @@ def retry_delays(run: RunData) -> HTML:
     """Observed delays between attempts against the published schedule."""
     if (note := _nothing(run, "Retry delays")) is not None:
         return note
-    from audit.plotting import plot_retry_delays
+    from audit.plotting import plot_retry_delays  # start-up: matplotlib, as in _embed
 
     off = len(run.table("off_schedule_attempts"))
     return _embed(
@@ -220,7 +229,7 @@ def retry_delays(run: RunData) -> HTML:
 @shared
 def takedown(run: RunData) -> HTML:
     """Kaplan-Meier small multiples by incident class."""
-    from audit.report.plotting import takedown_panels
+    from audit.report.plotting import takedown_panels  # start-up: matplotlib, as in _embed
 
     fig, alt = takedown_panels(
         run.table("takedown_km"),

@@ -12,12 +12,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import PurePath
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from audit.report.markup import badge, esc, text
 from audit.safe import defang
+
+if TYPE_CHECKING:
+    from pandas._libs.tslibs.nattype import NaTType
 
 __all__ = ["HTML", "duration", "percent", "table"]
 
@@ -85,18 +89,19 @@ def _cell(value: object, kind: str) -> tuple[str, bool]:
     if kind in ("status", "severity"):
         return badge(str(value)), False
     if kind == "time":
-        ts = pd.Timestamp(value)
+        # NaT for a missing time; a cell that is no time raises, as pandas does
+        ts: pd.Timestamp | NaTType = pd.Timestamp(value)  # type: ignore[arg-type]  # any cell
         return (esc(f"{ts:%Y-%m-%d %H:%M}") if not pd.isna(ts) else ""), False
     if kind in ("s", "ms", "h"):
         try:
-            v = float(value)  # type: ignore[arg-type]
+            v = float(value)  # type: ignore[arg-type]  # any cell: TypeError caught below
         except (TypeError, ValueError):
             return text(value), False
         factor = {"s": 1.0, "ms": 1e-3, "h": 3600.0}[kind]
         return esc(duration(v * factor)), True
     if kind == "pct":
         try:
-            return esc(percent(float(value))), True  # type: ignore[arg-type]
+            return esc(percent(float(value))), True  # type: ignore[arg-type]  # as for "s"
         except (TypeError, ValueError):
             return text(value), False
     if kind == "url":  # a domain has no scheme: defang it anyway
@@ -109,12 +114,12 @@ def _cell(value: object, kind: str) -> tuple[str, bool]:
         return f"<span class='uid'>{esc(value)}</span>", False
     if kind == "int":
         try:
-            return esc(f"{int(value):,}"), True  # type: ignore[call-overload]
+            return esc(f"{int(value):,}"), True  # type: ignore[call-overload]  # as for "s"
         except (TypeError, ValueError):
             return text(value), False
     if kind == "float":
         try:
-            return esc(f"{float(value):,.2f}"), True  # type: ignore[arg-type]
+            return esc(f"{float(value):,.2f}"), True  # type: ignore[arg-type]  # as for "s"
         except (TypeError, ValueError):
             return text(value), False
     if isinstance(value, bool):
@@ -123,7 +128,7 @@ def _cell(value: object, kind: str) -> tuple[str, bool]:
 
 
 def table(
-    df: pd.DataFrame,
+    df: pd.DataFrame | None,
     spec: Spec,
     *,
     caption: str,

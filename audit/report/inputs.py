@@ -15,17 +15,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 import pandas as pd
 
-from audit.errors import InputError
+from audit.analysis.analyze import Takedown, takedown_analysis
+from audit.analysis.subscriptions import load_snapshots, snapshot_files
+from audit.errors import InputError, ParameterError
+from audit.findings import read_mutes
+from audit.ingest.query import (
+    ANALYSIS_COLUMNS,
+    ATTEMPT_LOOKBACK,
+    load_analysis_inputs,
+    not_valid_evidence,
+)
+from audit.ingest.receipts import FirstReceipts
+from audit.ingest.secrets import read_secrets
+from audit.ingest.side import Pending, cancelled_on_error
+from audit.ingest.store import ingest
+from audit.ingest.verdicts import read_logs
 from audit.paths import source_name
-
-if TYPE_CHECKING:
-    from audit.analysis.analyze import Takedown
-    from audit.ingest.receipts import FirstReceipts
-    from audit.ingest.side import Pending
 
 __all__ = ["Inputs", "load_inputs"]
 
@@ -61,7 +70,7 @@ class Inputs:
         (:func:`audit.ingest.query.load_analysis_inputs`' ``fold``); None otherwise.
     """
 
-    deliveries: pd.DataFrame
+    deliveries: pd.DataFrame | None
     subscriptions: pd.DataFrame
     files: pd.DataFrame
     secrets_age: Mapping[str, int | None]
@@ -89,14 +98,14 @@ def _sha256(blob: bytes) -> str:
 
 
 def load_inputs(
-    logs: Sequence[str | os.PathLike],
+    logs: Sequence[str | os.PathLike[str]],
     *,
-    secrets_path: str | os.PathLike,
-    snapshots: Sequence[str | os.PathLike] = (),
-    mutes_path: str | os.PathLike | None = None,
+    secrets_path: str | os.PathLike[str],
+    snapshots: Sequence[str | os.PathLike[str]] = (),
+    mutes_path: str | os.PathLike[str] | None = None,
     header_prefix: str,
     client_id: str | None = None,
-    store: str | os.PathLike | None = None,
+    store: str | os.PathLike[str] | None = None,
     start: pd.Timestamp | None = None,
     end: pd.Timestamp | None = None,
     as_of: pd.Timestamp | None = None,
@@ -118,12 +127,6 @@ def load_inputs(
         No log given (and no store), or a path that does not exist or cannot be read (one line
         naming it).
     """
-    from audit.analysis.subscriptions import load_snapshots, snapshot_files
-    from audit.findings import read_mutes
-    from audit.ingest.query import ANALYSIS_COLUMNS
-    from audit.ingest.secrets import read_secrets
-    from audit.ingest.verdicts import read_logs
-
     if not logs and store is None:
         raise InputError("give at least one capture file, folder or glob")
     secrets_file = Path(secrets_path).expanduser()
@@ -134,7 +137,7 @@ def load_inputs(
     subs = load_snapshots(list(snapshots))
     if client_id:
         subs = subs[subs["client_id"] == client_id].reset_index(drop=True)
-    mutes = read_mutes(mutes_path) if mutes_path else None
+    mutes = read_mutes(Path(mutes_path)) if mutes_path else None
     if store is None:
         got = read_logs(
             list(logs),
@@ -145,12 +148,16 @@ def load_inputs(
             evidence=True,
         )
         deliveries, listed, evidence = got.rows, got.inputs, got.evidence
-        first = ahead = None
+        first: FirstReceipts | None = None
+        ahead: Pending[Takedown] | None = None
         del got
     else:
-        deliveries, listed, evidence, first, ahead = _from_store(
+        stored = _from_store(
             store, logs, secrets_file, header_prefix, start, end, as_of, clock_start
         )
+        deliveries, listed, evidence = stored.deliveries, stored.files, stored.evidence
+        first, ahead = stored.first_receipts, stored.takedown
+        del stored
     rows = [listed.assign(kind="capture log")]
     extra = [("secrets", secrets_file.resolve(), False)]
     extra += [("snapshot", p, True) for p in (snapshot_files(snapshots) if snapshots else [])]
@@ -178,24 +185,29 @@ def load_inputs(
     )
 
 
+class _Stored(NamedTuple):
+    """What :func:`_from_store` reads from an evidence store."""
+
+    deliveries: pd.DataFrame
+    files: pd.DataFrame
+    evidence: pd.DataFrame
+    first_receipts: FirstReceipts | None
+    takedown: Pending[Takedown] | None
+
+
 def _from_store(
-    store: str | os.PathLike,
-    logs: Sequence[str | os.PathLike],
+    store: str | os.PathLike[str],
+    logs: Sequence[str | os.PathLike[str]],
     secrets_file: Path,
     header_prefix: str,
     start: pd.Timestamp | None,
     end: pd.Timestamp | None,
     as_of: pd.Timestamp | None,
     clock_start: str | None,
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, FirstReceipts | None, Pending | None]:
+) -> _Stored:
     """Ingest ``logs`` into ``store``, then read the period's deliveries, the file list, the
     evidence of the records that are not valid and the incident fold's first receipts (with
     ``clock_start``: the takedown analysis made of them beside the rest, pending)."""
-    from audit.errors import ParameterError
-    from audit.ingest.query import ATTEMPT_LOOKBACK, load_analysis_inputs, not_valid_evidence
-    from audit.ingest.side import cancelled_on_error
-    from audit.ingest.store import ingest
-
     upto = as_of if as_of is not None else end
     if upto is None:
         raise ParameterError("reading a store needs the period's end or as_of")
@@ -203,8 +215,6 @@ def _from_store(
         ingest(list(logs), secrets_file, store, header_prefix=header_prefix)
     fold = None
     if clock_start is not None:  # on the other core while the deliveries are read
-        from audit.analysis.analyze import takedown_analysis
-
         fold = partial(takedown_analysis, as_of=upto, clock_start=clock_start)
     got = load_analysis_inputs(store, start=start, end=upto, fold=fold)
     # A rejected request's signature, headers and body are the report's evidence (as from raw
@@ -213,4 +223,4 @@ def _from_store(
     lo = None if start is None else start - ATTEMPT_LOOKBACK
     with cancelled_on_error(got.folded):
         evidence = not_valid_evidence(store, start=lo, end=upto)
-    return got.deliveries, got.inputs, evidence, got.first_receipts, got.folded
+    return _Stored(got.deliveries, got.inputs, evidence, got.first_receipts, got.folded)

@@ -16,11 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import stat
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from queue import Empty
+from typing import Any
+
+from audit.atomic import abandoned
 
 __all__ = ["WARM_IMPORTS", "WarmKernel", "kernel_manager_class", "sweep_kernel_folders"]
 
@@ -36,12 +42,21 @@ WARM_IMPORTS = (
 QUIET_ENV = {"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 
 
-def kernel_manager_class():
+def kernel_manager_class() -> type[Any]:
     """A jupyter_client ``AsyncKernelManager`` whose ``python3`` is this interpreter's
     ipykernel, over Unix sockets in a private (0700) folder."""
-    from ipykernel.kernelspec import RESOURCES, get_kernel_dict
-    from jupyter_client import AsyncKernelClient, AsyncKernelManager
-    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+    from ipykernel.kernelspec import (  # start-up: ipykernel only where a kernel starts
+        RESOURCES,
+        get_kernel_dict,
+    )
+    from jupyter_client import (  # start-up: jupyter_client (zmq) only where a kernel starts
+        AsyncKernelClient,
+        AsyncKernelManager,
+    )
+    from jupyter_client.kernelspec import (  # start-up: as jupyter_client
+        KernelSpec,
+        KernelSpecManager,
+    )
 
     class ReadyClient(AsyncKernelClient):
         """jupyter_client's client, ready once the kernel has answered ``kernel_info`` and a
@@ -100,8 +115,6 @@ def kernel_manager_class():
                 self._audit_lock = _hold(folder)
                 super().__init__(**kwargs)
             except BaseException:  # nothing of ours may stay behind
-                import shutil
-
                 shutil.rmtree(folder, ignore_errors=True)
                 if self._audit_lock is not None:
                     os.close(self._audit_lock)
@@ -112,8 +125,6 @@ def kernel_manager_class():
         def audit_discard(self) -> None:
             """Close the clients' sockets, remove the socket folder, release its lock
             (idempotent; after a shutdown, or when the kernel never started)."""
-            import shutil
-
             for kc in self._audit_clients:
                 kc.stop_channels()
             self._audit_clients.clear()
@@ -154,7 +165,7 @@ _LOCK = "owner.lock"
 def _hold(folder: str) -> int | None:
     """An exclusive ``flock`` on ``folder/owner.lock``, held by the returned descriptor."""
     try:
-        import fcntl
+        import fcntl  # platform: POSIX only
     except ImportError:  # pragma: no cover - not POSIX: the pid and age rules alone
         return None
     fd = os.open(os.path.join(folder, _LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -164,7 +175,7 @@ def _hold(folder: str) -> int | None:
 
 def _held(folder: Path) -> bool:
     """Whether a live manager holds ``folder``'s lock (another process, any PID namespace)."""
-    import fcntl
+    import fcntl  # platform: POSIX only (called where os.name is "posix")
 
     try:
         fd = os.open(folder / _LOCK, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
@@ -183,11 +194,6 @@ def sweep_kernel_folders(root: str | None = None) -> list[Path]:
     """Remove the socket folders (``audit-kernel-<pid>-*`` in the temporary directory) left by
     runs killed before they could (``kill -9``): ours (same user), whose process is gone, whose
     lock no live manager holds, over a minute old. Returns what was removed; never raises."""
-    import shutil
-    import stat
-
-    from audit.atomic import abandoned
-
     gone: list[Path] = []
     if os.name != "posix":
         return gone
@@ -223,10 +229,11 @@ class WarmKernel:
     """
 
     def __init__(self) -> None:
-        from jupyter_core.utils import run_sync
+        from jupyter_core.utils import run_sync  # start-up: as jupyter_client (kernel only)
 
-        self._run_sync = run_sync
-        self.km = None
+        self._run_sync: Callable[..., Any] = run_sync
+        #: The kernel manager (``kernel_manager_class()``), None when none is running.
+        self.km: Any = None
         km = None
         try:
             km = kernel_manager_class()(kernel_name="python3")
@@ -244,10 +251,10 @@ class WarmKernel:
     def __enter__(self) -> WarmKernel:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def take(self, cwd: Path, timeout_s: float):
+    def take(self, cwd: Path, timeout_s: float) -> Any:
         """The kernel manager, ready and working in ``cwd``, for papermill's ``km``; None
         (and the kernel shut down) when it died or does not answer within ``timeout_s``."""
         km = self.km
@@ -299,7 +306,7 @@ class WarmKernel:
         if km is not None:
             self._shutdown(km, now=True)
 
-    def _shutdown(self, km, *, now: bool) -> None:
+    def _shutdown(self, km: Any, *, now: bool) -> None:
         try:
             if km.has_kernel:
                 self._run_sync(km.shutdown_kernel)(now=now)

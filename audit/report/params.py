@@ -10,25 +10,34 @@ import datetime as dt
 import math
 import os
 import re
-from collections.abc import Mapping
+import warnings
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, timedelta
+from importlib import resources
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
-from audit.errors import ParameterError, shown
+from audit.errors import ParameterError, ReportError
+from audit.findings.catalogue import load_catalogue, resolve_params
+from audit.paths import read_regular
+from audit.redaction import shown
 from audit.spec import DEFAULT_HEADER_PREFIX
+from audit.text import NOT_TEXT, holds_lone_surrogate, pairs_joined
 from audit.timeutil import FIRST_YEAR as _FIRST_YEAR
 from audit.timeutil import LAST_YEAR as _LAST_YEAR
 from audit.timeutil import check_years
 
 __all__ = [
+    "DEFAULT_NOTEBOOK",
     "PARAMETER_NAMES",
     "Period",
     "ReportParams",
     "check_notebook",
     "check_params",
+    "default_notebook",
     "parse_period",
     "read_params",
 ]
@@ -172,8 +181,6 @@ def _as_of(value: object, period: Period) -> pd.Timestamp:
 
 
 def _thresholds(value: object) -> dict[str, float]:
-    from audit.findings.catalogue import load_catalogue, resolve_params
-
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -220,7 +227,7 @@ def check_params(params: Mapping[str, object] | None, period: Period) -> ReportP
     )
 
 
-def read_params(path: str | os.PathLike | None) -> dict[str, object]:
+def read_params(path: str | os.PathLike[str] | None) -> dict[str, object]:
     """Read a YAML/JSON ``--params`` file (safe loader); dates become ISO text.
 
     The values are checked by :func:`check_params`; this only reads the mapping. The file must
@@ -229,11 +236,6 @@ def read_params(path: str | os.PathLike | None) -> dict[str, object]:
     """
     if path is None:
         return {}
-    import yaml
-
-    from audit.paths import read_regular
-    from audit.text import NOT_TEXT, holds_lone_surrogate, pairs_joined
-
     p = Path(path)
     try:
         text = read_regular(p, what="parameters file", error=ParameterError).decode("utf-8")
@@ -252,13 +254,14 @@ def read_params(path: str | os.PathLike | None) -> dict[str, object]:
     return {k: v.isoformat() if isinstance(v, dt.date) else v for k, v in data.items()}
 
 
-def _loader(p: Path) -> type:
+def _loader(p: Path) -> type[yaml.SafeLoader]:
     """A safe YAML loader that refuses a key named twice in one mapping (naming it)."""
-    import yaml
 
     class Loader(yaml.SafeLoader):
-        def construct_mapping(self, node, deep=False):
-            seen: set = set()
+        def construct_mapping(
+            self, node: yaml.MappingNode, deep: bool = False
+        ) -> dict[Hashable, object]:
+            seen: set[tuple[str, object]] = set()
             for key, _ in node.value:
                 if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
                     continue
@@ -270,20 +273,29 @@ def _loader(p: Path) -> type:
     return Loader
 
 
-def check_notebook(notebook: str | os.PathLike | None) -> Path:
+#: The packaged report notebook's file name (package data, ``audit/report/notebooks/``).
+DEFAULT_NOTEBOOK = "compliance_report.ipynb"
+
+
+def default_notebook() -> Path:
+    """The packaged report notebook (package data, found with importlib.resources)."""
+    ref = resources.files("audit.report").joinpath("notebooks", DEFAULT_NOTEBOOK)
+    path = Path(str(ref))
+    if not path.is_file():  # pragma: no cover - a broken installation
+        raise ReportError(f"the packaged notebook {DEFAULT_NOTEBOOK} is missing: reinstall audit")
+    return path
+
+
+def check_notebook(notebook: str | os.PathLike[str] | None) -> Path:
     """The report notebook: the packaged one (None), or ``notebook``, checked to be a
     notebook file (:class:`ParameterError` otherwise), before any work."""
-    from audit.report.render import default_notebook
-
     if notebook is None:
         return default_notebook()
     path = Path(notebook).expanduser()
     if not path.is_file():
         raise ParameterError(f"--notebook: {path} is not a file")
     try:  # a template that is not a notebook is a bad parameter, found before any work
-        import warnings
-
-        import nbformat
+        import nbformat  # start-up: nbformat (jsonschema) only for a notebook of the user's
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # nbformat's notices about old templates

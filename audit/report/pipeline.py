@@ -27,20 +27,25 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from audit.errors import ParameterError, ReportError
 from audit.findings import SEVERITIES
+from audit.ingest.side import Pending
 from audit.locks import try_lock_file, unlock_file
 from audit.memory import release_free_memory
+from audit.report.ahead import drawing_aside
 from audit.report.compute import Computed, compute
-from audit.report.drawing import remove_figures_folder
+from audit.report.drawing import figures_folder, remove_figures_folder
+from audit.report.figures import FIGURES, in_memory
 from audit.report.index import build_index, scan_runs
 from audit.report.inputs import Inputs, load_inputs
 from audit.report.kernel import WarmKernel
-from audit.report.params import Period, check_notebook, check_params
-from audit.report.rundir import versions, write_json, write_run
+from audit.report.params import Period, check_notebook, check_params, default_notebook
+from audit.report.render import preload, render
+from audit.report.rundir import LateWrites, RunData, versions, write_json, write_run
 
 __all__ = [
     "EXIT_CONTROL_ERROR",
@@ -135,7 +140,7 @@ class ReportResult:
     run_dir: Path | None
     html: Path | None
     index: Path
-    manifest: dict
+    manifest: dict[str, Any]
     message: str = ""
     skipped: bool = False
     rendering_failed: bool = False
@@ -155,29 +160,36 @@ def _history(inputs: Inputs, period: Period) -> str:
     From raw captures, every record before the period is read for the incidents' history; from
     a store, the deliveries of the day before (the retries: the incidents' history is read
     apart, one first receipt per event, often in another process)."""
-    d = inputs.deliveries
+    d = _deliveries(inputs)
     before = int((d["received_at"] < period.start).sum()) if len(d) else 0
     raw = inputs.takedown is None and inputs.first_receipts is None
     why = "the incidents' history" if raw else "the retries"
     return f"; {before} received before the period, for {why}" if before else ""
 
 
+def _deliveries(inputs: Inputs) -> pd.DataFrame:
+    """The deliveries of inputs just loaded (not handed over yet)."""
+    if inputs.deliveries is None:  # pragma: no cover - compute hands them over, after this
+        raise ReportError("the deliveries were handed over already")
+    return inputs.deliveries
+
+
 def run_report(
-    logs: Sequence[str | os.PathLike],
+    logs: Sequence[str | os.PathLike[str]],
     *,
-    secrets_path: str | os.PathLike,
+    secrets_path: str | os.PathLike[str],
     period: Period,
-    out_dir: str | os.PathLike = "reports",
-    snapshots: Sequence[str | os.PathLike] = (),
+    out_dir: str | os.PathLike[str] = "reports",
+    snapshots: Sequence[str | os.PathLike[str]] = (),
     params: Mapping[str, object] | None = None,
-    mutes_path: str | os.PathLike | None = None,
+    mutes_path: str | os.PathLike[str] | None = None,
     fail_on: str = "low",
     skip_if_exists: bool = False,
-    notebook: str | os.PathLike | None = None,
+    notebook: str | os.PathLike[str] | None = None,
     timeout_s: int = 900,
     progress: Progress | None = None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-    store: str | os.PathLike | None = None,
+    store: str | os.PathLike[str] | None = None,
 ) -> ReportResult:
     """Compute the findings of a period, write the run folder, render the report, index it.
 
@@ -221,7 +233,7 @@ def run_report(
         as_of=checked.as_of,
         clock_start=checked.clock_start,
     )
-    d = inputs.deliveries
+    d = _deliveries(inputs)
     say(
         f"loaded {len(d)} records from {int((inputs.files['kind'] == 'capture log').sum())} "
         f"files ({int((d['verdict'] == 'valid').sum())} valid, "
@@ -230,17 +242,14 @@ def run_report(
     del d  # compute takes the frame over, to free it
     run_id = f"{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     tmp = root / period.label / f".tmp-{run_id}"
-    from audit.report.drawing import drawing_aside
-    from audit.report.figures import in_memory
-    from audit.report.render import default_notebook, preload
-
     figures = nb_path == default_notebook()  # the packaged notebook's figures are drawn ahead
-    aside = [None]  # the process drawing them, forked once the tables exist (None: a thread)
+    # The process drawing them, forked once the tables exist (None: a thread draws them).
+    aside: list[Pending[list[str]] | None] = [None]
 
-    def draw_aside(tables: dict) -> None:
-        aside[0] = drawing_aside(tmp, period, tables) if figures else None
-        if aside[0] is not None:  # stopped however the run ends
-            stopping.callback(aside[0].cancel)
+    def draw_aside(tables: dict[str, pd.DataFrame]) -> None:
+        pending = aside[0] = drawing_aside(tmp, period, tables) if figures else None
+        if pending is not None:  # stopped however the run ends
+            stopping.callback(pending.cancel)
 
     # The notebook's kernel starts now, with its imports, on the core the analyses leave idle
     # (the load before used both); it is shut down however the run ends.
@@ -251,15 +260,16 @@ def run_report(
         say(f"analyses and controls done: {len(computed.findings)} findings, {failing} failing")
         preloading = preload()  # beside the run folder's writing
         with lock(root), contextlib.ExitStack() as inside:  # stopped before its release
-            if aside[0] is not None:
-                inside.callback(aside[0].cancel)
+            if (pending := aside[0]) is not None:
+                inside.callback(pending.cancel)
             mark_stale(root, run_id)
             tmp.mkdir(parents=True)
             # The child leaves the figures it drew in their folder; the tables only they read
             # are written while the notebook runs.
             drawn_in, figures = _figures_folder(tmp, aside, figures)
-            manifest, csvs = write_run(tmp, period, checked, computed, code, nb_path, started,
-                                       drawn_in)  # fmt: skip
+            manifest, csvs = write_run(
+                tmp, period, checked, computed, code, nb_path, started, drawn_in
+            )
             inside.callback(csvs.cancel)  # nothing is written into the folder after the lock
             # The notebook reads the run folder: the frames go before it runs (at 1M, 1.7 GB
             # beside the kernel's 0.6-1.8 GB), but copies of what the figures read (150 MB at
@@ -269,70 +279,107 @@ def run_report(
             release_free_memory()
             preloading.join()
             return _render_run(
-                root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel, drawn,
-                csvs, aside[0],
-            )  # fmt: skip
+                _Rendering(
+                    root=root,
+                    tmp=tmp,
+                    nb_path=nb_path,
+                    timeout_s=timeout_s,
+                    t0=t0,
+                    say=say,
+                    clock=clock,
+                    kernel=kernel,
+                    drawn=drawn,
+                    csvs=csvs,
+                    aside=aside[0],
+                ),
+                manifest,
+                code,
+            )
 
 
-def _figures_folder(tmp: Path, aside: list, ahead: bool) -> tuple[Path | None, bool]:
+def _figures_folder(
+    tmp: Path, aside: list[Pending[list[str]] | None], ahead: bool
+) -> tuple[Path | None, bool]:
     """Make the figures' folder for the child drawing them (``aside[0]``): (the folder, whether
     figures are still drawn ahead). If it cannot be made (something is there already), the
     child is stopped and none is drawn ahead: the kernel draws them all, outside that folder."""
-    from audit.report.drawing import figures_folder
-
-    if aside[0] is None:
+    pending = aside[0]
+    if pending is None:
         return None, ahead
     try:
         return figures_folder(tmp), ahead
     except OSError:
-        aside[0].cancel()
+        pending.cancel()
         aside[0] = None
         return None, False
 
 
-def _render_run(
-    root, tmp, manifest, code, nb_path, t0, timeout_s, say, clock, kernel=None, drawn=None,
-    csvs=None, aside=None,
-) -> ReportResult:  # fmt: skip
-    """Render the notebook into the run folder, rename it into place, rebuild the index;
-    ``drawn``: the frames this process draws the figures from meanwhile (``in_memory``);
-    ``aside``: the process drawing them instead (``drawing_aside``), stopped after rendering;
-    ``csvs``: the tables' CSV copies being written meanwhile, waited for before the rename."""
-    from audit.report.render import render
+@dataclass(frozen=True)
+class _Rendering:
+    """A run folder written under the run lock, to render, rename into place and index.
 
+    ``tmp``: the folder (``<period>/.tmp-<run id>``) under ``root``; ``t0``: when the run
+    started (``time.monotonic``); ``kernel``: the kernel started ahead; ``drawn``: the frames
+    this process draws the figures from meanwhile (:func:`~audit.report.figures.in_memory`);
+    ``aside``: the process drawing them instead
+    (:func:`~audit.report.ahead.drawing_aside`), stopped after rendering; ``csvs``: the
+    tables' CSV copies being written meanwhile, waited for before the rename.
+    """
+
+    root: Path
+    tmp: Path
+    nb_path: Path
+    timeout_s: int
+    t0: float
+    say: Progress
+    clock: Callable[[], datetime]
+    kernel: WarmKernel | None = None
+    drawn: RunData | None = None
+    csvs: LateWrites | None = None
+    aside: Pending[list[str]] | None = None
+
+
+def _render_run(run: _Rendering, manifest: dict[str, Any], code: int) -> ReportResult:
+    """Render the notebook into the run folder, rename it into place, rebuild the index; the
+    run's ``manifest`` is completed and written again, ``code`` is its exit code."""
+    tmp, say = run.tmp, run.say
     final = tmp.with_name(manifest["run_id"])
     say("rendering the report")
     message, failed = "", False
     try:
-        ahead = ()
-        if drawn is not None:  # drawn here (matplotlib: 0.3 s to import, else not needed here)
-            from audit.report.figures import FIGURES as ahead
+        # Drawn here from ``drawn``, else by the child (or by the kernel: a custom notebook).
+        ahead: Sequence[str] = FIGURES if run.drawn is not None else ()
         render(
-            nb_path, tmp, title=_title(manifest), timeout_s=timeout_s, kernel=kernel, ahead=ahead,
-            drawn_from=drawn,
-        )  # fmt: skip
+            run.nb_path,
+            tmp,
+            title=_title(manifest),
+            timeout_s=run.timeout_s,
+            kernel=run.kernel,
+            ahead=ahead,
+            drawn_from=run.drawn,
+        )
         manifest["rendering"] = {"status": "ok"}
     except ReportError as e:
         message, failed = f"rendering failed: {e}".replace(str(tmp), str(final)), True
         manifest["rendering"] = {"status": "failed", "message": message}
-    if aside is not None:  # done (the kernel has every figure), or drawing for nothing
-        aside.cancel()
+    if run.aside is not None:  # done (the kernel has every figure), or drawing for nothing
+        run.aside.cancel()
     # Again, now that the kernel is gone: a cell that timed out may have kept drawing after the
     # figures' folder was first removed.
     remove_figures_folder(tmp)
-    if csvs is not None:
-        csvs.wait()  # an error writing them fails the run, as before rendering
-    manifest["ended"] = clock().isoformat()
-    manifest["duration_s"] = round(time.monotonic() - t0, 3)
+    if run.csvs is not None:
+        run.csvs.wait()  # an error writing them fails the run, as before rendering
+    manifest["ended"] = run.clock().isoformat()
+    manifest["duration_s"] = round(time.monotonic() - run.t0, 3)
     write_json(tmp / "manifest.json", manifest)
     os.replace(tmp, final)
-    index = build_index(root)
+    index = build_index(run.root)
     html = final / "report.html"
     return ReportResult(
         code, final, html if html.is_file() else None, index, manifest, message, False, failed
     )
 
 
-def _title(manifest: dict) -> str:
+def _title(manifest: dict[str, Any]) -> str:
     client = manifest.get("client_id") or "all clients"
     return f"{manifest['title']} · {client} · {manifest['period']['label']} · {manifest['run_id']}"

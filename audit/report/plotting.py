@@ -63,12 +63,14 @@ def _fits(fig: Figure, canvas: FigureCanvasAgg) -> bool:
     width, height = fig.get_size_inches()
     px = 1 / _DPI
     return bool(
-        inside.x0 >= -px and inside.y0 >= -px and inside.x1 <= width + px
+        inside.x0 >= -px
+        and inside.y0 >= -px
+        and inside.x1 <= width + px
         and inside.y1 <= height + px
-    )  # fmt: skip
+    )
 
 
-def axis_limit_h(durations: pd.DataFrame, q: float = 0.99) -> float:
+def axis_limit_h(durations: pd.DataFrame | None, q: float = 0.99) -> float:
     """Upper end of the time axis in hours: the ``q`` quantile of all durations, rounded up to
     a readable step (at least 1 h).
 
@@ -160,5 +162,5 @@ def takedown_panels(
         "Kaplan-Meier curves of the share of incidents not yet taken down, one panel per "
         f"incident class, with 95% bands; the grey line is all incidents. Time axis 0 to "
         f"{limit:g} h (99th percentile of durations).{drawn} " + "; ".join(descr) + "."
-    )  # fmt: skip
+    )
     return fig, alt

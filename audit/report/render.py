@@ -13,26 +13,18 @@ import sys
 import threading
 import warnings
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from audit.errors import ReportError
-from audit.report.drawing import DrawingAhead
+from audit.report.ahead import DrawingAhead
 from audit.report.kernel import QUIET_ENV, WarmKernel, kernel_manager_class
+from audit.report.params import DEFAULT_NOTEBOOK, default_notebook
+from audit.report.rundir import RunData
 
 __all__ = ["DEFAULT_NOTEBOOK", "TEMPLATE_DIR", "default_notebook", "preload", "render", "to_html"]
 
-DEFAULT_NOTEBOOK = "compliance_report.ipynb"
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
-
-
-def default_notebook() -> Path:
-    """The packaged report notebook (package data, found with importlib.resources)."""
-    ref = resources.files("audit.report").joinpath("notebooks", DEFAULT_NOTEBOOK)
-    path = Path(str(ref))
-    if not path.is_file():  # pragma: no cover - a broken installation
-        raise ReportError(f"the packaged notebook {DEFAULT_NOTEBOOK} is missing: reinstall audit")
-    return path
 
 
 def preload() -> threading.Thread:
@@ -46,8 +38,8 @@ def preload() -> threading.Thread:
 
     def work() -> None:
         with contextlib.suppress(Exception):
-            import nbformat
-            import papermill  # noqa: F401
+            import nbformat  # start-up: nbformat, papermill: imported here to be ready later
+            import papermill  # start-up: its 0.6 s of imports paid meanwhile  # noqa: F401
 
             _exporter().from_notebook_node(nbformat.v4.new_notebook())
 
@@ -55,7 +47,7 @@ def preload() -> threading.Thread:
     # imported; imported in the thread, that filter could be undone by a `catch_warnings` block
     # ending in this thread meanwhile, and the notice reach stderr. Here it costs 0.05 s.
     with contextlib.suppress(ImportError):
-        import requests  # noqa: F401
+        import requests  # start-up: papermill's, imported here for its filter  # noqa: F401
     thread = threading.Thread(target=work, name="audit-preload", daemon=True)
     thread.start()
     return thread
@@ -63,7 +55,7 @@ def preload() -> threading.Thread:
 
 def to_html(notebook: Path, target: Path, title: str) -> None:
     """Convert without code, no remote script or style (opens offline); ``<title>`` set."""
-    import nbformat
+    import nbformat  # start-up: nbformat (jsonschema) only when a report is rendered
 
     nb = nbformat.read(notebook, as_version=4)
     nb.metadata["title"] = title
@@ -73,8 +65,8 @@ def to_html(notebook: Path, target: Path, title: str) -> None:
     os.replace(tmp, target)
 
 
-def _exporter():
-    from nbconvert import HTMLExporter
+def _exporter() -> Any:  # nbconvert's HTMLExporter (nbconvert has no type information)
+    from nbconvert import HTMLExporter  # start-up: nbconvert (jinja2) only when rendering
 
     return HTMLExporter(
         template_name="audit",
@@ -94,7 +86,7 @@ def render(
     timeout_s: int,
     kernel: WarmKernel | None = None,
     ahead: Sequence[str] = (),
-    drawn_from=None,
+    drawn_from: RunData | None = None,
 ) -> Path:
     """Run ``notebook`` with ``run_dir`` into ``run_dir/report.ipynb``, then ``report.html``.
 
@@ -110,8 +102,8 @@ def render(
         One line: the cell and exception that failed, a kernel that died or timed out, or a
         conversion error. The partial ``report.ipynb`` is kept.
     """
-    import papermill as pm
-    from papermill.exceptions import PapermillExecutionError
+    import papermill as pm  # start-up: papermill (0.6 s) only when a report is rendered
+    from papermill.exceptions import PapermillExecutionError  # start-up: as papermill
 
     output = run_dir / "report.ipynb"
     start_timeout = 120
@@ -170,7 +162,7 @@ def _engine() -> str:
     and so is its save when execution fails (a timeout, the kernel's death: as far as it ran);
     a notebook that ran through is written by papermill once, at the end, failing cell marked.
     """
-    from papermill.engines import NBClientEngine, papermill_engines
+    from papermill.engines import NBClientEngine, papermill_engines  # start-up: as render's
 
     class SavedBeforeCodeCells(NBClientEngine):
         @classmethod

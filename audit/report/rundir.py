@@ -25,13 +25,23 @@ import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from audit.errors import OutputError, ParameterError, ReportError
+from audit.locks import unlock_file
+from audit.report.drawing import FOLDER, tables_pending, tables_written
+from audit.report.params import Period, ReportParams
+from audit.report.trend import trend_for
 from audit.safe import write_csv
 from audit.tables import CSV_TABLES, longest_first
+
+if TYPE_CHECKING:  # annotations only: the run folder is written from what compute returns
+    from audit.report.compute import Computed
 
 __all__ = [
     "CSV_TABLES",
@@ -55,7 +65,7 @@ def write_json(path: Path, data: object) -> None:
     os.replace(tmp, path)
 
 
-def findings_records(findings: pd.DataFrame) -> list[dict]:
+def findings_records(findings: pd.DataFrame) -> list[dict[str, Any]]:
     """Findings as JSON records; ``evidence`` as an object, times ISO 8601."""
     records = json.loads(findings.to_json(orient="records", date_format="iso"))
     for rec in records:
@@ -65,8 +75,9 @@ def findings_records(findings: pd.DataFrame) -> list[dict]:
     return records
 
 
-def write_tables(tables: Mapping[str, pd.DataFrame], folder: Path, *, csv: bool = True,
-                 make: bool = True) -> list[Path]:  # fmt: skip
+def write_tables(
+    tables: Mapping[str, pd.DataFrame], folder: Path, *, csv: bool = True, make: bool = True
+) -> list[Path]:
     """Parquet for every table, CSV (through the one CSV writer) for :data:`CSV_TABLES`
     (unless ``csv`` is false: then :class:`LateWrites` writes them); ``make``: the folder is
     made first if need be (else one that is gone is an error)."""
@@ -94,13 +105,14 @@ def write_tables(tables: Mapping[str, pd.DataFrame], folder: Path, *, csv: bool 
 
 
 #: The run-folder tables the packaged notebook reads only through its figures: when they are
-#: drawn aside (:func:`audit.report.drawing.drawing_aside`), these are written while it runs
+#: drawn aside (:func:`audit.report.ahead.drawing_aside`), these are written while it runs
 #: (:class:`LateWrites`), and a :class:`RunData` that reads one waits for them.
 FIGURE_ONLY_TABLES = ("deliveries", "events")
 
 
 #: The scheduling priority (nice value) of the late writes: the figures' process, which the
-#: kernel waits for, then takes the core first (docs/scale.md, "Twenty-first pass").
+#: kernel waits for, then takes the core first ("Twenty-first pass" of docs/scale.md, in git
+#: history).
 LATE_NICE = 10
 
 
@@ -117,7 +129,7 @@ def _behind() -> None:
 class LateWrites:
     """What a thread writes into a run's ``folder`` (its ``tables``) while the notebook renders:
     the Parquet files of ``parquet`` (tables only the figures read, drawn aside already:
-    :func:`audit.report.drawing.drawing_aside`), and meanwhile, by a second thread, the CSV
+    :func:`audit.report.ahead.drawing_aside`), and meanwhile, by a second thread, the CSV
     copies of :data:`CSV_TABLES`, the largest first (the notebook reads the Parquet files
     only): at 1M deliveries a month, the incidents of a store with history take 3.6 s as CSV,
     in Python.
@@ -128,8 +140,14 @@ class LateWrites:
     raised (an :class:`~audit.errors.OutputError`), before the run folder is renamed into
     place."""
 
-    def __init__(self, tables: Mapping[str, pd.DataFrame], folder: Path, *,
-                 parquet: Sequence[str] = (), held=None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tables: Mapping[str, pd.DataFrame],
+        folder: Path,
+        *,
+        parquet: Sequence[str] = (),
+        held: BinaryIO | None = None,
+    ) -> None:
         frames = {name: tables[name] for name in CSV_TABLES if name in tables}
         late = {name: tables[name] for name in parquet if name in tables}
         self._error: BaseException | None = None
@@ -141,7 +159,13 @@ class LateWrites:
         )
         self._thread.start()
 
-    def _write(self, late: dict, frames: dict[str, pd.DataFrame], folder: Path, held) -> None:
+    def _write(
+        self,
+        late: dict[str, pd.DataFrame],
+        frames: dict[str, pd.DataFrame],
+        folder: Path,
+        held: BinaryIO | None,
+    ) -> None:
         _behind()  # this thread and the writers it starts
         # The CSV copies are written beside the Parquet files, by a thread of their own (the
         # Parquet encoding releases the GIL): at the end of a rendering both cores are free.
@@ -158,8 +182,6 @@ class LateWrites:
         finally:
             late.clear()
             if held is not None:
-                from audit.locks import unlock_file
-
                 with contextlib.suppress(OSError):
                     unlock_file(held)
                 held.close()
@@ -200,9 +222,9 @@ class RunData:
     ``tables`` are read from Parquet on first use; a missing table is an empty frame.
     """
 
-    manifest: dict
+    manifest: dict[str, Any]
     findings: pd.DataFrame
-    trend: dict = field(default_factory=dict)
+    trend: dict[str, Any] = field(default_factory=dict)
     run_dir: Path | None = None
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     #: Frames computed from the tables and kept for the next figure (see audit.report.figures).
@@ -234,22 +256,20 @@ class RunData:
         return kept[1]
 
     def _read(self, name: str, columns: Sequence[str] | None) -> pd.DataFrame:
-        path = self.run_dir / "tables" / f"{name}.parquet" if self.run_dir else None
-        if path is not None and name in FIGURE_ONLY_TABLES:  # maybe still being written
-            from audit.report.drawing import FOLDER, tables_written
-
+        if self.run_dir is None:
+            return pd.DataFrame()
+        path = self.run_dir / "tables" / f"{name}.parquet"
+        if name in FIGURE_ONLY_TABLES:  # maybe still being written
             tables_written(self.run_dir / FOLDER)
-        if path is None or not path.is_file():
+        if not path.is_file():
             return pd.DataFrame()
         if columns is not None:
-            import pyarrow.parquet as pq
-
             present = set(pq.read_schema(path).names)
             columns = [c for c in columns if c in present]
         return pd.read_parquet(path, columns=columns)
 
 
-def _read_json(path: Path, default: object) -> object:
+def _read_json(path: Path, default: object) -> Any:  # JSON: whatever the file holds
     if not path.is_file():
         return default
     try:
@@ -258,7 +278,7 @@ def _read_json(path: Path, default: object) -> object:
         raise ReportError(f"{path}: unreadable ({type(e).__name__})") from None
 
 
-def open_run(run_dir: str | os.PathLike | None) -> RunData:
+def open_run(run_dir: str | os.PathLike[str] | None) -> RunData:
     """Read a run folder written by ``audit report`` (the notebook's one data parameter).
 
     Raises
@@ -279,7 +299,7 @@ def open_run(run_dir: str | os.PathLike | None) -> RunData:
             lambda e: json.dumps(e, sort_keys=True) if isinstance(e, dict | list) else e
         )
     trend = _read_json(folder / "trend.json", {})
-    return RunData(manifest, findings, trend, folder)  # type: ignore[arg-type]
+    return RunData(manifest, findings, trend, folder)
 
 
 def versions() -> dict[str, str]:
@@ -303,24 +323,30 @@ def finding_counts(findings: pd.DataFrame) -> dict[str, dict[str, int]]:
     return out
 
 
-def write_run(tmp: Path, period, checked, computed, code: int, nb_path: Path, started,
-              figures: Path | None = None) -> tuple[dict, LateWrites]:  # fmt: skip
+def write_run(
+    tmp: Path,
+    period: Period,
+    checked: ReportParams,
+    computed: Computed,
+    code: int,
+    nb_path: Path,
+    started: datetime,
+    figures: Path | None = None,
+) -> tuple[dict[str, Any], LateWrites]:
     """Write a run folder (under the run lock) into ``tmp`` (``<period>/.tmp-<run id>``):
     findings, trend, tables and manifest; return (the manifest, what is still being written:
     the CSV copies, and with ``figures`` (the figures' folder, where they are drawn aside) the
     tables only the figures read, :data:`FIGURE_ONLY_TABLES`). Nothing can fail here once that
     writing has started: the caller stops it (:meth:`LateWrites.cancel`) if it fails later."""
-    from audit.report.drawing import tables_pending
-    from audit.report.trend import trend_for
-
     root, run_id = tmp.parents[1], tmp.name.removeprefix(".tmp-")
     write_csv(computed.findings, tmp / "findings.csv")
     write_json(tmp / "findings.json", findings_records(computed.findings))
     trend = trend_for(root, period, computed.findings)
     write_json(tmp / "trend.json", trend)
-    late = FIGURE_ONLY_TABLES if figures is not None else ()
-    write_tables({n: t for n, t in computed.tables.items() if n not in late}, tmp / "tables",
-                 csv=False)  # fmt: skip
+    late: Sequence[str] = FIGURE_ONLY_TABLES if figures is not None else ()
+    write_tables(
+        {n: t for n, t in computed.tables.items() if n not in late}, tmp / "tables", csv=False
+    )
     manifest = {
         "run_id": run_id,
         "title": "Webhook delivery compliance report",
@@ -345,12 +371,15 @@ def write_run(tmp: Path, period, checked, computed, code: int, nb_path: Path, st
     }
     write_json(tmp / "manifest.json", manifest)
     held = None
-    if late:
+    if figures is not None:  # ``late`` holds the tables only the figures read
         try:
             held = tables_pending(figures)
         except OSError:  # something planted at the lock: those tables are written now
-            write_tables({n: computed.tables[n] for n in late if n in computed.tables},
-                         tmp / "tables", csv=False)  # fmt: skip
+            write_tables(
+                {n: computed.tables[n] for n in late if n in computed.tables},
+                tmp / "tables",
+                csv=False,
+            )
             late = ()
     return manifest, LateWrites(computed.tables, tmp / "tables", parquet=late, held=held)
 

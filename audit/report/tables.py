@@ -14,6 +14,12 @@ import numpy as np
 import pandas as pd
 
 from audit.analysis.analyze import Analysis
+from audit.analysis.deliveries import latency_summary, success_rates
+from audit.analysis.survival import kaplan_meier
+from audit.findings.controls.base import untimed_in_period
+from audit.ingest.extract import EXTRACTED
+from audit.ingest.formats.base import COLUMNS
+from audit.ingest.verification import verdict_counts
 from audit.report.params import Period
 from audit.spec import MAX_ATTEMPTS
 
@@ -34,8 +40,6 @@ def deliveries_in_period(d: pd.DataFrame, period: Period) -> pd.DataFrame:
 
 def _delivered_in(d: pd.DataFrame, period: Period) -> pd.Series:
     """The mask of :func:`deliveries_in_period`."""
-    from audit.findings.controls.base import untimed_in_period
-
     return in_period(d["received_at"], period) | untimed_in_period(d, period.start, period.end)
 
 
@@ -62,7 +66,7 @@ _SUMMARISED_EVENTS = (
 )
 
 
-def _safe(fn, *args, **kwargs) -> pd.DataFrame:
+def _safe(fn: Callable[..., pd.DataFrame], *args: object, **kwargs: object) -> pd.DataFrame:
     """A summary of nothing is an empty table, never an exception (quiet months)."""
     try:
         return fn(*args, **kwargs)
@@ -71,8 +75,6 @@ def _safe(fn, *args, **kwargs) -> pd.DataFrame:
 
 
 def _km_all(durations: pd.DataFrame) -> pd.DataFrame:
-    from audit.analysis.survival import kaplan_meier
-
     if durations.empty:
         return pd.DataFrame()
     return kaplan_meier(durations["duration_s"], durations["observed"]).assign(group="all")
@@ -93,10 +95,6 @@ def report_tables(
     with the tables built so far, among them every table the report's figures read
     (:data:`FIGURE_TABLES`); the other summaries are built after it returns.
     """
-    from audit.analysis.deliveries import latency_summary, success_rates
-    from audit.ingest.extract import EXTRACTED
-    from audit.ingest.verification import verdict_counts
-
     tables = dict(analysis.tables())
     order = [*tables, *_ADDED]  # the run folder's order, whatever is built first
     # The store's extracted helper columns are left out; no table below shows them. The
@@ -197,8 +195,6 @@ FIGURE_TABLES = (
 
 def _with_evidence(requests: pd.DataFrame, evidence: pd.DataFrame) -> pd.DataFrame:
     """The request columns a store keeps out of the analyses, in the raw captures' order."""
-    from audit.ingest.formats.base import COLUMNS
-
     out = requests.merge(evidence, on=["source", "line"], how="left", validate="1:1")
     out.index = requests.index
     order = [c for c in COLUMNS if c in out.columns]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from audit.report.index import scan_runs
 from audit.report.params import Period
 
 __all__ = ["compare", "previous_run"]
@@ -22,8 +23,6 @@ _KEEP = ("finding_uid", "check_id", "severity", "title", "resource", "reason")
 
 def previous_run(root: Path, period: Period) -> tuple[Path, dict] | None:
     """The newest completed run whose period ends at ``period.start`` (or None)."""
-    from audit.report.index import scan_runs
-
     best = None
     for entry in scan_runs(root):
         m = entry.manifest

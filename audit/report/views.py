@@ -74,9 +74,11 @@ def header(run: RunData) -> HTML:
 def summary(run: RunData) -> HTML:
     """Counts by status and, for failures, by severity, as badges."""
     f = run.findings
-    by_status = f["status"].value_counts().to_dict() if len(f) else {}
+    by_status = {str(k): n for k, n in f["status"].value_counts().items()} if len(f) else {}
     failing = f[f["status"].isin(["fail", "error"])] if len(f) else f
-    by_sev = failing["severity"].value_counts().to_dict() if len(failing) else {}
+    by_sev = (
+        {str(k): n for k, n in failing["severity"].value_counts().items()} if len(failing) else {}
+    )
     n_fail = int(by_status.get("fail", 0))
     verdict = (
         f"{n_fail} control finding(s) failed." if n_fail else "No control finding failed."
@@ -375,10 +377,10 @@ def appendix(run: RunData) -> HTML:
         caption="Input files (the secrets file: size only, never hashed)",
         max_rows=500,
     )
+    given = m.get("parameters", {})
     params = pd.DataFrame(
-        {"name": list(m.get("parameters", {})), "value": [
-            json.dumps(v, default=str) for v in m.get("parameters", {}).values()]}
-    )  # fmt: skip
+        {"name": list(given), "value": [json.dumps(v, default=str) for v in given.values()]}
+    )
     vers = pd.DataFrame(
         {"name": list(m.get("versions", {})), "value": list(m.get("versions", {}).values())}
     )

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from audit.analysis.subscriptions import unwrap_listing
 from audit.errors import InputError, RetryableError, ServiceError
@@ -142,16 +142,36 @@ class ServiceClient(Transport):
 
     Examples
     --------
-    >>> with ServiceClient(base_url="https://api.example", api_key=key) as c:  # doctest: +SKIP
-    ...     for sub in c.list_webhooks():
-    ...         print(sub["id"], sub["url"])
+    Against the service it is ``ServiceClient(base_url="https://api.example", api_key=key)``;
+    here, against the local fake (:class:`audit.service.fake.FakeService`), in-process:
+
+    >>> from audit.service.fake import FakeService
+    >>> fake = FakeService(api_keys={"demo-key": "client_1"})
+    >>> client = ServiceClient(
+    ...     base_url="http://127.0.0.1", api_key="demo-key", transport=fake.transport()
+    ... )
+    >>> client
+    ServiceClient(base_url='http://127.0.0.1', max_attempts=4)
+    >>> issued = client.create_webhook("https://hooks.example/a", ["incident.created"])
+    >>> issued.subscription_id, issued.secret == fake.current_secret("wh_1")
+    ('wh_1', True)
+    >>> [(s["id"], s["url"], s["active"]) for s in client.list_webhooks()]
+    [('wh_1', 'https://hooks.example/a', True)]
+    >>> client.update_webhook("wh_1", active=False)["active"]
+    False
+    >>> client.test_webhook("wh_1")["event"]
+    'webhook.test'
+    >>> client.rotate_secret("wh_1").secret == fake.current_secret("wh_1")
+    True
+    >>> client.upload_attachments("inc_1", [("note.txt", b"seen at 09:30")])
+    {'incidentId': 'inc_1', 'attachments': [{'filename': 'note.txt', 'size': 13}]}
+    >>> client.delete_webhook("wh_1")
+    {'id': 'wh_1', 'deleted': True}
+    >>> client.close()
     """
 
     def __repr__(self) -> str:
         return f"ServiceClient(base_url={self.base_url!r}, max_attempts={self.retry.max_attempts})"
-
-    def __enter__(self) -> ServiceClient:
-        return self
 
     # -- webhook operations (spec 4.1-4.6)
 
@@ -174,8 +194,7 @@ class ServiceClient(Transport):
     def list_webhooks(self) -> list[dict[str, Any]]:
         """The client's subscriptions (``GET /webhooks``), each a dict as the service sent it.
 
-        >>> [s["id"] for s in client.list_webhooks()]  # doctest: +SKIP
-        ['wh_1', 'wh_2']
+        See the example of :class:`ServiceClient`.
         """
         return self.fetch_listing().items
 
@@ -194,12 +213,9 @@ class ServiceClient(Transport):
         LimitError
             The client already has 5 subscriptions.
 
-        Examples
-        --------
-        >>> issued = client.create_webhook("https://hooks.example/a", ["incident.created"])
-        ... # doctest: +SKIP
-        >>> add_secret("secrets.json", issued.subscription_id, issued.secret, issued.issued_at)
-        ... # doctest: +SKIP
+        Save the secret at once, e.g. with :func:`audit.ingest.secrets_file.add_secret`
+        (``add_secret(path, issued.subscription_id, issued.secret, issued.issued_at)``): the
+        service never shows it again. See the example of :class:`ServiceClient`.
         """
         payload: dict[str, Any] = {"url": check_delivery_url(url), "events": check_events(events)}
         if description is not None:
@@ -241,9 +257,8 @@ class ServiceClient(Transport):
     ) -> Any:
         """Change a subscription (``PATCH /webhooks/:id``); returns the unwrapped answer.
 
-        Only the fields given are sent; at least one is required.
-
-        >>> client.update_webhook("wh_1", active=False)  # doctest: +SKIP
+        Only the fields given are sent; at least one is required. See the example of
+        :class:`ServiceClient`.
         """
         payload: dict[str, Any] = {}
         if url is not None:
@@ -263,19 +278,13 @@ class ServiceClient(Transport):
         return unwrap(json_body(response, f"PATCH {API_VERSION_PATH}{path}", allow_empty=True))
 
     def delete_webhook(self, subscription_id: str) -> Any:
-        """Delete a subscription (``DELETE /webhooks/:id``); returns the unwrapped answer.
-
-        >>> client.delete_webhook("wh_1")  # doctest: +SKIP
-        """
+        """Delete a subscription (``DELETE /webhooks/:id``); returns the unwrapped answer."""
         path = f"/webhooks/{path_segment(subscription_id)}"
         response, _ = self._request("DELETE", path)
         return unwrap(json_body(response, f"DELETE {API_VERSION_PATH}{path}", allow_empty=True))
 
     def test_webhook(self, subscription_id: str) -> Any:
-        """Ask for a ``webhook.test`` delivery (``POST /webhooks/:id/test``).
-
-        >>> client.test_webhook("wh_1")  # doctest: +SKIP
-        """
+        """Ask for a ``webhook.test`` delivery (``POST /webhooks/:id/test``)."""
         path = f"/webhooks/{path_segment(subscription_id)}/test"
         response, _ = self._request("POST", path)
         return unwrap(json_body(response, f"POST {API_VERSION_PATH}{path}", allow_empty=True))
@@ -287,8 +296,6 @@ class ServiceClient(Transport):
         else. A retry after a lost answer issues another secret, and only the newest one
         counts; when no attempt was answered, the error says the previous secret may already
         be invalid.
-
-        >>> issued = client.rotate_secret("wh_1")  # doctest: +SKIP
         """
         sub = path_segment(subscription_id)
         path = f"/webhooks/{sub}/rotate-secret"
@@ -333,12 +340,7 @@ class ServiceClient(Transport):
 
         Refused before sending (LimitError) when there are more than 12 files, or when the
         multipart body would reach 10485760 bytes (a file size sum that already does is refused
-        before any file is read).
-
-        Examples
-        --------
-        >>> client.upload_attachments("inc_1", ["shot.png", ("note.txt", b"seen at 09:30")])
-        ... # doctest: +SKIP
+        before any file is read). See the example of :class:`ServiceClient`.
         """
         path = f"/incident/{path_segment(incident_id, what='incident id')}/attach"
         check_attachment_count(files)
@@ -376,7 +378,7 @@ def _file_part(f: FileSpec) -> tuple[str, bytes, str]:
 MAX_SECRET_CHARS = 1024
 
 
-def _plausible_secret(secret: object) -> bool:
+def _plausible_secret(secret: object) -> TypeGuard[str]:
     """A non-empty string of printable ASCII without spaces, at most :data:`MAX_SECRET_CHARS`."""
     return (
         isinstance(secret, str)

@@ -129,7 +129,7 @@ def install_deadline(client: httpx.Client) -> int:
     transports = [client._transport, *client._mounts.values()]
     wrapped = 0
     for t in transports:
-        pool = getattr(t, "_pool", None)
+        pool: Any = getattr(t, "_pool", None)  # httpcore's pool: private, so not typed here
         backend = getattr(pool, "_network_backend", None)
         if isinstance(backend, httpcore.NetworkBackend) and not isinstance(
             backend, _DeadlineBackend

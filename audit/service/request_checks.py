@@ -26,12 +26,15 @@ from audit.spec import (
 
 __all__ = [
     "FileSpec",
+    "check_api_key",
     "check_attachment_count",
     "check_attachment_sizes",
     "check_base_url",
+    "check_deadline",
     "check_delivery_url",
     "check_description",
     "check_events",
+    "check_max_response_bytes",
     "check_request_size",
     "check_subscription_room",
     "path_segment",
@@ -70,6 +73,45 @@ def check_base_url(base_url: str) -> str:
             f"give the base URL without {API_VERSION_PATH}; the client adds it: {base_url!r}"
         )
     return text
+
+
+def check_api_key(api_key: object) -> str:
+    """The API key, if it can travel in a header; InputError otherwise (never quoting it).
+
+    Takes any object: callers without type checking may pass None or a number.
+
+    >>> check_api_key("demo-key")
+    'demo-key'
+    """
+    if not isinstance(api_key, str) or not api_key.strip():
+        raise InputError("the API key is empty")
+    if not api_key.isascii():  # header values are ASCII; the key is never quoted
+        raise InputError("the API key contains non-ASCII characters")
+    if any(not c.isprintable() or c.isspace() for c in api_key):
+        raise InputError("the API key contains whitespace or control characters")
+    return api_key
+
+
+def check_deadline(deadline_s: object) -> float:
+    """The client's overall deadline in seconds: a positive finite number, else InputError.
+
+    >>> check_deadline(120)
+    120.0
+    """
+    if not (isinstance(deadline_s, int | float) and 0 < deadline_s < float("inf")):
+        raise InputError("deadline_s must be a positive finite number of seconds")
+    return float(deadline_s)
+
+
+def check_max_response_bytes(max_response_bytes: object) -> int:
+    """The largest response body to accept: a positive integer, else InputError.
+
+    >>> check_max_response_bytes(10_000_000)
+    10000000
+    """
+    if not (isinstance(max_response_bytes, int) and max_response_bytes > 0):
+        raise InputError("max_response_bytes must be a positive integer")
+    return max_response_bytes
 
 
 def require_https_unless_loopback(url: httpx.URL, purpose: str) -> None:
@@ -127,7 +169,7 @@ def check_description(description: str) -> str:
     return description
 
 
-def path_segment(value: str, *, what: str = "subscription id") -> str:
+def path_segment(value: object, *, what: str = "subscription id") -> str:
     """``value`` escaped as exactly one URL path segment; InputError when it cannot be one.
 
     Every character outside the unreserved set (``/``, ``%``, ``?``, ``#``, spaces, non-ASCII)
@@ -147,7 +189,7 @@ def path_segment(value: str, *, what: str = "subscription id") -> str:
     return quote(value, safe="")
 
 
-def _parse_url(text: str, *, empty: str, invalid: str) -> httpx.URL:
+def _parse_url(text: object, *, empty: str, invalid: str) -> httpx.URL:
     """``text`` stripped and parsed; InputError ``empty`` or ``invalid: text`` otherwise."""
     if not isinstance(text, str) or not text.strip():
         raise InputError(empty)

@@ -72,7 +72,8 @@ class RetryPolicy:
     max_retry_after_s: float = 120.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+        # A dataclass checks no types, and callers without type checking may pass anything.
+        if not _is_count(self.max_attempts):
             raise InputError("max_attempts must be an integer of at least 1")
         for name in ("base_delay_s", "max_delay_s", "max_retry_after_s"):
             v = getattr(self, name)
@@ -90,6 +91,11 @@ class RetryPolicy:
         True
         """
         return rng.uniform(0.0, self.backoff_cap_s(retry))
+
+
+def _is_count(value: object) -> bool:
+    """An integer of at least 1."""
+    return isinstance(value, int) and value >= 1
 
 
 def is_retryable_status(status: int) -> bool:

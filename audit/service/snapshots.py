@@ -51,9 +51,20 @@ def write_snapshot(
 
     Examples
     --------
-    >>> write_snapshot("snapshots", {"data": []}, base_url="https://api.example",
-    ...                fetched_at=datetime(2026, 1, 15, 9, 30, tzinfo=UTC))  # doctest: +SKIP
-    (PosixPath('snapshots/webhooks-20260115T093000Z.json'), 0, 0)
+    >>> import tempfile
+    >>> from datetime import UTC
+    >>> listing = {"data": [{"id": "wh_1", "secret": "whsec_exposed"}], "message": "Success"}
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path, listed, redacted = write_snapshot(
+    ...         folder,
+    ...         listing,
+    ...         base_url="https://api.example",
+    ...         fetched_at=datetime(2026, 1, 15, 9, 30, tzinfo=UTC),
+    ...     )
+    ...     print(path.name, listed, redacted)
+    ...     print(json.loads(path.read_text())["response"]["data"])
+    webhooks-20260115T093000Z.json 1 1
+    [{'id': 'wh_1', 'secret': '[redacted]'}]
     """
     redacted, count = redact_secrets(body, also=scrub)
     n = len(unwrap_listing(redacted))

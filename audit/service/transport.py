@@ -15,7 +15,7 @@ import time
 import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -41,7 +41,12 @@ from audit.service.exchange import (
     install_deadline,
     read_body,
 )
-from audit.service.request_checks import check_base_url
+from audit.service.request_checks import (
+    check_api_key,
+    check_base_url,
+    check_deadline,
+    check_max_response_bytes,
+)
 from audit.service.retry import (
     MAYBE_SENT_ERRORS,
     NOT_SENT_ERRORS,
@@ -84,22 +89,12 @@ class Transport:
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.base_url = check_base_url(base_url)
-        if not isinstance(api_key, str) or not api_key.strip():
-            raise InputError("the API key is empty")
-        if not api_key.isascii():  # header values are ASCII; the key is never quoted
-            raise InputError("the API key contains non-ASCII characters")
-        if any(not c.isprintable() or c.isspace() for c in api_key):
-            raise InputError("the API key contains whitespace or control characters")
-        self._api_key = api_key
+        self._api_key = check_api_key(api_key)
         register_sensitive(api_key)
-        if not (isinstance(deadline_s, int | float) and 0 < deadline_s < float("inf")):
-            raise InputError("deadline_s must be a positive finite number of seconds")
-        if not (isinstance(max_response_bytes, int) and max_response_bytes > 0):
-            raise InputError("max_response_bytes must be a positive integer")
-        self.deadline_s = float(deadline_s)
+        self.deadline_s = check_deadline(deadline_s)
         #: Optional absolute end (``time.monotonic()``) for every request of this client.
         self.deadline_at: float | None = None
-        self.max_response_bytes = max_response_bytes
+        self.max_response_bytes = check_max_response_bytes(max_response_bytes)
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
         self._rng = rng or random.Random()
@@ -120,7 +115,7 @@ class Transport:
         )
         install_deadline(self._http)  # the deadline also cuts a trickle of header lines
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -295,9 +290,12 @@ class Transport:
         return None
 
     def _terminal(
-        self, where: str, response: httpx.Response, server_message: str | None,
+        self,
+        where: str,
+        response: httpx.Response,
+        server_message: str | None,
         retried_delete: bool = False,
-    ) -> TerminalError:  # fmt: skip
+    ) -> TerminalError:
         status = response.status_code
         if status == 413:
             error = None
@@ -314,13 +312,15 @@ class Transport:
                 server_message=server_message,
             )
         gone = status == 404 and retried_delete  # the lost answer's attempt most likely did it
+        note = (
+            ", on a retry: an attempt that got no answer most likely deleted it; list the "
+            "subscriptions to confirm"
+        )
         return TerminalError(
-            f"{where}: {_describe(response, server_message)}"
-            + (", on a retry: an attempt that got no answer most likely deleted it; list the "
-               "subscriptions to confirm" if gone else ""),
+            f"{where}: {_describe(response, server_message)}{note if gone else ''}",
             status=status,
             server_message=server_message,
-        )  # fmt: skip
+        )
 
 
 # -- responses

@@ -67,8 +67,8 @@ def dlv_02(s: Scope) -> Outcome:
     if not n_known:
         what = "with a response_status " if first.any() else ""
         return skip(f"No first attempt {what}of an incident event was received in the period.", res)
-    ok = success[known].astype(bool).to_numpy()  # judged where known only, as answers are
-    failed = v.iloc[np.flatnonzero(known.to_numpy())[~ok]].sort_values("received_at")
+    succeeded = success[known].astype(bool).to_numpy()  # judged where known only, as answers are
+    failed = v.iloc[np.flatnonzero(known.to_numpy())[~succeeded]].sort_values("received_at")
     rate = 1 - len(failed) / n_known
     slow = (failed["response_ms"] > DELIVERY_TIMEOUT_MS).fillna(False).astype(bool)
     answer = failed["response_status"].astype("string").where(~slow, "slow")

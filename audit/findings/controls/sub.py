@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+import numpy as np
+
 from audit.findings.controls.base import (
     MAX_EXAMPLES,
     NO_SNAPSHOT,
@@ -48,12 +50,15 @@ def sub_01(s: Scope) -> list[Outcome]:
     out = []
     for client, g in groups(snaps, "client_id", _NO_CLIENT):
         per = g.groupby(["fetched_at", "source"], dropna=False)["subscription_id"].nunique()
-        worst_at, worst = per.idxmax(), int(per.max())
-        listed = g[(g["fetched_at"] == worst_at[0]) & (g["source"] == worst_at[1])]
+        top = int(np.argmax(per.to_numpy()))  # the first largest, as idxmax
+        worst = int(per.iloc[top])
+        at = per.index.get_level_values("fetched_at")[top]
+        source = per.index.get_level_values("source")[top]
+        listed = g[(g["fetched_at"] == at) & (g["source"] == source)]
         ev = s.snapshot_note() | {
             "max_subscriptions": worst,
             "limit": cap,
-            "at": iso(worst_at[0]),
+            "at": iso(at),
             "examples": ids(listed["subscription_id"]),
         }
         ok = worst <= cap

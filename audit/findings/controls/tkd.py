@@ -68,7 +68,7 @@ def time_to_takedown(s: Scope, q: float, label: str, limit_h: float) -> Outcome:
         "examples": ids(slow["incident_id"]),
     }
     name = f"Kaplan-Meier {label} time to takedown"
-    if est.reached:
+    if est.reached and est.time is not None:  # reached: a time (KMQuantile)
         ok = est.time <= limit_s
         reason = (
             f"The {name} over {len(d)} incidents is {est.time / 3600:.3g} h, "

@@ -13,40 +13,60 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import Any, NamedTuple
 
 import orjson
 
 from audit.timeutil import FIRST_YEAR, LAST_YEAR, ns_in_range, parse_iso_ns
 
-__all__ = ["COLUMNS", "NAT", "Buffer"]
+__all__ = ["COLUMNS", "NAT", "Buffer", "Columns", "Envelope", "Row"]
 
 #: The sentinel for a missing time (numpy's NaT as int64).
 NAT = -(2**63)
 
-#: Column order of the deliveries frame as loaded.
-COLUMNS = (
-    "source",
-    "line",
-    "received_at",
-    "subscription_id",
-    "url",
-    "response_status",
-    "response_ms",
-    "signature",
-    "timestamp_header",
-    "event_header",
-    "delivery_id",
-    "body",
-    "event_id",
-    "event",
-    "event_timestamp",
-    "incident_id",
-    "verdict",
-    "detail",
-)
 
-_NO_ENVELOPE = (None, None, NAT, None)
+class Row(NamedTuple):
+    """One record as loaded: the columns of the deliveries frame (:data:`COLUMNS`)."""
+
+    source: str
+    line: int
+    received_at: int  # ns since the epoch, NAT when missing
+    subscription_id: str | None
+    url: str | None
+    response_status: int | None
+    response_ms: float | None
+    signature: str | None
+    timestamp_header: str | None
+    event_header: str | None
+    delivery_id: str | None
+    body: bytes | None
+    event_id: str | None
+    event: str | None
+    event_timestamp: int  # ns since the epoch, NAT when missing
+    incident_id: str | None
+    verdict: str | None
+    detail: str | None
+
+
+#: Column order of the deliveries frame as loaded.
+COLUMNS: tuple[str, ...] = Row._fields
+
+#: A table's columns as lists of values (column name -> values).
+Columns = dict[str, list[Any]]
+
+
+class Envelope(NamedTuple):
+    """What the loader reads from a body's JSON envelope."""
+
+    event_id: str | None
+    event: str | None
+    event_timestamp: int  # ns since the epoch, NAT when missing
+    incident_id: str | None
+
+
+_NO_ENVELOPE = Envelope(None, None, NAT, None)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -59,7 +79,7 @@ class Buffer:
     __slots__ = ("naive_times", "rows", "unreadable")
 
     def __init__(self) -> None:
-        self.rows: list[tuple] = []
+        self.rows: list[Row] = []
         self.naive_times = 0
         self.unreadable = 0
 
@@ -71,7 +91,7 @@ class Buffer:
         self.rows.append(_unreadable_row(source, line, reason))
         self.unreadable += 1
 
-    def columns(self) -> dict[str, list]:
+    def columns(self) -> Columns:
         """The rows transposed: column name -> list of values, in :data:`COLUMNS` order."""
         if not self.rows:
             return {name: [] for name in COLUMNS}
@@ -79,11 +99,11 @@ class Buffer:
         return {name: list(values) for name, values in zip(COLUMNS, transposed, strict=True)}
 
 
-def _unreadable_row(source: str, line: int, reason: str) -> tuple:
-    row = dict.fromkeys(COLUMNS)
+def _unreadable_row(source: str, line: int, reason: str) -> Row:
+    row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row.update(source=source, line=line, received_at=NAT, event_timestamp=NAT)
     row.update(verdict="unreadable", detail=reason)
-    return tuple(row.values())
+    return Row(**row)
 
 
 #: Times must fit a nanosecond int64 (pandas' range, 1677-09-22 to 2262-04-11).
@@ -92,12 +112,11 @@ _in_range = ns_in_range
 
 def _time_ns(value: object) -> tuple[int, bool]:
     """received_at as UTC ns: ISO 8601 or Unix seconds (int/float, not bool)."""
-    t = type(value)
-    if t is float:
+    if type(value) is float:
         if not math.isfinite(value):
             raise ValueError
         ns, had_offset = round(value * 1e9), True
-    elif t is int:
+    elif type(value) is int:
         ns, had_offset = value * 1_000_000_000, True
     else:
         ns, had_offset = parse_iso_ns(value)
@@ -112,7 +131,7 @@ class _Envelopes:
     def __init__(self) -> None:
         self._times: dict[str, int] = {}
 
-    def __call__(self, body: bytes) -> tuple:
+    def __call__(self, body: bytes) -> Envelope:
         try:
             env = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -127,8 +146,8 @@ class _Envelopes:
         )
         ts_ns = NAT
         if type(ts) is str:
-            ts_ns = self._times.get(ts, None)
-            if ts_ns is None:
+            cached = self._times.get(ts, None)
+            if cached is None:
                 try:
                     ts_ns = parse_iso_ns(ts)[0]
                 except ValueError:
@@ -136,8 +155,10 @@ class _Envelopes:
                 if not _in_range(ts_ns):
                     ts_ns = NAT
                 self._times[ts] = ts_ns
+            else:
+                ts_ns = cached
         inc = data.get("incidentId") if type(data) is dict else None
-        return (
+        return Envelope(
             eid if type(eid) is str else None,
             event if type(event) is str else None,
             ts_ns,
@@ -153,14 +174,16 @@ def _headers(raw: object, wanted: dict[str, str], notes: list[str]) -> dict[str,
     A header that is not a delivery header and has no usable value is ignored (noted in
     ``notes``); a delivery header without a string value makes the record unreadable.
     """
+    items: Iterable[tuple[object, object]]
     if type(raw) is dict:
         items = raw.items()
     elif type(raw) is list:
-        items = []
+        pairs: list[tuple[object, object]] = []
         for p in raw:
             if type(p) is not list or not 1 <= len(p) <= 2:
                 return "headers must be an object or a list of [name, value] pairs"
-            items.append((p[0], p[1] if len(p) == 2 else None))
+            pairs.append((p[0], p[1] if len(p) == 2 else None))
+        items = pairs
     else:
         return "headers must be an object or a list of [name, value] pairs"
     out: dict[str, str] = {}
@@ -183,7 +206,14 @@ def _short(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) -> str | None:
+def _record(
+    buf: Buffer,
+    source: str,
+    line: int,
+    rec: dict[str, Any],
+    wanted: dict[str, str],
+    envelope: Callable[[bytes], Envelope],
+) -> str | None:
     """Validate one capture record and add it; return the reason when it is unreadable."""
     received = rec.get("received_at")
     if received is None:
@@ -202,7 +232,7 @@ def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) ->
         return "no headers"
     notes: list[str] = []
     hdr = _headers(raw_headers, wanted, notes)
-    if type(hdr) is str:
+    if isinstance(hdr, str):
         return hdr
     text, b64 = rec.get("body"), rec.get("body_b64")
     omitted = rec.get("body_omitted_bytes")
@@ -215,6 +245,7 @@ def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) ->
             return "body is not a string"
         body = text.encode("utf-8")
     else:
+        assert b64 is not None  # exactly one of body and body_b64 (checked above)
         try:
             body = base64.b64decode(b64, validate=True)
         except (binascii.Error, TypeError, ValueError):
@@ -245,7 +276,7 @@ def _record(buf: Buffer, source: str, line: int, rec: dict, wanted, envelope) ->
     get = hdr.get
     eid, event, event_ns, incident = envelope(body)
     buf.rows.append(
-        (
+        Row(
             source,
             line,
             received_ns,

@@ -5,6 +5,8 @@ A HAR file is one JSON document, so it is parsed whole (:data:`SPLITS_AT_LINES` 
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from audit.errors import LoadError
@@ -13,7 +15,7 @@ from audit.ingest.formats.base import Buffer, _Envelopes, _record
 __all__ = ["NAME", "SPLITS_AT_LINES", "SUFFIXES", "parse"]
 
 NAME = "har"
-SUFFIXES = ("har",)
+SUFFIXES: tuple[str, ...] = ("har",)
 SPLITS_AT_LINES = False
 
 
@@ -46,13 +48,13 @@ def parse_har(data: bytes, source: str, wanted: dict[str, str]) -> Buffer:
     envelope = _Envelopes()
     for i, entry in enumerate(entries, 1):
         rec = _har_record(entry)
-        problem = rec if type(rec) is str else _record(buf, source, i, rec, wanted, envelope)
+        problem = rec if isinstance(rec, str) else _record(buf, source, i, rec, wanted, envelope)
         if problem is not None:
             buf.add_unreadable(source, i, problem)
     return buf
 
 
-def _har_record(entry: object) -> dict | str:
+def _har_record(entry: object) -> dict[str, Any] | str:
     """Map a HAR entry to a capture record. A missing ``postData`` is an empty body.
 
     A ``postData`` without ``text`` (e.g. ``params`` only) is unreadable: the signed bytes are
@@ -73,7 +75,7 @@ def _har_record(entry: object) -> dict | str:
     text = post.get("text", "")
     if type(text) is not str:
         return "HAR postData.text is not a string"
-    rec: dict = {
+    rec: dict[str, Any] = {
         "received_at": entry.get("startedDateTime"),
         "headers": [[h["name"], h["value"]] if "value" in h else [h["name"]] for h in headers],
         "url": req.get("url"),
@@ -82,7 +84,7 @@ def _har_record(entry: object) -> dict | str:
     resp = entry.get("response")
     if type(resp) is dict and resp.get("status") not in (None, 0):
         rec["response_status"] = resp["status"]
-    t = entry.get("time")
+    t: Any = entry.get("time")
     if type(t) in (int, float) and t >= 0:
         rec["response_ms"] = t
     return rec

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import orjson
 
@@ -18,7 +19,7 @@ __all__ = ["NAME", "SPLITS_AT_LINES", "SUFFIXES", "parse", "parse_jsonl"]
 #: The format's name (the task kind and the registry's canonical key).
 NAME = "jsonl"
 #: File suffixes of this format (before rotation and ``.gz``).
-SUFFIXES = ("jsonl", "ndjson")
+SUFFIXES: tuple[str, ...] = ("jsonl", "ndjson")
 #: Whether a file may be cut at line ends and its pieces parsed independently.
 SPLITS_AT_LINES = True
 
@@ -28,7 +29,11 @@ SPLITS_AT_LINES = True
 _ESCAPED_KEY = re.compile(rb'\\u[0-9a-fA-F]{4}[^"\\]*"\s*:')
 
 
-def _may_repeat(raw: bytes, headers: dict, wanted: dict[str, str], seen: dict) -> bool:
+#: Per parse: each tuple of header names' :func:`prefix_markers`.
+_Plans = dict[tuple[str, ...], tuple[tuple[bytes, int], ...]]
+
+
+def _may_repeat(raw: bytes, headers: dict[str, Any], wanted: dict[str, str], plans: _Plans) -> bool:
     """Cheap test: could the headers object name a delivery header twice (merged by orjson)?
 
     orjson merges only keys that are equal after unescaping; names that differ in case stay
@@ -36,15 +41,15 @@ def _may_repeat(raw: bytes, headers: dict, wanted: dict[str, str], seen: dict) -
     exact prefix (``"X-PhishFort-``) of one of its delivery headers more often than the object
     holds delivery headers, or when a JSON key ends after a ``\\uXXXX`` escape. The test
     depends on the line alone (not on the lines before it, so not on where a file is cut into
-    pieces); ``seen`` caches, per parse, each tuple of header names' prefixes and count: a usual
+    pieces); ``plans`` caches, per parse, each tuple of header names' prefixes and count: a usual
     line costs a dict lookup, one ``bytes.count`` per spelling and one regex scan.
     """
     names = tuple(headers)
-    markers = seen["plans"].get(names)
+    markers = plans.get(names)
     if markers is None:
         markers = prefix_markers(names, wanted)
-        if len(seen["plans"]) < 4096:  # receivers repeat the same header names
-            seen["plans"][names] = markers
+        if len(plans) < 4096:  # receivers repeat the same header names
+            plans[names] = markers
     found = sum(count for _, count in markers)
     if found and sum(raw.count(m) for m, _ in markers) > found:
         return True
@@ -74,19 +79,19 @@ def _prefix_len(wanted: dict[str, str]) -> int:
     return len(prefix)
 
 
-class _Pairs(dict):
+class _Pairs(dict[str, Any]):
     """A JSON object that also keeps every (key, value) pair, repeated keys included."""
 
-    pairs: list
+    pairs: list[tuple[str, Any]]
 
 
-def _keep_pairs(pairs: list) -> _Pairs:
+def _keep_pairs(pairs: list[tuple[str, Any]]) -> _Pairs:
     obj = _Pairs(pairs)
     obj.pairs = pairs
     return obj
 
 
-def _header_pairs(raw: bytes, parsed: dict) -> object:
+def _header_pairs(raw: bytes, parsed: dict[str, Any]) -> object:
     """The record's headers as ``[name, value]`` pairs, every repeated name kept."""
     try:
         rec = json.loads(raw, object_pairs_hook=_keep_pairs)
@@ -121,7 +126,7 @@ def parse_jsonl(
     """
     buf = Buffer()
     envelope = _Envelopes()
-    seen: dict = {"plans": {}}
+    plans: _Plans = {}
     loads, decode_error = orjson.loads, orjson.JSONDecodeError
     for line, raw in enumerate(data.split(b"\n"), first_line):
         if not raw or raw.isspace():
@@ -138,7 +143,7 @@ def parse_jsonl(
             buf.add_unreadable(source, line, "not a JSON object")
             continue
         hdr = rec.get("headers")
-        if type(hdr) is dict and hdr and _may_repeat(raw, hdr, wanted, seen):
+        if type(hdr) is dict and hdr and _may_repeat(raw, hdr, wanted, plans):
             rec["headers"] = _header_pairs(raw, hdr)
         problem = _record(buf, source, line, rec, wanted, envelope)
         if problem is not None:

@@ -2,6 +2,6 @@
 
 import sys
 
-from audit.service.fake.server import main
+from audit.service.fake.cli import main
 
 sys.exit(main())

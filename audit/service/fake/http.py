@@ -90,7 +90,10 @@ class FakeService(FakeState):
     def transport(self) -> httpx.MockTransport:
         """An httpx transport answering from this fake, without a socket.
 
-        >>> client = httpx.Client(transport=FakeService().transport())  # doctest: +SKIP
+        >>> fake = FakeService(api_keys={"k": "client_1"})
+        >>> with httpx.Client(transport=fake.transport(), base_url="http://fake/v1") as http:
+        ...     http.get("/webhooks").status_code  # no key
+        401
         """
         return httpx.MockTransport(self.handle)
 
@@ -116,9 +119,9 @@ class FakeService(FakeState):
     def serve(self, host: str = "127.0.0.1", port: int = 0) -> ServedFake:
         """Serve the fake over HTTP in a background thread; use as a context manager.
 
-        >>> with FakeService().serve() as served:  # doctest: +SKIP
-        ...     print(served.base_url)
-        http://127.0.0.1:43215
+        >>> with FakeService(api_keys={"k": "client_1"}).serve() as served:
+        ...     httpx.get(served.base_url + "/v1/webhooks", headers={"x-api-key": "k"}).json()
+        {'data': [], 'message': 'Success'}
         """
         return ServedFake(self, host, port)
 

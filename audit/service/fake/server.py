@@ -1,25 +1,37 @@
-"""The fake on a real socket (:class:`ServedFake`), and ``python -m audit.service.fake``."""
+"""The fake on a real socket: :class:`ServedFake` serves anything that answers like the fake.
+
+It knows nothing of the API: each request goes to the served object's ``_process`` (see
+:class:`Answering`), so :mod:`audit.service.fake.http` depends on this module, not the reverse.
+"""
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
-import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
-from audit.service.fake.state import LISTING_SHAPES, Dropped
+from audit.service.fake.state import Dropped
 
-if TYPE_CHECKING:
-    from audit.service.fake.http import FakeService
-
-__all__ = ["ServedFake", "main"]
+__all__ = ["Answering", "ServedFake"]
 
 log = logging.getLogger(__name__)
+
+
+class Answering(Protocol):
+    """What :class:`ServedFake` serves (:class:`~audit.service.fake.FakeService` is one).
+
+    ``_process`` answers one request, calling ``wait(seconds)`` for a scripted delay, or raises
+    :class:`~audit.service.fake.state.Dropped` to drop the connection; ``_stopping`` is set
+    when serving ends, which cuts such waits short.
+    """
+
+    _stopping: threading.Event
+
+    def _process(self, request: httpx.Request, wait: Callable[[float], None]) -> httpx.Response: ...
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -32,12 +44,16 @@ class _Handler(BaseHTTPRequestHandler):
         content = self.rfile.read(n) if n else b""
         request = httpx.Request(
             self.command,
-            f"http://{self.server.server_address[0]}:{self.server.server_address[1]}{self.path}",
+            self.server.base_url + self.path,
             headers=list(self.headers.items()),
             content=content,
         )
+
+        def wait(delay_s: float) -> None:
+            fake._stopping.wait(delay_s)
+
         try:
-            response = fake._process(request, lambda s: fake._stopping.wait(s))
+            response = fake._process(request, wait)
         except Dropped:
             self.close_connection = True
             return
@@ -62,21 +78,27 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False  # keep-alive connections must not hold up close()
-    fake: FakeService
+    fake: Answering
+    base_url: str
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.debug("fake service: connection from %s ended with an error", client_address)
 
 
 class ServedFake:
-    """A :class:`FakeService` listening on a real socket; ``base_url`` has no ``/v1``."""
+    """A :class:`~audit.service.fake.FakeService` on a real socket; ``base_url`` has no ``/v1``.
 
-    def __init__(self, fake: FakeService, host: str = "127.0.0.1", port: int = 0) -> None:
+    Made by :meth:`FakeService.serve() <audit.service.fake.FakeService.serve>`.
+    """
+
+    def __init__(self, fake: Answering, host: str = "127.0.0.1", port: int = 0) -> None:
         self.fake = fake
         self._server = _Server((host, port), _Handler)
         self._server.fake = fake
-        self.host, self.port = self._server.server_address[:2]
+        address: tuple[str, int] = self._server.socket.getsockname()[:2]
+        self.host, self.port = address
         self.base_url = f"http://{self.host}:{self.port}"
+        self._server.base_url = self.base_url
         fake._stopping.clear()
         self._thread = threading.Thread(
             target=self._server.serve_forever,
@@ -101,56 +123,3 @@ class ServedFake:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
-
-
-_DESCRIPTION = (
-    "A local stand-in for the incident service's webhook API, for tests and credential-free trials."
-)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m audit.service.fake``: serve a fake on 127.0.0.1 until interrupted."""
-    parser = argparse.ArgumentParser(prog="python -m audit.service.fake", description=_DESCRIPTION)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument(
-        "--api-key-env",
-        default="AUDIT_API_KEY",
-        metavar="NAME",
-        help="variable holding the API key the fake accepts (default: AUDIT_API_KEY)",
-    )
-    parser.add_argument("--client-id", default="client_1")
-    parser.add_argument("--listing-shape", choices=LISTING_SHAPES, default="data")
-    parser.add_argument(
-        "--expose-secrets-in-listing",
-        action="store_true",
-        help="misbehave: show each subscription's current secret in GET /webhooks",
-    )
-    args = parser.parse_args(argv)
-    key = os.environ.get(args.api_key_env)
-    if not key:
-        print(f"fake_service: error: set {args.api_key_env} to the key to accept", file=sys.stderr)
-        return 3
-    from audit.service.fake.http import FakeService
-
-    fake = FakeService(
-        api_keys={key: args.client_id},
-        listing_shape=args.listing_shape,
-        expose_secrets_in_listing=args.expose_secrets_in_listing,
-    )
-    try:
-        served = fake.serve(args.host, args.port)
-    except OSError as e:
-        print(
-            f"fake_service: error: cannot listen on {args.host}:{args.port}: {e.strerror}",
-            file=sys.stderr,
-        )
-        return 3
-    print(f"fake service listening on {served.base_url} (Ctrl-C to stop)", flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        served.close()
-    return 0

@@ -190,9 +190,21 @@ class FakeState:
 
         Examples
         --------
-        >>> fake = FakeState()  # doctest: +SKIP
-        >>> headers, body = fake.deliver("wh_1", "incident.created", {"incidentId": "inc_1"},
-        ...                              timestamp=1767225600)  # doctest: +SKIP
+        >>> import json
+        >>> import httpx
+        >>> from audit.service.fake import FakeService
+        >>> fake = FakeService(api_keys={"k": "client_1"})
+        >>> with httpx.Client(transport=fake.transport(), base_url="http://fake/v1") as http:
+        ...     sub = http.post(
+        ...         "/webhooks",
+        ...         json={"url": "https://hooks.example/a", "events": ["incident.created"]},
+        ...         headers={"x-api-key": "k"},
+        ...     ).json()["data"]
+        >>> headers, body = fake.deliver(
+        ...     sub["id"], "incident.created", {"incidentId": "inc_1"}, timestamp=1767225600
+        ... )
+        >>> headers["X-PhishFort-Event"], json.loads(body)["data"]
+        ('incident.created', {'clientId': 'client_1', 'incidentId': 'inc_1'})
         """
         if event not in EVENTS:
             raise ValueError(f"unknown event type {event!r}")
