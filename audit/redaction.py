@@ -1,9 +1,9 @@
 """Secret values cut out of what the toolkit shows or stores (listings, messages).
 
 The service may expose signing secrets in a ``GET /webhooks`` listing; :func:`redact_secrets`
-replaces them (and any other string given, such as the API key) with :data:`REDACTED`. Every
-key whose name contains ``secret`` (any case, any depth: ``secrets``, ``signingSecret``) is
-redacted, whatever its value's type.
+replaces them (and any other string given, such as the API key) with :data:`REDACTED`. The
+value of every secret-like key (:func:`secret_like`: ``secret``, ``signingKey``, ``x-api-key``,
+``HMAC_SECRET``, ``access_token``, ``password``... at any depth) is redacted, whatever its type.
 
 Process-wide, the values the toolkit knows to be sensitive (the API key once read, every secret
 read from a secrets file) are registered with :func:`register_sensitive`; :func:`scrub` cuts
@@ -14,11 +14,12 @@ captures) before text reaches a terminal.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from audit.errors import InputError
@@ -26,6 +27,7 @@ from audit.errors import InputError
 __all__ = [
     "REDACTED",
     "ScrubFilter",
+    "exposes_secret",
     "for_terminal",
     "install_log_filter",
     "json_for_terminal",
@@ -33,12 +35,16 @@ __all__ = [
     "refuse_known_secrets",
     "register_sensitive",
     "scrub",
+    "secret_like",
     "shown",
 ]
 
 #: Registered values shorter than this are not scrubbed from text (they would mangle it);
 #: secrets and keys are far longer.
 MIN_SENSITIVE_LEN = 6
+#: A string found under a secret-like key of a listing is cut from the listing's other strings
+#: when it is at least this long: ``sha256`` under ``{"secret": {"alg": ...}}`` is not.
+MIN_EXPOSED_LEN = 10
 _SENSITIVE: set[str] = set()
 _LOCK = threading.Lock()
 _VERSION = 0  # of _SENSITIVE: the last _Cutter made is used again until it changes
@@ -209,25 +215,149 @@ def _escape(ch: str) -> str:
 REDACTED = "[redacted]"
 
 
-def redact_secrets(value: Any, *, also: Iterable[str] = ()) -> tuple[Any, int]:
-    """Copy a decoded JSON value with every non-empty secret-named field replaced by ``[redacted]``.
+#: Words that make a key secret-like wherever they stand in it (``signing_secret``,
+#: ``SECRET_V2``, ``auth_token``, ``db-password``, ``hmac``, ``apiKey`` spelled as one word).
+SECRET_WORDS = frozenset(
+    {
+        "secret",
+        "secrets",
+        "token",
+        "tokens",
+        "password",
+        "passwords",
+        "passwd",
+        "passphrase",
+        "hmac",
+        "credential",
+        "credentials",
+        "authorization",
+        "apikey",
+        "apikeys",
+    }
+)
+#: A word holding one of these (``clientsecret``, ``mypassword``) is secret-like too; one
+#: ending in ``token`` as well (``accesstoken``, ``refreshtoken``), not one starting with it
+#: (``tokenizer``).
+_SECRET_STEMS = ("secret", "password", "passwd", "passphrase", "credential")
+#: ``key`` (or ``keys``) is secret-like after one of these words (``signing_key``, ``x-api-key``,
+#: ``privateKey``) or glued to one (``signingkey``, ``HMACKEY``); alone it is not (``key`` names
+#: header names, sort keys, idempotency keys).
+KEY_QUALIFIERS = frozenset(
+    {"signing", "api", "hmac", "private", "secret", "access", "client", "shared", "encryption"}
+)
+#: A key ending in one of these words describes a secret without holding it
+#: (``secret_rotated_at``, ``tokenCount``, ``token_type``, ``signing_key_id``).
+METADATA_WORDS = frozenset(
+    {
+        "at",
+        "on",
+        "time",
+        "timestamp",
+        "date",
+        "created",
+        "updated",
+        "rotated",
+        "expires",
+        "expiry",
+        "expiration",
+        "ttl",
+        "count",
+        "length",
+        "len",
+        "size",
+        "type",
+        "kind",
+        "version",
+        "id",
+        "ids",
+        "status",
+        "url",
+        "uri",
+        "name",
+        "header",
+        "algorithm",
+        "alg",
+        "scheme",
+        "format",
+    }
+)
+# Word boundaries: any run of non-alphanumerics; a lower-case letter or digit then a capital
+# (signingKey); the last capital of an acronym before a capitalised word (HMACKey).
+_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z0-9]+|[A-Z0-9]+")
 
-    A field is secret-named when its key contains ``secret`` (any case, any depth: ``secret``,
-    ``secrets``, ``signingSecret``); its whole value is replaced, whatever its type. Strings
-    listed in ``also`` (e.g. the API key) and every value registered with
-    :func:`register_sensitive` are cut out of every string, keys included.
+
+def key_words(key: str) -> list[str]:
+    """The words of a key, lower-cased, as :func:`secret_like` sees them.
+
+    >>> key_words("HMACSigningKey"), key_words("x-api-key"), key_words("HMAC_SECRET_v2")
+    (['hmac', 'signing', 'key'], ['x', 'api', 'key'], ['hmac', 'secret', 'v2'])
+    """
+    return [w.lower() for w in _WORD.findall(key)]
+
+
+def _secret_word(word: str, before: str | None) -> bool:
+    word = word.rstrip("0123456789") or word  # secret2, accessToken2
+    if word in SECRET_WORDS or any(stem in word for stem in _SECRET_STEMS):
+        return True
+    if word.endswith(("token", "tokens")):
+        return True
+    if word in ("key", "keys"):
+        return before in KEY_QUALIFIERS
+    stem = word.removesuffix("s").removesuffix("key")
+    return stem != word.removesuffix("s") and stem in KEY_QUALIFIERS
+
+
+@functools.lru_cache(maxsize=4096)  # a listing repeats the same few keys 300,000 times
+def secret_like(key: str) -> bool:
+    """Whether a listing's key names a secret value, in any case and spelling style.
+
+    The key is split into words at case changes and at any character other than a letter or
+    digit (``signingKey``, ``Signing-Key``, ``signing_key``, ``SIGNING KEY``: ``signing key``).
+    It is secret-like when one word is a secret word (:data:`SECRET_WORDS`; or a word holding
+    ``secret``, ``password``, ``passwd``, ``passphrase``, ``credential``, or ending in
+    ``token``; digits at a word's end do not count), or is ``key``/``keys`` after a qualifier
+    (:data:`KEY_QUALIFIERS`: ``api_key``, ``x-api-key``, ``hmacKey``, ``apikey``) -- unless the
+    key's last word is a metadata word (:data:`METADATA_WORDS`: ``secret_rotated_at``,
+    ``token_count``, ``api_key_id``), which describes a secret without holding it.
+
+    >>> [k for k in ["signingKey", "X-API-Key", "HMAC_SECRET", "access_token", "passwd"]
+    ...  if secret_like(k)]
+    ['signingKey', 'X-API-Key', 'HMAC_SECRET', 'access_token', 'passwd']
+    >>> [k for k in ["secret_rotated_at", "tokenCount", "key", "public_key", "monkey"]
+    ...  if secret_like(k)]
+    []
+    """
+    words = key_words(key)
+    if not words or (words[-1] in METADATA_WORDS):
+        return False
+    return any(_secret_word(w, words[i - 1] if i else None) for i, w in enumerate(words))
+
+
+def redact_secrets(value: Any, *, also: Iterable[str] = ()) -> tuple[Any, int]:
+    """Copy a decoded JSON value with every secret-like field's value replaced by ``[redacted]``.
+
+    A field is secret-like when its key is (:func:`secret_like`: ``secret``, ``signingSecret``,
+    ``signing_key``, ``hmacKey``, ``x-api-key``, ``token``, ``password``..., at any depth); its
+    whole value is replaced, whatever its type, unless it holds no secret (null, empty, true or
+    false). Known values are cut out of every other string, keys included, wherever they stand
+    in it: the strings in ``also`` (e.g. the API key), every value registered with
+    :func:`register_sensitive`, and every string value of :data:`MIN_EXPOSED_LEN` characters
+    or more found under a secret-like key (a description or URL quoting the exposed secret).
 
     Returns
     -------
     (copy, count)
-        ``count`` is the number of secret-named values replaced.
+        ``count`` is the number of secret-like values replaced.
 
     Examples
     --------
     >>> redact_secrets({"data": [{"id": "wh_1", "secret": "s3cret"}]})
     ({'data': [{'id': 'wh_1', 'secret': '[redacted]'}]}, 1)
+    >>> redact_secrets({"signing_key": "k-12345678", "note": "k-12345678!", "token_count": 2})
+    ({'signing_key': '[redacted]', 'note': '[redacted]!', 'token_count': 2}, 1)
     """
-    cutter = _Cutter(also)
+    exposed = (s for field in _secret_fields(value) for s in _strings(field))
+    cutter = _Cutter([*also, *(s for s in exposed if len(s) >= MIN_EXPOSED_LEN)])
     count = 0
     # An explicit stack, not recursion: a listing nested 100,000 deep must not crash.
     root: list[Any] = [None]
@@ -238,12 +368,9 @@ def redact_secrets(value: Any, *, also: Iterable[str] = ()) -> tuple[Any, int]:
             out: dict = {}
             for k, item in v.items():
                 key = cutter.cut(k) if isinstance(k, str) else k
-                if isinstance(k, str) and "secret" in k.lower():
-                    if item in (None, "", [], {}):
-                        out[key] = item
-                    else:
-                        out[key] = REDACTED
-                        count += 1
+                if _holds_secret(k, item):
+                    out[key] = REDACTED
+                    count += 1
                 else:
                     out[key] = None
                     stack.append((item, out, key))
@@ -257,3 +384,49 @@ def redact_secrets(value: Any, *, also: Iterable[str] = ()) -> tuple[Any, int]:
         else:
             parent[slot] = v
     return root[0], count
+
+
+def exposes_secret(value: Any) -> bool:
+    """Whether :func:`redact_secrets` would redact a field of ``value`` (a listed subscription):
+    a secret-like key at any depth with a value that is not null, empty, true or false.
+    ``[redacted]`` itself counts, so a redacted listing still shows that a secret was exposed.
+
+    >>> exposes_secret({"id": "wh_1", "hmacKey": "[redacted]"}), exposes_secret({"secret": ""})
+    (True, False)
+    """
+    return next(_secret_fields(value), None) is not None
+
+
+def _holds_secret(key: object, item: object) -> bool:
+    """Whether ``item``, under ``key`` in an object, is a secret value to redact."""
+    if not isinstance(key, str) or not secret_like(key):
+        return False
+    return not (item is None or isinstance(item, bool) or item in ("", [], {}))
+
+
+def _secret_fields(value: Any) -> Iterator[Any]:
+    """Every value to redact in ``value``, outermost first (not looked into further)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            for k, item in v.items():
+                if _holds_secret(k, item):
+                    yield item
+                else:
+                    stack.append(item)
+        elif isinstance(v, list):
+            stack.extend(v)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string value in a decoded JSON value (not the keys: ``{"value": ...}``)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            yield v
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)

@@ -103,7 +103,8 @@ BASE = ("--base-url", "https://api.example")
         ),
         (["webhooks", "delete", "wh_1", "--yes"], ("delete_webhook", ("wh_1",), {})),
         (["webhooks", "test", "wh_2"], ("test_webhook", ("wh_2",), {})),
-        (["webhooks", "rotate-secret", "wh_3"], ("rotate_secret", ("wh_3",), {})),
+        (["webhooks", "rotate-secret", "wh_3", "--new-secrets-file"],
+         ("rotate_secret", ("wh_3",), {})),
         (["snapshot"], ("fetch_listing", (), {})),
     ],
     ids=lambda v: " ".join(v[:3]) if isinstance(v, list) else "",
@@ -138,7 +139,8 @@ def test_base_url_comes_from_the_environment_when_not_given(calls, monkeypatch):
 
 def test_an_issued_secret_goes_to_the_secrets_file_not_the_terminal(calls, tmp_path, capsys):
     secrets = tmp_path / "s.json"
-    assert run(calls, "webhooks", "rotate-secret", "wh_3", "--secrets", str(secrets), *BASE) == 0
+    argv = ["webhooks", "rotate-secret", "wh_3", "--secrets", str(secrets), "--new-secrets-file"]
+    assert run(calls, *argv, *BASE) == 0
     assert SECRET in secrets.read_text() and SECRET not in capsys.readouterr().out
 
 

@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import stat
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,6 +19,7 @@ from audit.analysis.subscriptions import load_snapshots
 from audit.cli import cli, connect, main
 from audit.cli import client as cli_client
 from audit.ingest.secrets import read_secrets
+from audit.ingest.secrets_file import HeldSecrets
 from audit.ingest.signatures import sign, verify
 from audit.service.client import ServiceClient
 from audit.service.fake import FakeService
@@ -83,7 +84,7 @@ def test_create_list_snapshot_rotate_then_verify_with_the_new_secret(
 
     t0 = datetime.now(UTC)
     code, out, err = create(capsys, secrets)
-    assert (code, err) == (0, "")
+    assert (code, err) == (0, f"audit: created a new secrets file: {secrets}\n")
     assert out.startswith("created wh_1: https://hooks.example/1")
     first = fake.current_secret("wh_1")
     t1 = datetime.now(UTC)
@@ -105,15 +106,19 @@ def test_create_list_snapshot_rotate_then_verify_with_the_new_secret(
     t3 = datetime.now(UTC)
     assert second != first
 
-    # The secrets file holds both secrets, in order, each valid from the time of its response.
+    # The secrets file holds both secrets, in order, each valid from the time of its response:
+    # the answer's Date header (whole seconds; a rotation in the same second as the creation
+    # goes 1 microsecond after it, so the order stays the service's).
     assert stat.S_IMODE(os.stat(secrets).st_mode) == 0o600
     raw = json.loads(secrets.read_text())
     entries = raw["wh_1"]
     assert [e["secret"] for e in entries] == [first, second]
     created_at, rotated_at = fake.secret_issue_times("wh_1")
     vf1, vf2 = (_utc(e["valid_from"]) for e in entries)
-    assert t0 <= created_at <= vf1 <= t1
-    assert t2 <= rotated_at <= vf2 <= t3
+    assert t0 <= created_at <= t1 and t2 <= rotated_at <= t3
+    assert vf1.microsecond == 0 and created_at.replace(microsecond=0) <= vf1 <= t1
+    assert vf2.microsecond == 0 or vf2 == vf1 + timedelta(microseconds=1)
+    assert vf1 < vf2 and rotated_at.replace(microsecond=0) <= vf2 <= t3
     assert entries[1]["valid_from"].endswith("Z")
 
     # A delivery signed by the service with the new secret verifies as valid.
@@ -173,7 +178,8 @@ def test_no_option_takes_a_key_or_secret_value():
         for p in options(cmd):
             names = " ".join(getattr(p, "opts", []))
             if "key" in names or "secret" in names:
-                assert names in ("--api-key-env", "--secrets"), names
+                assert names in ("--api-key-env", "--secrets", "--new-secrets-file"), names
+                assert names != "--new-secrets-file" or p.is_flag
 
 
 def test_list_update_test_delete(served, fake, tmp_path, capsys):
@@ -301,11 +307,14 @@ def test_secret_that_cannot_be_saved_says_how_to_recover(
     def fail(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cli_client, "add_secret", fail)
+    monkeypatch.setattr(HeldSecrets, "write", fail)
     code, _, err = create(capsys, tmp_path / "s.json")
     assert code == 3
     assert "could not be saved (No space left on device) and is lost" in err
-    assert "audit webhooks rotate-secret wh_1 --secrets" in err
+    assert (
+        f"audit webhooks rotate-secret wh_1 --secrets {tmp_path / 's.json'} --new-secrets-file"
+        in err
+    )
     assert fake.current_secret("wh_1") not in err
 
 

@@ -901,7 +901,7 @@ def test_an_implausible_rotated_secret_is_not_handed_over(secret, said):
     c, _ = client_for(Service(ok({"secret": secret, "message": "saved?"})))
     with pytest.raises(ServiceError, match=said) as got:
         c.rotate_secret("wh_1")
-    assert "previous secret may already be invalid" in str(got.value)
+    assert "probably rotated the secret, so the previous one no longer works" in str(got.value)
     assert secret[:20] not in str(got.value)
 
 

@@ -14,6 +14,7 @@ from audit.atomic import output_error
 from audit.cli import client as cli_client
 from audit.cli import connect, main
 from audit.errors import SecretsError
+from audit.ingest.secrets_file import HeldSecrets, held_secrets
 from audit.service.client import ServiceClient
 from audit.service.fake import FakeService
 
@@ -87,7 +88,7 @@ def _lock_unopenable(tmp_path: Path) -> Path:
     ("make", "said"),
     [
         (_loop, "symbolic link loop"),
-        (_dangling_under_a_file, "cannot write in"),
+        (_dangling_under_a_file, "no such secrets file"),
         (_garbage_valid_from, "bad 'valid_from'"),
         (_future_entry, "is the clock behind?"),
         (_lock_unopenable, "cannot open the lock file"),
@@ -128,7 +129,9 @@ def test_the_dry_run_leaves_the_secrets_file_as_it_was(tmp_path):
     path = tmp_path / "s.json"
     path.write_text(_entry("2026-01-01T00:00:00Z"))
     before = path.read_bytes()
-    cli_client._check_secrets_target(path, "wh_1")
+    cli_client._check_secrets_target(path, must_exist=True)
+    with held_secrets(path) as held:
+        cli_client._check_held(held, path, "wh_1", new_file=False)
     assert path.read_bytes() == before
     assert sorted(os.listdir(tmp_path)) == ["s.json", "s.json.lock"]
 
@@ -143,7 +146,8 @@ def test_the_dry_run_leaves_the_secrets_file_as_it_was(tmp_path):
     ],
 )
 def test_a_save_that_fails_says_why(error, reason, fake, tmp_path, capsys, monkeypatch):
-    def fail(path, *args) -> None:
+    def fail(held) -> None:
+        path = held.target
         if error == "secrets":
             raise SecretsError(f"{path}: 'wh_1' entry 1: bad 'valid_from'")
         if error != "output":
@@ -154,10 +158,10 @@ def test_a_save_that_fails_says_why(error, reason, fake, tmp_path, capsys, monke
             raise output_error(Path(path), e) from None
 
     first = _created(fake, capsys, tmp_path)
-    monkeypatch.setattr(cli_client, "add_secret", fail)
-    path = tmp_path / "s.json"
+    monkeypatch.setattr(HeldSecrets, "write", fail)
+    path = tmp_path / "first.json"  # holds wh_1
     code, err = _run(capsys, "webhooks", "rotate-secret", "wh_1", "--secrets", str(path))
     assert code == 3
     assert f"could not be saved ({reason}" in err and "OutputError" not in err
-    assert "audit webhooks rotate-secret wh_1 --secrets" in err
+    assert f"audit webhooks rotate-secret wh_1 --secrets {path}\n" in err  # it holds wh_1
     assert fake.current_secret("wh_1") != first and fake.current_secret("wh_1") not in err

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from audit.errors import LoadError
 from audit.paths import expand, read_regular, source_name
-from audit.redaction import redact_secrets
+from audit.redaction import exposes_secret, redact_secrets
 from audit.tables import SUBSCRIPTIONS
 from audit.text import NOT_TEXT, holds_lone_surrogate
 from audit.timeutil import FIRST_YEAR, LAST_YEAR, ns_in_range, parse_iso_ns
@@ -103,12 +103,14 @@ def unwrap_listing(body: Any) -> list[dict[str, Any]]:
 
 
 def secret_exposed(item: dict[str, Any]) -> bool:
-    """Whether a listed subscription shows a ``secret`` value (a null or empty one does not count).
+    """Whether a listed subscription shows a secret value under a secret-like key (``secret``,
+    ``signingKey``, ``token``...: :func:`audit.redaction.secret_like`; a null, empty, true or
+    false value does not count).
 
     >>> secret_exposed({"id": "wh_1", "secret": "[redacted]"}), secret_exposed({"id": "wh_1"})
     (True, False)
     """
-    return item.get("secret") not in (None, "")
+    return exposes_secret(item)
 
 
 def _kind(value: object) -> str:

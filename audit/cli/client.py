@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,10 +24,8 @@ from audit.analysis.subscriptions import secret_exposed
 from audit.atomic import real_target
 from audit.cli.connect import service_client, service_options
 from audit.cli.params import NonEmptyPath
-from audit.errors import AuditError, SecretsError
-from audit.ingest.secrets import load_secrets_json
-from audit.ingest.secrets_file import _locked, _merge, add_secret
-from audit.paths import read_regular
+from audit.errors import AuditError, SecretsError, ServiceError
+from audit.ingest.secrets_file import HeldSecrets, held_secrets
 from audit.redaction import (
     REDACTED,
     for_terminal,
@@ -36,24 +36,26 @@ from audit.redaction import (
 )
 from audit.service.client import IssuedSecret
 from audit.service.snapshots import write_snapshot
-from audit.service.wire import iso
 from audit.spec import EVENTS
 
 __all__ = ["snapshot", "webhooks", "write_snapshot"]
 
 
-def _check_secrets_target(path: Path, subscription_id: str | None = None) -> None:
-    """Fail before calling the service if the new secret could not be saved afterwards.
+def _check_secrets_target(path: Path, *, must_exist: bool) -> None:
+    """Before the lock is taken: fail if the path is not the secrets file meant, or if the new
+    secret could not be saved there afterwards.
 
-    Every step of :func:`~audit.ingest.secrets_file.add_secret` short of writing, in its
-    order and for real: the link resolved (a loop refused), the folder created, a file created
-    and removed in it, the lock file opened, the existing file read and, for a rotation of
-    ``subscription_id``, merged in a dry run (its entries, their ``valid_from``, the rule
-    against a clock that is behind).
+    With ``must_exist`` (a rotation), a path that does not exist is refused before anything is
+    created: a mistyped path would get the new secret while the real file keeps the one the
+    rotation made invalid. Then every step of the save short of writing, in its order and for
+    real: the link resolved (a loop refused), the folder created, a file created and removed in
+    it. The lock file and the file's content are checked under the lock (:func:`_check_held`).
     """
     target = real_target(path)
     if target.exists() and not target.is_file():
         raise SecretsError(f"{path}: not a file")
+    if must_exist and not target.exists():
+        raise SecretsError(f"{path}: {_NO_SUCH_FILE}")
     try:  # what the save does first; then a file beside the target, as the atomic write makes
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
@@ -63,16 +65,24 @@ def _check_secrets_target(path: Path, subscription_id: str | None = None) -> Non
         raise SecretsError(
             f"{path}: cannot write in {target.parent} ({e.strerror or type(e).__name__})"
         ) from None
-    with _locked(target):  # the lock file opens (it is created if missing, as the save does)
-        pass
-    if not target.exists():
-        return
-    try:  # as the save reads it: a regular file of at most 16 MiB
-        text = read_regular(target, what="secrets file", error=SecretsError).decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        raise SecretsError(f"{path}: existing secrets file is not readable") from None
-    data = load_secrets_json(text, path) if text.strip() else {}
-    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+
+
+#: Why a rotation refuses a --secrets path that does not exist.
+_NO_SUCH_FILE = (
+    "no such secrets file; check the path (the rotation makes the secret saved in the real "
+    "file invalid), or give --new-secrets-file to start a new file"
+)
+
+
+def _check_held(
+    held: HeldSecrets, path: Path, subscription_id: str | None, *, new_file: bool
+) -> None:
+    """Under the lock, before calling the service: the file as read is one the save can merge
+    into, and, for a rotation of ``subscription_id``, it holds that subscription (unless
+    ``new_file``) and a dry-run merge passes (its entries, their ``valid_from``, the rule
+    against a clock that is behind)."""
+    data = held.data
+    if not all(isinstance(v, list) for v in data.values()):
         raise SecretsError(f"{path}: expected an object mapping subscription id to a list")
     register_sensitive(  # known secrets are cut from every message of this command
         e["secret"]
@@ -80,24 +90,59 @@ def _check_secrets_target(path: Path, subscription_id: str | None = None) -> Non
         for e in entries
         if isinstance(e, dict) and isinstance(e.get("secret"), str)
     )
-    if not os.access(target, os.W_OK):
+    if held.existed and not os.access(held.target, os.W_OK):
         raise SecretsError(f"{path}: secrets file is not writable")
-    if subscription_id is not None:  # the merge the save will do, on a copy, issued now
-        entries = [*data.get(subscription_id, [])]
-        _merge(target, subscription_id, entries, "whsec_dry_run", datetime.now(UTC))
+    if subscription_id is None:
+        return
+    if not held.holds(subscription_id) and not new_file:
+        if not held.existed:  # removed between the first check and the lock
+            raise SecretsError(f"{path}: {_NO_SUCH_FILE}")
+        named = ", ".join(sorted(data)[:5]) + (", ..." if len(data) > 5 else "")
+        raise SecretsError(
+            f"{path}: holds no secret of {subscription_id} (it holds {named or 'none'}); check "
+            f"the path, or give --new-secrets-file to add {subscription_id} to it"
+        )
+    held.check_add(subscription_id, datetime.now(UTC))
 
 
-def _save_secret(path: Path, issued: IssuedSecret, *, rotated: bool) -> str:
+def _save_secret(held: HeldSecrets, path: Path, issued: IssuedSecret, *, rotated: bool) -> str:
+    """Add the issued secret as the subscription's newest and write the file (lock held)."""
+    fresh = not held.holds(issued.subscription_id)
     try:
-        add_secret(path, issued.subscription_id, issued.secret, issued.issued_at)
+        valid_from = held.add(issued.subscription_id, issued.secret, issued.issued_at, newest=True)
+        held.write()
     except Exception as e:  # the secret is already issued: never lose it to a traceback
         what = "the new secret" if rotated else "the secret"
         raise SecretsError(
             f"{path}: {what} of {issued.subscription_id} could not be saved ({_reason(e, path)}) "
-            f"and is lost; fix the file, then run: audit webhooks rotate-secret "
-            f"{issued.subscription_id} --secrets {path}"
+            f"and is lost; fix the file, then run: "
+            f"{_rotate_command(issued.subscription_id, path, new_file=fresh)}"
         ) from None
-    return iso(issued.issued_at, "microseconds")
+    return valid_from
+
+
+def _rotate_command(subscription_id: str, path: Path, *, new_file: bool) -> str:
+    """The command that rotates again into ``path``."""
+    extra = " --new-secrets-file" if new_file else ""
+    return (
+        f"audit webhooks rotate-secret {shlex.quote(subscription_id)} "
+        f"--secrets {shlex.quote(str(path))}{extra}"
+    )
+
+
+def _waiting(path: Path) -> Callable[[], None]:
+    def say() -> None:
+        click.echo(
+            f"audit: waiting for another command that is writing {for_terminal(str(path))}",
+            err=True,
+        )
+
+    return say
+
+
+def _announce_new(held: HeldSecrets, path: Path) -> None:
+    if not held.existed:
+        click.echo(f"audit: created a new secrets file: {for_terminal(str(path))}", err=True)
 
 
 def _reason(e: BaseException, path: Path) -> str:
@@ -222,10 +267,13 @@ def create_cmd(
     """
     if not events:
         raise click.UsageError("give at least one --event")
-    _check_secrets_target(secrets_file)
-    with service_client(base_url, api_key_env, timeout, max_attempts) as client:
-        issued = client.create_webhook(url, list(events), description)
-    valid_from = _save_secret(secrets_file, issued, rotated=False)
+    _check_secrets_target(secrets_file, must_exist=False)
+    with held_secrets(secrets_file, on_wait=_waiting(secrets_file)) as held:
+        _check_held(held, secrets_file, None, new_file=True)
+        with service_client(base_url, api_key_env, timeout, max_attempts) as client:
+            issued = client.create_webhook(url, list(events), description)
+        valid_from = _save_secret(held, secrets_file, issued, rotated=False)
+    _announce_new(held, secrets_file)
     click.echo(_show(f"created {issued.subscription_id}: {url} ({', '.join(events)})"))
     click.echo(f"secret saved to {secrets_file} (valid_from {valid_from}); it is not shown again")
 
@@ -312,6 +360,13 @@ def send_test_cmd(
 @service_options
 @click.argument("subscription_id")
 @_secrets_option
+@click.option(
+    "--new-secrets-file",
+    "new_file",
+    is_flag=True,
+    help="Accept a --secrets file that does not exist yet (it is created) or holds no secret of "
+    "SUBSCRIPTION_ID yet. Without it such a path is refused before the service is called.",
+)
 def rotate_cmd(
     base_url: str | None,
     api_key_env: str,
@@ -319,16 +374,30 @@ def rotate_cmd(
     max_attempts: int,
     subscription_id: str,
     secrets_file: Path,
+    new_file: bool,
 ) -> None:
     """Rotate the signing secret (POST /webhooks/:id/rotate-secret) and save the new one.
 
     The previous secret stops working at the service immediately; the new one is appended to
-    --secrets with valid_from = the time of the response.
+    --secrets, valid from the answer's time (its Date header, else this machine's clock). The
+    file stays locked from before the request until the secret is saved, so rotations from
+    this machine are saved in the service's order. --secrets must exist and hold the
+    subscription, unless --new-secrets-file is given.
     """
-    _check_secrets_target(secrets_file, subscription_id)
-    with service_client(base_url, api_key_env, timeout, max_attempts) as client:
-        issued = client.rotate_secret(subscription_id)
-    valid_from = _save_secret(secrets_file, issued, rotated=True)
+    _check_secrets_target(secrets_file, must_exist=not new_file)
+    with held_secrets(secrets_file, on_wait=_waiting(secrets_file)) as held:
+        _check_held(held, secrets_file, subscription_id, new_file=new_file)
+        with service_client(base_url, api_key_env, timeout, max_attempts) as client:
+            try:
+                issued = client.rotate_secret(subscription_id)
+            except ServiceError as e:
+                if e.status is None or not 200 <= e.status < 300:
+                    raise
+                fresh = not held.holds(subscription_id)
+                again = _rotate_command(subscription_id, secrets_file, new_file=fresh)
+                raise ServiceError(f"{e}: {again}", status=e.status) from None
+        valid_from = _save_secret(held, secrets_file, issued, rotated=True)
+    _announce_new(held, secrets_file)
     click.echo(f"rotated the secret of {subscription_id}; the previous one no longer works")
     click.echo(f"new secret saved to {secrets_file} (valid_from {valid_from})")
 

@@ -15,8 +15,21 @@ from pathlib import Path
 import click
 
 from audit.cli.params import NonEmptyPath, check_out_folder
-from audit.receiver.probe import ProbeResult, check_target, plan, run_probe, shown_url
-from audit.receiver.reference import bind, make_server, receiver_app
+from audit.receiver.probe import (
+    ProbeResult,
+    check_target,
+    plan,
+    run_probe,
+    shown_url,
+    tls_verify,
+)
+from audit.receiver.reference import (
+    HEADER_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    bind,
+    make_server,
+    receiver_app,
+)
 from audit.spec import DEFAULT_HEADER_PREFIX
 
 __all__ = ["probe", "receive", "warn_if_exposed"]
@@ -51,6 +64,13 @@ _prefix_option = click.option(
     help="Run only this check (repeat, or separate with commas).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan without sending anything.")
+@click.option(
+    "--ca",
+    "ca_file",
+    type=NonEmptyPath(path_type=Path),  # a missing or odd file: one line, exit 3 (tls_verify)
+    help="PEM bundle of the CAs to trust (a private CA); default: SSL_CERT_FILE / SSL_CERT_DIR "
+    "when set, else the certifi bundle.",
+)
 @_prefix_option
 def probe(
     url: str,
@@ -59,17 +79,20 @@ def probe(
     out: Path | None,
     only: tuple[str, ...],
     dry_run: bool,
+    ca_file: Path | None,
     header_prefix: str,
 ) -> int:
     """Send one webhook.test request per conformance check to URL and judge the answers.
 
     URL must be https://, or http:// to 127.0.0.1 / localhost. One request per check, no
-    retries. Exit 0 all passed, 1 a check failed, 3 unreachable or bad input.
+    retries. The certificate is verified against --ca, else SSL_CERT_FILE / SSL_CERT_DIR, else
+    the certifi bundle. Exit 0 all passed, 1 a check failed, 3 unreachable or bad input.
     """
     if out is not None:
         check_out_folder(out)  # before the requests, not after
     if dry_run:
         target = check_target(url)
+        tls_verify(ca_file)  # a bad CA file fails the dry run as it would fail the run
         steps = plan(secrets_path, subscription_id, only=only or None, header_prefix=header_prefix)
         click.echo(
             f"plan for {shown_url(target)} (subscription {subscription_id}); nothing is sent:"
@@ -80,7 +103,12 @@ def probe(
             click.echo(f"  {c.id:<{width}}  expect {c.expected:<22}  {what}")
         return 0
     result = run_probe(
-        url, secrets_path, subscription_id, only=only or None, header_prefix=header_prefix
+        url,
+        secrets_path,
+        subscription_id,
+        only=only or None,
+        header_prefix=header_prefix,
+        ca_file=ca_file,
     )
     _print_result(result)
     if out is not None:
@@ -128,6 +156,21 @@ def _print_result(result: ProbeResult) -> None:
     type=NonEmptyPath(file_okay=False, path_type=Path),
     help="Folder of the daily capture files (YYYY-MM-DD.jsonl).",
 )
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    default=MAX_CONNECTIONS,
+    show_default=True,
+    help="Connections served at once; beyond them requests are answered 503.",
+)
+@click.option(
+    "--header-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=HEADER_TIMEOUT_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="Close a connection that has not sent its request head within this time.",
+)
 @_prefix_option
 def receive(
     port: int,
@@ -135,6 +178,8 @@ def receive(
     secrets_path: Path,
     subscription_id: str | None,
     out: Path,
+    max_connections: int,
+    header_timeout: float,
     header_prefix: str,
 ) -> None:
     """Run the reference receiver: capture every POST, verify it, answer 204 or 401.
@@ -146,7 +191,13 @@ def receive(
         secrets_path, out, subscription_id=subscription_id, header_prefix=header_prefix
     )
     sock = bind(host, port)
-    server = make_server(app, sock, log_level="warning")
+    server = make_server(
+        app,
+        sock,
+        log_level="warning",
+        max_connections=max_connections,
+        header_timeout=header_timeout,
+    )
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     warn_if_exposed(bound_host)

@@ -6,13 +6,19 @@ timeout (5 s, spec 6); one that expects rejection passes on 401 (spec 5.2 rule 5
 ``within_timeout`` passes when every answer came within the timeout. When no request reaches
 the receiver at all (connection refused, DNS, TLS) :class:`~audit.errors.UnreachableError` is
 raised instead of a result.
+
+The receiver's certificate is verified against the CAs of ``ca_file`` (``audit probe --ca``)
+when given, else those named by ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` when set, else certifi's
+bundle (:func:`tls_verify`).
 """
 
 from __future__ import annotations
 
 import os
+import ssl
+import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -44,6 +50,7 @@ __all__ = [
     "plan",
     "run_probe",
     "shown_url",
+    "tls_verify",
 ]
 
 USER_AGENT = (
@@ -149,6 +156,63 @@ def shown_url(url: str) -> str:
     return str(u.copy_with(query=query or None, fragment="REDACTED" if u.fragment else None))
 
 
+#: The variables OpenSSL reads for its default trust store, honoured when no ``--ca`` is given.
+CA_ENV = ("SSL_CERT_FILE", "SSL_CERT_DIR")
+
+
+def tls_verify(
+    ca_file: str | os.PathLike | None = None, environ: Mapping[str, str] | None = None
+) -> ssl.SSLContext | bool:
+    """What the probe verifies the receiver's certificate with (httpx's ``verify``).
+
+    ``ca_file`` (a PEM bundle, ``--ca``): only its CAs are trusted. Without it,
+    ``SSL_CERT_FILE`` (a PEM bundle) and ``SSL_CERT_DIR`` (a folder of hashed certificates,
+    as ``openssl rehash`` makes) are honoured as OpenSSL does: the CAs they name replace the
+    default ones. With none of them, True: certifi's bundle, httpx's default. (The probe's
+    client ignores the environment otherwise, proxies included, so httpx would not read these
+    variables itself.)
+
+    Raises InputError (one line) when the file or folder named is missing, unreadable or
+    holds no PEM certificate.
+
+    >>> tls_verify(None, {})
+    True
+    >>> tls_verify("/no/ca.pem")
+    Traceback (most recent call last):
+    audit.errors.InputError: /no/ca.pem: cannot read the CA file (No such file or directory)
+    """
+    environ = os.environ if environ is None else environ
+    if ca_file is not None:
+        return _ca_context(os.fspath(ca_file), None, "the CA file")
+    cafile, capath = (environ.get(name) or None for name in CA_ENV)
+    if cafile is None and capath is None:
+        return True
+    if cafile is not None:
+        what = "the CA file named by SSL_CERT_FILE"
+        return _ca_context(cafile, capath, what)
+    return _ca_context(None, capath, "SSL_CERT_DIR")
+
+
+def _ca_context(cafile: str | None, capath: str | None, what: str) -> ssl.SSLContext:
+    """A client context trusting ``cafile`` and/or ``capath``; InputError saying why not."""
+    if capath is not None and not os.path.isdir(capath):
+        raise InputError(f"{capath}: SSL_CERT_DIR is not a folder")
+    if cafile is not None:
+        try:
+            mode = os.stat(cafile).st_mode
+        except OSError as e:
+            raise InputError(f"{cafile}: cannot read {what} ({e.strerror or e})") from None
+        if not stat.S_ISREG(mode):  # a folder, or a FIFO that would hold the probe
+            raise InputError(f"{cafile}: {what} is not a regular file")
+    name = cafile or capath
+    try:
+        return ssl.create_default_context(cafile=cafile, capath=capath)
+    except ssl.SSLError:
+        raise InputError(f"{name}: {what} holds no readable PEM certificate") from None
+    except OSError as e:
+        raise InputError(f"{name}: cannot read {what} ({e.strerror or e})") from None
+
+
 def plan(
     secrets_path: str | os.PathLike,
     subscription_id: str,
@@ -212,7 +276,10 @@ def _send(client: httpx.Client, url: str, p: Prepared, timeout_s: float) -> _Sen
         return _Sent(None, ms, f"no answer within {timeout_s:g} s", connected)
     except httpx.ConnectError as e:
         ms = (time.perf_counter() - started) * 1000
-        return _Sent(None, ms, f"could not connect ({_one_line(e)})", False)
+        bad = _cause(e, ssl.SSLCertVerificationError)
+        unknown_ca = isinstance(bad, ssl.SSLCertVerificationError) and bad.verify_code in _NO_ISSUER
+        hint = "; a private CA: give --ca FILE or set SSL_CERT_FILE" if unknown_ca else ""
+        return _Sent(None, ms, f"could not connect ({_one_line(e)}){hint}", False)
     except httpx.RequestError as e:  # closed mid-answer, bad HTTP, undecodable body
         ms = (time.perf_counter() - started) * 1000
         return _Sent(None, ms, f"no usable answer ({type(e).__name__}: {_one_line(e)})", True)
@@ -250,6 +317,22 @@ def _clock_note(check: Check, passed: bool, offset: float | None) -> str:
     return f"; the receiver's Date header is {offset:+.0f} s off the probe's clock"
 
 
+#: OpenSSL's verify codes for a chain that ends at a CA not trusted (unable to get the issuer
+#: certificate, locally or at all; self-signed, alone or in the chain): a private CA's mark.
+#: An expired certificate or a wrong host name gets no hint about --ca.
+_NO_ISSUER = frozenset({2, 18, 19, 20})
+
+
+def _cause(e: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """``e`` or the first exception in its chain of causes that is a ``kind``, else None."""
+    seen: BaseException | None = e
+    for _ in range(20):  # a chain is short; a cycle must not hang
+        if seen is None or isinstance(seen, kind):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def _one_line(e: Exception) -> str:
     return (str(e).splitlines() or [type(e).__name__])[0][:200] or type(e).__name__
 
@@ -284,6 +367,7 @@ def run_probe(
     only: Iterable[str] | None = None,
     header_prefix: str = DEFAULT_HEADER_PREFIX,
     timeout_s: float = DELIVERY_TIMEOUT_S,
+    ca_file: str | os.PathLike | None = None,
     transport: httpx.BaseTransport | None = None,
     clock: Callable[[], float] = time.time,
 ) -> ProbeResult:
@@ -299,13 +383,16 @@ def run_probe(
         Check ids to run (default: all, in the order of :data:`CHECKS`).
     timeout_s
         The delivery timeout the answers are judged against (spec: 5 s).
+    ca_file
+        A PEM bundle of the CAs to trust (a private CA); without it ``SSL_CERT_FILE`` /
+        ``SSL_CERT_DIR``, else certifi (:func:`tls_verify`).
     transport, clock
         Injected for tests.
 
     Raises
     ------
     InputError
-        Bad URL, secrets file or check id.
+        Bad URL, secrets file, CA file or check id.
     UnreachableError
         No request reached the receiver.
 
@@ -319,7 +406,7 @@ def run_probe(
     >>> accept_all = httpx.MockTransport(lambda request: httpx.Response(204))
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     secrets = Path(folder, "secrets.json")
-    ...     add_secret(secrets, "wh_main", "whsec_demo", datetime(2025, 1, 1, tzinfo=UTC))
+    ...     _ = add_secret(secrets, "wh_main", "whsec_demo", datetime(2025, 1, 1, tzinfo=UTC))
     ...     result = run_probe("http://127.0.0.1:8000/", secrets, "wh_main", transport=accept_all)
     >>> result.passed, result.exit_code
     (False, 1)
@@ -332,6 +419,7 @@ def run_probe(
     checks = select_checks(only)
     started_at = datetime.fromtimestamp(clock(), UTC)
     ctx = _context(secrets_path, subscription_id, clock(), header_prefix)
+    verify = tls_verify(ca_file)
     limit_ms = timeout_s * 1000
     results: list[CheckResult] = []
     answered: list[tuple[str, int | None, float]] = []
@@ -342,7 +430,8 @@ def run_probe(
         follow_redirects=False,
         headers={"User-Agent": USER_AGENT},
         transport=transport,
-        trust_env=False,
+        verify=verify,
+        trust_env=False,  # no proxy, no .netrc: the probe talks to the URL directly
     ) as client:
         install_deadline(client)
         for check in checks:

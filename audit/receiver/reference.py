@@ -29,7 +29,7 @@ from audit.spec import DEFAULT_HEADER_PREFIX, header_names
 if TYPE_CHECKING:
     import uvicorn
 
-__all__ = ["CurrentSecret", "receiver_app", "serve"]
+__all__ = ["HEADER_TIMEOUT_S", "MAX_CONNECTIONS", "CurrentSecret", "receiver_app", "serve"]
 
 
 class CurrentSecret:
@@ -185,7 +185,7 @@ def receiver_app(
     >>> headers = signed_headers("webhook.test", "dlv_1", ts, sign("whsec_demo", ts, body))
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     secrets = Path(folder, "secrets.json")
-    ...     add_secret(secrets, "wh_main", "whsec_demo", datetime(2025, 1, 1, tzinfo=UTC))
+    ...     _ = add_secret(secrets, "wh_main", "whsec_demo", datetime(2025, 1, 1, tzinfo=UTC))
     ...     app = receiver_app(secrets, Path(folder, "captures"), subscription_id="wh_main")
     ...     print(asyncio.run(post(app, body, headers)), asyncio.run(post(app, b"{}")))
     ...     print(sum(len(f.read_text().splitlines()) for f in app.writer.folder.iterdir()))
@@ -214,10 +214,14 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-#: No limit on connections by default: uvicorn counts idle connections too and never closes
-#: one that has sent nothing, so 16 idle sockets from anyone made every delivery a 503. A
-#: TLS-terminating proxy in front (which the service's HTTPS needs anyway) limits connections.
-MAX_CONCURRENT_CONNECTIONS = None
+#: Connections served at once by default (``audit receive --max-connections``). Beyond them,
+#: up to :data:`audit.receiver.serving.OVERFLOW_CONNECTIONS` more are held only to answer 503;
+#: the rest are answered 503 at accept and closed. Well below the usual 1024 open files.
+MAX_CONNECTIONS = 100
+#: Seconds a connection has to send a complete request head, from its opening or its previous
+#: answer (``audit receive --header-timeout``); then it is closed. The service sends its request
+#: at once and gives up after 5 s.
+HEADER_TIMEOUT_S = 10.0
 
 
 def make_server(
@@ -225,30 +229,39 @@ def make_server(
     sock: socket.socket,
     *,
     log_level: str = "warning",
-    limit_concurrency: int | None = MAX_CONCURRENT_CONNECTIONS,
+    max_connections: int = MAX_CONNECTIONS,
+    header_timeout: float = HEADER_TIMEOUT_S,
 ) -> uvicorn.Server:
     """A uvicorn server for ``app`` on an already bound socket (``server.run(sockets=[sock])``),
-    serving at most ``limit_concurrency`` connections at once when given (503 beyond; idle
-    connections count, see :data:`MAX_CONCURRENT_CONNECTIONS`).
+    bounded against floods of connections (:mod:`audit.receiver.serving`): at most
+    ``max_connections`` served at once, 503 beyond, a request head due within
+    ``header_timeout`` seconds, and resource errors logged at most once per 10 s with a count.
 
-    Raises InputError when uvicorn (the ``audit[receiver]`` extra) is not installed.
+    Raises InputError when uvicorn (the ``audit[receiver]`` extra) is not installed, or a limit
+    is not positive.
     """
+    if max_connections < 1 or not header_timeout > 0:
+        raise InputError(
+            f"--max-connections must be at least 1 and --header-timeout above 0 "
+            f"(got {max_connections} and {header_timeout})"
+        )
     try:
-        import uvicorn  # start-up: uvicorn, the optional audit[receiver] extra, only to serve
+        from audit.receiver import serving  # start-up: uvicorn, the optional audit[receiver] extra
     except ImportError:
         raise InputError(
             "the reference receiver needs uvicorn: pip install 'audit[receiver]'"
         ) from None
-    config = uvicorn.Config(
+    config = serving.BoundedConfig(
         app,
+        max_connections=max_connections,
+        header_timeout=header_timeout,
         lifespan="off",
         log_level=log_level,
         access_log=False,
         server_header=False,
         timeout_graceful_shutdown=5,
-        limit_concurrency=limit_concurrency,
     )
-    return uvicorn.Server(config)
+    return serving.BoundedServer(config)
 
 
 def serve(app: Callable, sock: socket.socket, *, log_level: str = "warning") -> None:

@@ -30,15 +30,19 @@ Errors all derive from :class:`audit.errors.ServiceError` (refusals on bad argum
 
 from __future__ import annotations
 
+import email.utils
+import logging
 import mimetypes
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeGuard
 
+import httpx
+
 from audit.analysis.subscriptions import unwrap_listing
-from audit.errors import InputError, RetryableError, ServiceError
+from audit.errors import InputError, RetryableError, ServiceError, TerminalError
 from audit.redaction import REDACTED, redact_secrets
 from audit.service.request_checks import (
     FileSpec,
@@ -55,7 +59,11 @@ from audit.service.retry import RetryPolicy, parse_retry_after
 from audit.service.transport import Transport, json_body, unwrap
 from audit.spec import API_VERSION_PATH
 
+log = logging.getLogger(__name__)  # scrubbed: audit.service.transport installs the filter
+
 __all__ = [
+    "MAX_DATE_SKEW_S",
+    "PROBABLY_ROTATED",
     "REDACTED",
     "IssuedSecret",
     "Listing",
@@ -79,7 +87,10 @@ class IssuedSecret:
     ----------
     subscription_id : str
     issued_at : datetime
-        When the response arrived, by the client's clock (UTC): the secret's ``valid_from``.
+        When the service answered (UTC), the secret's ``valid_from``: the answer's ``Date``
+        header (whole seconds, the service's clock), else the client's clock when the answer
+        arrived (also when the ``Date`` cannot be read or lies more than
+        :data:`MAX_DATE_SKEW_S` from the client's clock).
     secret : str
     subscription : dict or None
         The created subscription's fields without the secret (None for a rotation).
@@ -240,7 +251,7 @@ class ServiceClient(Transport):
         note = data.get("message")
         return IssuedSecret(
             subscription_id=data["id"],
-            issued_at=received_at,
+            issued_at=_answered_at(response, received_at),
             secret=secret,
             subscription={k: v for k, v in data.items() if k != "secret"},
             message=note if isinstance(note, str) else None,
@@ -294,11 +305,14 @@ class ServiceClient(Transport):
 
         The previous secret stops working at once (spec 4.6): save the new one before anything
         else. A retry after a lost answer issues another secret, and only the newest one
-        counts; when no attempt was answered, the error says the previous secret may already
-        be invalid.
+        counts. When no attempt was answered, the error says the previous secret may already
+        be invalid; when a 2xx came whose body cannot be read (or holds no usable secret), it
+        says the service has probably rotated, so the previous secret no longer works, and to
+        rotate again.
         """
         sub = path_segment(subscription_id)
         path = f"/webhooks/{sub}/rotate-secret"
+        where = f"POST {API_VERSION_PATH}{path}"
         try:
             response, received_at = self._request("POST", path)
         except RetryableError as e:  # an attempt whose answer was lost may have rotated
@@ -308,18 +322,31 @@ class ServiceClient(Transport):
                 status=e.status,
                 server_message=e.server_message,
             ) from None
-        data = unwrap(json_body(response, f"POST {API_VERSION_PATH}{path}"))
+        except TerminalError:
+            raise  # the service refused: nothing rotated
+        except ServiceError as e:
+            if e.status is not None and 200 <= e.status < 300:  # answered, body unreadable
+                raise ServiceError(f"{e}{PROBABLY_ROTATED}", status=e.status) from None
+            if e.status is None:  # no answer at all (the deadline, a broken connection)
+                raise ServiceError(
+                    f"{e}; the service may have rotated the secret, so the previous one may "
+                    "already be invalid: rotate again once the service answers"
+                ) from None
+            raise
+        try:
+            data = unwrap(json_body(response, where))
+        except ServiceError as e:
+            raise ServiceError(f"{e}{PROBABLY_ROTATED}", status=e.status) from None
         secret = data.get("secret") if isinstance(data, dict) else None
         if not _plausible_secret(secret):
             raise ServiceError(
-                f"POST {API_VERSION_PATH}{path}: the rotation response holds "
-                f"{_no_secret(secret)}; the previous secret may already be invalid, rotate again",
+                f"{where}: the rotation response holds {_no_secret(secret)}{PROBABLY_ROTATED}",
                 status=response.status_code,
             )
         note = data.get("message")
         return IssuedSecret(
             subscription_id=subscription_id,
-            issued_at=received_at,
+            issued_at=_answered_at(response, received_at),
             secret=secret,
             message=note if isinstance(note, str) else None,
         )
@@ -351,6 +378,44 @@ class ServiceClient(Transport):
         check_request_size(int(probe.headers.get("content-length", "0")))
         response, _ = self._request("POST", path, files=parts, data=form, repeatable=False)
         return unwrap(json_body(response, f"POST {API_VERSION_PATH}{path}", allow_empty=True))
+
+
+#: The end of the error for a rotation answered 2xx whose secret cannot be had.
+PROBABLY_ROTATED = (
+    ": the service has probably rotated the secret, so the previous one no longer works; "
+    "rotate again to get a new one"
+)
+
+#: A ``Date`` header further than this (seconds) from the client's clock is not used for a
+#: secret's ``valid_from``: the client's clock is (a hostile or broken ``Date`` of year 9999
+#: would leave the secret never valid).
+MAX_DATE_SKEW_S = 600
+
+
+def _answered_at(response: httpx.Response, received_at: datetime) -> datetime:
+    """When the service answered: its ``Date`` header (RFC 9110, whole seconds, UTC), else
+    ``received_at`` (the client's clock), also for a date unreadable or too far from it."""
+    raw = response.headers.get("date")
+    if not raw:
+        return received_at
+    try:
+        answered = email.utils.parsedate_to_datetime(raw)
+        if answered.tzinfo is None:  # "-0000": UTC, as HTTP dates always are
+            answered = answered.replace(tzinfo=UTC)
+        answered = answered.astimezone(UTC)
+        skew = abs((answered - received_at).total_seconds())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        log.warning("the service's Date header is not a date; valid_from is this machine's time")
+        return received_at
+    if skew > MAX_DATE_SKEW_S:
+        log.warning(
+            "the service's Date header is %.0f s from this machine's clock (more than %d s); "
+            "valid_from is this machine's time",
+            skew,
+            MAX_DATE_SKEW_S,
+        )
+        return received_at
+    return answered
 
 
 # -- request bodies

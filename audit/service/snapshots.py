@@ -38,8 +38,11 @@ def write_snapshot(
 ) -> tuple[Path, int, int]:
     """Write a listing snapshot file ``webhooks-<UTC timestamp>.json`` atomically.
 
-    Every non-empty ``secret`` value in ``body`` is replaced by ``"[redacted]"``, and so is any
-    occurrence of the strings in ``scrub`` (the API key) inside string values. A name already
+    The value of every secret-like key in ``body`` (``secret``, ``signingKey``, ``x-api-key``,
+    ``token``...: :func:`audit.redaction.secret_like`) is replaced by ``"[redacted]"``, and so
+    is any occurrence of a known value inside strings and keys: the strings in ``scrub`` (the
+    API key), the registered secrets, the values found under secret-like keys
+    (:func:`audit.redaction.redact_secrets`). A name already
     taken gets a ``-2``, ``-3``... suffix; names are claimed exclusively (a hard link of the
     finished file, which fails when the name exists), so concurrent runs never overwrite
     each other and no reader sees a half-written snapshot.
@@ -47,7 +50,7 @@ def write_snapshot(
     Returns
     -------
     (path, subscriptions, redacted)
-        The file written, the number of listed subscriptions and of redacted secrets.
+        The file written, the number of listed subscriptions and of redacted values.
 
     Examples
     --------

@@ -76,6 +76,10 @@ class FakeService(FakeState):
         UTC clock for ``createdAt`` and secret issue times.
     secret_factory
         Makes new secrets (default: 32 random bytes, URL-safe base64).
+    latency_s
+        ``(low, high)``: each answer waits a random time in this range after the request was
+        processed (on a socket; in-process only a wait past the read timeout matters). Served
+        answers carry a ``Date`` header (whole seconds), as most servers' do.
 
     Examples
     --------
@@ -153,6 +157,8 @@ class FakeService(FakeState):
                     return response
             response = self._route(request, api_path, length, authorised)
             status = response.status_code
+            if self.latency_s[1] > 0:  # the service has acted; its answer takes a while
+                wait(self._rng.uniform(*self.latency_s))
             return response
         finally:
             with self._lock:

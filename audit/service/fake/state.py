@@ -6,6 +6,7 @@ No HTTP here: :class:`~audit.service.fake.http.FakeService` answers requests fro
 
 from __future__ import annotations
 
+import random
 import secrets as _random_secrets
 import threading
 import uuid
@@ -85,6 +86,10 @@ class FakeState:
         UTC clock for ``createdAt`` and secret issue times.
     secret_factory
         Makes new secrets (default: 32 random bytes, URL-safe base64).
+    latency_s
+        ``(low, high)``: every answer waits a random time in this range (seconds) after the
+        request was processed, so answers arrive in another order than the service acted (on a
+        socket it really waits; in-process only a wait longer than the read timeout matters).
     """
 
     def __init__(
@@ -95,9 +100,14 @@ class FakeState:
         expose_secrets_in_listing: bool = False,
         clock: Callable[[], datetime] | None = None,
         secret_factory: Callable[[], str] | None = None,
+        latency_s: tuple[float, float] = (0.0, 0.0),
     ) -> None:
         if listing_shape not in LISTING_SHAPES:
             raise ValueError(f"listing_shape must be one of {LISTING_SHAPES}")
+        if not 0 <= latency_s[0] <= latency_s[1]:
+            raise ValueError("latency_s must be (low, high) with 0 <= low <= high")
+        self.latency_s = latency_s
+        self._rng = random.Random()
         self._keys = dict(api_keys or {"test-key": "client_1"})
         self.listing_shape = listing_shape
         self.expose_secrets_in_listing = expose_secrets_in_listing
