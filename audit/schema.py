@@ -13,7 +13,7 @@ Dtype names (pandas dtype / Arrow type):
 ``Int``   ``Int64`` (nullable)        ``int64``
 ``Float`` ``Float64`` (nullable)      ``float64``
 ``bool``  ``boolean`` (nullable)      ``bool``
-``time``  ``datetime64[ns, UTC]``     ``timestamp[ns, UTC]``
+``time``  ``datetime64[ns, UTC]``     ``timestamp[ns, UTC]`` (files: ``us``)
 ``bytes`` ``object`` (bytes)          ``large_binary``
 ``float`` ``float64`` (missing = NaN) ``float64``
 ``flag``  ``bool`` (never missing)    ``bool``
@@ -136,6 +136,22 @@ class Table:
             [
                 pa.field(c.name, _ARROW[c.dtype], c.nullable, {"meaning": c.meaning})
                 for c in self.columns
+            ]
+        )
+
+    def parquet_schema(self) -> pa.Schema:
+        """:meth:`arrow_schema` as files keep it: times as microseconds, UTC (Parquet
+        ``TIMESTAMP(MICROS, UTC)``, which Spark, Trino, Athena and BigQuery read as timestamps
+        with their default settings; nanoseconds are not read by all of them).
+
+        >>> t = Table("t", (Column("at", "time", True, "when"),))
+        >>> t.parquet_schema().field("at").type
+        TimestampType(timestamp[us, tz=UTC])
+        """
+        return pa.schema(
+            [
+                f.with_type(pa.timestamp("us", tz="UTC")) if pa.types.is_timestamp(f.type) else f
+                for f in self.arrow_schema()
             ]
         )
 

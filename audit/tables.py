@@ -138,6 +138,12 @@ STORED_DELIVERIES = DELIVERIES.extend(
         for key, col in DATA_FIELDS
     ),
     _c("data_invalid", "int", "data fields of the wrong JSON type, ignored", nullable=False),
+    _c(
+        "record_sha256",
+        "str",
+        "sha256 of the request as captured: one record however many files hold it",
+        False,
+    ),
 )
 """Rows of the evidence store (``audit.ingest.store``): deliveries plus what analyses read
 instead of parsing bodies again. Partitioned by ``month`` (``YYYY-MM`` of ``received_at``,

@@ -55,7 +55,9 @@ def mixed(tmp_path):
     recs[5], recs[17] = "{broken", json.dumps(valid(subscription_id=""))
     text = "\n".join(recs) + "\n"
     (folder / "a.jsonl").write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n", 3).encode())
-    (folder / "b.jsonl.gz").write_bytes(gzip.compress(text.encode()))
+    later = text.replace('"received_at": 17908128', '"received_at": 17908130')  # 200 s later
+    later = later.replace("2026-10-01T00:00:05Z", "2026-10-01T00:00:06Z")  # other records
+    (folder / "b.jsonl.gz").write_bytes(gzip.compress(later.encode()))
     rec = valid()
     har = {
         "log": {

@@ -259,8 +259,10 @@ def test_parts_replaced_during_the_passes_stop_the_run_in_one_line(tmp_path, mon
     log = write_jsonl(tmp_path / "a.jsonl", records)
     secrets = write_secrets(tmp_path / "s.json", {s: [{"secret": v}] for s, v in SECRETS.items()})
     ingest([log], secrets, tmp_path / "store")
-    changed = write_jsonl(tmp_path / "a.jsonl", records[::-1])  # same path, other content
-    _ingest_during_the_first_pass(monkeypatch, changed, secrets, tmp_path / "store")
+    nxt = {"secret": "whsec_next", "valid_from": "2026-12-01T00:00:00Z"}
+    rotated = {s: [{"secret": v}, nxt] for s, v in SECRETS.items()}
+    new_secrets = write_secrets(tmp_path / "s2.json", rotated)  # every part verified again
+    _ingest_during_the_first_pass(monkeypatch, log, new_secrets, tmp_path / "store")
     with pytest.raises(InputError, match=r"changed while it was read .* run again$"):
         analyze_store(tmp_path / "store", tmp_path / "p", as_of=AS_OF, rows_per_pass=10)
     assert not (tmp_path / "p" / "deliveries.parquet").exists()

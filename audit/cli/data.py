@@ -78,7 +78,10 @@ def verify(
 
         paths = None
         if secrets_path is not None:
-            paths = ingest(logs, secrets_path, store_dir, header_prefix=header_prefix).paths
+            done = ingest(logs, secrets_path, store_dir, header_prefix=header_prefix)
+            for line in done.messages:  # what the ingest wrote: records verified again...
+                click.echo(f"audit: {store_dir}: {line}", err=True)
+            paths = done.paths
         deliveries = load_deliveries(store_dir, columns=VERDICT_COLUMNS, paths=paths or None)
         write_table(deliveries[VERDICT_COLUMNS], out)
         counts = {str(v): int(n) for v, n in deliveries["verdict"].value_counts().items()}

@@ -196,6 +196,7 @@ def report(
         notebook=notebook,
         progress=None if quiet else _progress,
         store=store_dir,
+        notice=_progress,  # what was written to the store is told even with --quiet
     )
     _print_report(result)
     return result.exit_code

@@ -9,7 +9,12 @@ import click
 import pyarrow as pa
 
 from audit.atomic import write_arrow_parquet_atomic, write_parquet_atomic
-from audit.cli.params import SECRETS_FILE, TEXT_PATH, NonEmptyPath, check_out_folder
+from audit.cli.params import (
+    SECRETS_FILE,
+    STORE_PATH,
+    TEXT_PATH,
+    check_out_folder,
+)
 from audit.errors import ParameterError
 from audit.ingest.store import ingest as ingest_logs
 from audit.spec import DEFAULT_HEADER_PREFIX
@@ -59,8 +64,8 @@ def write_table(df: pd.DataFrame | pa.Table, path: Path) -> None:
     "--store",
     "store_dir",
     required=True,
-    type=NonEmptyPath(file_okay=False, path_type=Path),
-    help="Evidence store folder (created when missing).",
+    type=STORE_PATH,
+    help="Evidence store folder, local (created when missing).",
 )
 @click.option("--header-prefix", default=DEFAULT_HEADER_PREFIX, show_default=True)
 def ingest(logs: tuple[str, ...], secrets_path: str, store_dir: Path, header_prefix: str) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from audit.errors import InputError, LoadError
@@ -29,6 +30,7 @@ __all__ = [
     "RATIO_GRACE_BYTES",
     "ExpansionLimits",
     "inflate",
+    "inflate_stream",
 ]
 
 DEFAULT_MAX_EXPANDED_BYTES = 2 * 2**30
@@ -77,34 +79,48 @@ def inflate(path: Path, blob: bytes, limits: ExpansionLimits | None = None) -> b
         raise LoadError(f"{path}: empty file (0 bytes) named .gz: not a gzip file, not read")
     if blob[:2] != GZIP_MAGIC:
         return blob
+    steps = (blob[at : at + _IN_STEP] for at in range(0, len(blob), _IN_STEP))
+    return b"".join(inflate_stream(path, steps, limits))
+
+
+def inflate_stream(
+    path: Path, blocks: Iterable[bytes], limits: ExpansionLimits | None = None
+) -> Iterator[bytes]:
+    """The inflated content of gzip bytes given as ``blocks``, at most 1 MiB per piece, within
+    ``limits`` (checked at every piece: a bomb stops early, memory bounded). Concatenated
+    members are read in turn; NUL padding after the last one is ignored; anything else after
+    it, or a truncated stream, is a :class:`~audit.errors.LoadError` naming ``path``."""
     limits = limits or ExpansionLimits()
-    view = memoryview(blob)
-    chunks: list[bytes] = []
-    total = 0
-    pos = 0  # bytes of ``blob`` handed to the decompressor so far
-    while True:  # one gzip member per round
-        d = zlib.decompressobj(wbits=31)
-        while not d.eof:
-            data: bytes | memoryview = d.unconsumed_tail
-            if not data:
-                if pos >= len(blob):
-                    raise LoadError(f"{path}: truncated or corrupt gzip file (unexpected end)")
-                data = view[pos : pos + _IN_STEP]
-                pos += len(data)
-            try:
-                out = d.decompress(data, _OUT_STEP)
-            except zlib.error as e:
-                raise LoadError(f"{path}: truncated or corrupt gzip file ({e})") from None
+    more = iter(blocks)
+    total = consumed = 0
+    d = zlib.decompressobj(wbits=31)
+    data = b""
+    while True:
+        if not data:
+            data = next(more, b"")
+        try:
+            out = d.decompress(data, _OUT_STEP)
+        except zlib.error as e:
+            raise LoadError(f"{path}: truncated or corrupt gzip file ({e})") from None
+        consumed += len(data) - len(d.unconsumed_tail) - len(d.unused_data)
+        if out:
             total += len(out)
-            chunks.append(out)
-            _check(path, total, pos - len(d.unconsumed_tail), limits)
-        pos -= len(d.unused_data)  # the next member (or padding) starts here
-        if blob[pos : pos + 2] == GZIP_MAGIC:
+            _check(path, total, consumed, limits)
+            yield out
+        if not d.eof:
+            if not data and not out:  # no input left, nothing pending: the stream stops short
+                raise LoadError(f"{path}: truncated or corrupt gzip file (unexpected end)")
+            data = d.unconsumed_tail
             continue
-        if blob.count(0, pos) == len(blob) - pos:  # nothing left but NUL padding
-            break
-        raise LoadError(f"{path}: corrupt gzip file (data after the last member)")
-    return b"".join(chunks)
+        rest = d.unused_data  # the next member, NUL padding, or the end
+        while len(rest) < 2 and (block := next(more, None)) is not None:
+            rest += block
+        if rest[:2] == GZIP_MAGIC:
+            d, data = zlib.decompressobj(wbits=31), rest
+            continue
+        if rest.count(0) != len(rest) or any(b.count(0) != len(b) for b in more):
+            raise LoadError(f"{path}: corrupt gzip file (data after the last member)")
+        return
 
 
 def _check(path: Path, total: int, consumed: int, limits: ExpansionLimits) -> None:

@@ -10,23 +10,23 @@ out ``valid``:
   path); ``body`` a string (not ``body_b64``); ``subscription_id`` a non-empty string or absent
   (then it is inferred, when no two subscriptions share a secret value);
   ``url`` a string; ``response_status`` an integer 100-599; ``response_ms`` a finite number;
-* a well-formed signature and timestamp, within the clock tolerance, matching the secret of its
-  subscription that was current at receipt.
+* judged ``valid`` by :func:`audit.ingest.verdict_rules.decide` (the rules every path applies)
+  against the secrets of its subscription (or, without one, every secret).
 
 The HMAC starts from the secret's pre-keyed inner and outer hashlib states (``copy()`` per
-record instead of keying again). Every other record, whatever is odd about it, goes through the
-exact path (:func:`audit.ingest.formats.jsonl.parse_jsonl` and
-:func:`audit.ingest.signatures.verify_columns`), so
-both paths give the same rows: ``tests/test_fast_path.py`` checks that, case by case.
+record instead of keying again), given to :func:`~audit.ingest.verdict_rules.decide` as ``mac``.
+Every other record, whatever is odd about it, goes through the exact path
+(:func:`audit.ingest.formats.jsonl.parse_jsonl` and
+:func:`audit.ingest.signatures.verify_columns`), so both paths give the same rows:
+``tests/test_fast_path.py`` checks that, case by case.
 """
 
 from __future__ import annotations
 
 import gc
 import hashlib
-import hmac
 import re
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -45,9 +45,9 @@ from audit.ingest.formats.base import (
     _time_ns,
 )
 from audit.ingest.formats.jsonl import parse_jsonl, prefix_markers
-from audit.ingest.secrets import SecretStore
+from audit.ingest.secrets import SecretStore, SigningSecret
 from audit.ingest.signatures import subscription_logged, verify_parsed
-from audit.spec import SIGNATURE_HEX_LEN, SIGNATURE_PREFIX
+from audit.ingest.verdict_rules import decide
 from audit.timeutil import parse_iso_ns
 
 if TYPE_CHECKING:
@@ -58,7 +58,6 @@ __all__ = ["Verified", "verify_jsonl"]
 _KEYS = frozenset(
     ("received_at", "headers", "body", "subscription_id", "url", "response_status", "response_ms")
 )
-_SIG_LEN = len(SIGNATURE_PREFIX) + SIGNATURE_HEX_LEN
 _BLOCK = 64  # SHA-256 block size
 _INFINITE = (float("inf"), float("-inf"))
 #: A character escape (\\uXXXX) anywhere in a line (a regex finds it faster than ``in``, which
@@ -68,45 +67,56 @@ _ESCAPE = re.compile(rb"\\u").search
 _HEADER_KEYS = ("signature", "timestamp", "event", "delivery_id")
 
 
-@dataclass(frozen=True)
 class _Keyed:
-    """One secret's validity and pre-keyed HMAC states."""
+    """Secrets with their validity (the candidates :func:`decide` is given) and, for each, the
+    pre-keyed inner and outer HMAC states: :meth:`mac` is :func:`decide`'s ``mac``."""
 
-    valid_from_ns: int | None
-    until_ns: int | None
-    inner: HASH
-    outer: HASH
-    label: str
+    __slots__ = ("inner", "outer", "secrets")
+
+    def __init__(self, secrets: tuple[SigningSecret, ...]) -> None:
+        self.secrets = secrets
+        self.inner: list[HASH] = []
+        self.outer: list[HASH] = []
+        for s in secrets:
+            key = _block_key(s.key)
+            self.inner.append(hashlib.sha256(bytes(b ^ 0x36 for b in key)))
+            self.outer.append(hashlib.sha256(bytes(b ^ 0x5C for b in key)))
+
+    def mac(self, i: int, message: bytes) -> bytes:
+        """HMAC-SHA256 of ``message`` under ``secrets[i]``, from its pre-keyed states."""
+        h = self.inner[i].copy()
+        h.update(message)
+        o = self.outer[i].copy()
+        o.update(h.digest())
+        return o.digest()
 
 
 @dataclass(frozen=True)
 class _Keys:
-    """Pre-keyed secrets by subscription, all of them in the store's order, and whether every
-    secret value is distinct (only then may a record without subscription take the fast path:
-    its match is unique, whatever order the exact path tries the candidates in)."""
+    """Pre-keyed secrets by subscription, all of them in the exact path's order (a record
+    without subscription is tried against every one), and whether every secret value is
+    distinct (only then may a record without subscription take the fast path: its match is
+    unique, whatever order the candidates are tried in)."""
 
-    by_sub: dict[str, tuple[_Keyed, ...]]
-    ordered: tuple[tuple[str, _Keyed], ...]
+    by_sub: dict[str, _Keyed]
+    every: _Keyed
     distinct: bool
 
 
+def _block_key(key: bytes) -> bytes:
+    """The HMAC key block of a secret (RFC 2104): two secrets with the same block are one key."""
+    key = key if len(key) <= _BLOCK else hashlib.sha256(key).digest()
+    return key.ljust(_BLOCK, b"\0")
+
+
 def _keyed(secrets: SecretStore) -> _Keys:
-    by_sub: dict[str, tuple[_Keyed, ...]] = {}
-    ordered: list[tuple[str, _Keyed]] = []
-    values: list[bytes] = []
-    for sub, items in secrets.by_subscription.items():
-        keyed: list[_Keyed] = []
-        for s in items:
-            key = s.key if len(s.key) <= _BLOCK else hashlib.sha256(s.key).digest()
-            key = key.ljust(_BLOCK, b"\0")
-            inner = hashlib.sha256(bytes(b ^ 0x36 for b in key))
-            outer = hashlib.sha256(bytes(b ^ 0x5C for b in key))
-            k = _Keyed(s.valid_from_ns, s.until_ns, inner, outer, s.label)
-            keyed.append(k)
-            ordered.append((sub, k))
-            values.append(key)
-        by_sub[sub] = tuple(keyed)
-    return _Keys(by_sub, tuple(ordered), len(set(values)) == len(values))
+    every = tuple(secrets.all_secrets())
+    values = [_block_key(s.key) for s in every]
+    return _Keys(
+        {sub: _Keyed(tuple(items)) for sub, items in secrets.by_subscription.items()},
+        _Keyed(every),
+        len(set(values)) == len(values),
+    )
 
 
 class _Envelope:
@@ -155,15 +165,6 @@ class _Envelope:
             inc if type(inc) is str else None,
         )
         return found, more
-
-
-def _current(keyed: tuple[_Keyed, ...], t_ns: int) -> _Keyed | None:
-    for k in keyed:
-        if (k.valid_from_ns is None or t_ns >= k.valid_from_ns) and (
-            k.until_ns is None or t_ns < k.until_ns
-        ):
-            return k
-    return None
 
 
 class Verified(NamedTuple):
@@ -224,7 +225,6 @@ class _Context:
     keyed: _Keys
     tol_ns: int
     envelope: _Envelope
-    compare: Callable[[bytes, bytes], bool]
     #: :func:`_plan` by tuple of header names (receivers repeat them: a few are remembered).
     plans: dict[tuple[str, ...], _Plan | None]
 
@@ -240,6 +240,7 @@ def verify_jsonl(
     keyed: _Keys | None = None,
     extract: bool = False,
     event_times: bool = True,
+    overlong: Mapping[int, int] | None = None,
 ) -> Verified:
     """Parse and verify JSONL bytes: (columns, naive times, unreadable, exact).
 
@@ -249,6 +250,8 @@ def verify_jsonl(
     ``subscription_logged``, in input order, exactly as the exact path gives them; with
     ``extract``, also :data:`audit.ingest.records.EXTRACTED` (each body parsed once). Without
     ``event_times`` the fast rows' ``event_timestamp`` is left empty (for callers that drop it).
+    ``overlong`` lists the lines a reader emptied as over the record limit
+    (:class:`audit.ingest.lines.Chunk`): the exact path counts each unreadable.
     """
     ctx = _Context(
         source,
@@ -256,7 +259,6 @@ def verify_jsonl(
         _keyed(secrets) if keyed is None else keyed,
         round(tolerance_s * 1e9),
         _Envelope(extract, event_times),
-        hmac.compare_digest,
         {},
     )
     loads, decode_error = orjson.loads, orjson.JSONDecodeError
@@ -268,6 +270,9 @@ def verify_jsonl(
     try:
         for line, raw in enumerate(data.split(b"\n"), first_line):
             if not raw or raw.isspace():
+                if overlong and line in overlong:
+                    slow.append((len(rows), line, raw))
+                    rows.append(None)
                 continue
             row = None
             try:
@@ -281,7 +286,9 @@ def verify_jsonl(
             rows.append(row)
         naive = unreadable = 0
         if slow:
-            naive, unreadable = _exact(rows, slow, source, wanted, secrets, tolerance_s, extract)
+            naive, unreadable = _exact(
+                rows, slow, source, wanted, secrets, tolerance_s, extract, overlong=overlong
+            )
         if not rows:
             names = (*_NAMES, *EXTRACTED) if extract else _NAMES
             return Verified({n: [] for n in names}, 0, unreadable, len(slow))
@@ -358,49 +365,43 @@ def _fast(rec: dict[str, Any], raw: bytes, line: int, ctx: _Context) -> _Row | N
     # the line leaves the record to the exact path (receivers write UTF-8: escapes are rare).
     if _ESCAPE(raw) is not None:
         return None
+    # A top-level key named twice (JSON keeps the last): the line holds more quotes than the
+    # parsed record gives (``audit.ingest.formats.jsonl.quotes_beyond``, for this shape: two per
+    # key and string, four per header, one per quote of the body; a quote in another string is
+    # left to the exact path too).
+    strings = 1 + (type(received) is str) + logged + ("url" in rec)
+    if raw.count(b'"') != 2 * (len(rec) + strings) + 4 * len(headers) + text.count('"'):
+        return None
     for marker, count in markers:
         if raw.count(marker) != count:
             return None
     signature_name, timestamp_name, event_name, delivery_name = spelled
     signature = None if signature_name is None else headers[signature_name]
     timestamp = None if timestamp_name is None else headers[timestamp_name]
-    if (
-        signature is None
-        or len(signature) != _SIG_LEN
-        or not signature.startswith(SIGNATURE_PREFIX)
-        or not signature.isascii()
-        or timestamp is None
-        or not (timestamp.isascii() and timestamp.isdigit())
-        or len(timestamp) > 12
-    ):
-        return None
-    try:
-        sig = bytes.fromhex(signature[len(SIGNATURE_PREFIX) :])
-    except ValueError:
-        return None
-    if len(sig) != 32:  # fromhex skips whitespace: 64 characters must give 32 bytes
-        return None
-    diff_ns = received_ns - int(timestamp) * 1_000_000_000
-    if diff_ns > ctx.tol_ns or -diff_ns > ctx.tol_ns:
-        return None
     body = text.encode("utf-8")
-    message = timestamp.encode("ascii") + b"." + body
-    keyed, compare = ctx.keyed, ctx.compare
     if logged:
-        cands = keyed.by_sub.get(sub)
-        current = _current(cands, received_ns) if cands else None
-        if current is None or not _matches(current, message, sig, compare):
+        keyed = ctx.keyed.by_sub.get(sub)
+        if keyed is None:
             return None
-    else:  # inferred: the one current secret (of any subscription) that matches
-        if not keyed.distinct:
-            return None
-        current = None
-        for owner, k in keyed.ordered:
-            if _current((k,), received_ns) is not None and _matches(k, message, sig, compare):
-                sub, current = owner, k
-                break
-        if current is None:
-            return None
+    elif ctx.keyed.distinct:  # inferred: the one secret (of any subscription) that matches
+        keyed = ctx.keyed.every
+    else:
+        return None
+    # The verdict rules, as every path applies them; any verdict but valid: the exact path.
+    got = decide(
+        signature,
+        timestamp,
+        body,
+        received_ns,
+        keyed.secrets,
+        tolerance_ns=ctx.tol_ns,
+        mac=keyed.mac,
+    )
+    if got.verdict != "valid" or got.matched is None:
+        return None
+    secret = keyed.secrets[got.matched]
+    if not logged:
+        sub = secret.subscription_id
     (eid, event, event_ns, incident), more = ctx.envelope(body)
     return _Row(
         ctx.source,
@@ -419,25 +420,15 @@ def _fast(rec: dict[str, Any], raw: bytes, line: int, ctx: _Context) -> _Row | N
         event,
         event_ns,
         incident,
-        "valid",
-        None,
-        True,
-        diff_ns / 1e9,
-        current.label,
+        got.verdict,
+        got.detail,
+        got.hmac_ok,
+        got.skew_s,
+        secret.label,
         logged,
         more,
         not had_offset,
     )
-
-
-def _matches(
-    k: _Keyed, message: bytes, sig: bytes, compare: Callable[[bytes, bytes], bool]
-) -> bool:
-    h = k.inner.copy()
-    h.update(message)
-    o = k.outer.copy()
-    o.update(h.digest())
-    return compare(o.digest(), sig)
 
 
 def _exact(
@@ -448,13 +439,15 @@ def _exact(
     secrets: SecretStore,
     tolerance_s: float,
     extract: bool,
+    *,
+    overlong: Mapping[int, int] | None = None,
 ) -> tuple[int, int]:
     """Run the exact path on the records of ``slow`` (position in ``rows``, line number, line);
     fill their rows in place. Returns (naive times, unreadable)."""
     naive = unreadable = 0
     buffers = []
     for _, line, raw in slow:
-        buf = parse_jsonl(raw, source, wanted, line)
+        buf = parse_jsonl(raw, source, wanted, line, overlong)
         naive += buf.naive_times
         unreadable += buf.unreadable
         buffers.append(buf.rows[0])

@@ -35,6 +35,8 @@ from audit.ingest.compressed import ExpansionLimits, inflate
 from audit.ingest.formats import FORMATS, format_of
 from audit.ingest.formats.base import NAT, Columns
 from audit.ingest.identity import distinct_contents
+from audit.ingest.lines import Chunk, read_lines
+from audit.ingest.parts import to_micros
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import verify_parsed
 from audit.ingest.workers import default_workers, forked_workers
@@ -107,49 +109,57 @@ def distinct_logs(files: list[Path]) -> list[Path]:
     return kept
 
 
-def _read(path: Path, limits: ExpansionLimits | None = None) -> tuple[bytes, bytes]:
-    """Return (file bytes, content): gzip is recognised by its magic bytes, inflated bounded."""
+class _Content(NamedTuple):
+    """A file as read: its size and sha256 (of its bytes as stored) and its content in chunks
+    of whole lines (:class:`audit.ingest.lines.Chunk`; a HAR file in one chunk)."""
+
+    size: int
+    sha256: str
+    chunks: list[Chunk]
+
+
+def _read(path: Path, limits: ExpansionLimits | None = None) -> _Content:
+    """Read a file: gzip is recognised by its magic bytes and inflated as a stream within
+    ``limits``; a line over the record limit is skipped as a stream (never held) and listed in
+    its chunk's ``overlong``. A HAR file (one document) is read whole."""
+    if not format_of(path.name).SPLITS_AT_LINES:
+        try:
+            blob = path.read_bytes()
+        except OSError as e:
+            raise LoadError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
+        data = inflate(path, blob, limits).removeprefix(b"\xef\xbb\xbf")  # a BOM is no record
+        return _Content(len(blob), hashlib.sha256(blob).hexdigest(), [Chunk(data, 1, {})])
+    digest = hashlib.sha256()
+    chunks = list(read_lines(path, chunk_bytes=_CHUNK_MIN_BYTES, limits=limits, digest=digest))
     try:
-        blob = path.read_bytes()
+        size = path.stat().st_size
     except OSError as e:
         raise LoadError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
-    data = inflate(path, blob, limits)
-    return blob, data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 BOM is not part of a record
+    return _Content(size, digest.hexdigest(), chunks or [Chunk(b"", 1, {})])
 
 
-def _chunks(data: bytes, pieces: int) -> list[tuple[int, int, int]]:
-    """Split at newlines into about ``pieces`` parts: (start, end, first line number)."""
-    size = max(len(data) // max(pieces, 1), _CHUNK_MIN_BYTES)
-    out, start, line = [], 0, 1
-    while start < len(data):
-        end = data.find(b"\n", start + size)
-        end = len(data) if end < 0 else end + 1
-        out.append((start, end, line))
-        line += data.count(b"\n", start, end)
-        start = end
-    return out or [(0, 0, 1)]
-
-
-#: File contents handed to forked workers by inheritance instead of pickling (set only while a
-#: pool runs, under _FORK_LOCK).
+#: Chunks handed to forked workers by inheritance instead of pickling (set only while a pool
+#: runs, under _FORK_LOCK), by task.
 _FORK_INPUTS: list[bytes] = []
 _FORK_LOCK = threading.Lock()
 
 
 class _Task(NamedTuple):
-    """One chunk of one file to parse (and verify): bytes ``start:end`` of the file's content."""
+    """One chunk of one file to parse (and verify)."""
 
     #: The format's name (a key of :data:`audit.ingest.formats.FORMATS`).
     kind: str
     #: The file's index among the inputs.
     file: int
-    start: int
-    end: int
+    #: The task's index (its bytes in :data:`_FORK_INPUTS`).
+    slot: int
     source: str
     first_line: int
     wanted: dict[str, str]
     secrets: SecretStore | None
     tolerance_s: float
+    #: The chunk's lines over the record limit (emptied in its bytes).
+    overlong: dict[int, int]
 
 
 def _work(task: _Task, data: bytes | None = None) -> tuple[pa.RecordBatch, int, int]:
@@ -160,8 +170,9 @@ def _work(task: _Task, data: bytes | None = None) -> tuple[pa.RecordBatch, int, 
     conversion happens here, in parallel.
     """
     if data is None:
-        data = _FORK_INPUTS[task.file][task.start : task.end]
-    buf = FORMATS[task.kind].parse(data, task.source, task.wanted, task.first_line)
+        data = _FORK_INPUTS[task.slot]
+    parse, more = FORMATS[task.kind].parse, ({"overlong": task.overlong} if task.overlong else {})
+    buf = parse(data, task.source, task.wanted, task.first_line, **more)
     columns = buf.columns()
     if task.secrets is not None:
         columns.update(verify_parsed(columns, task.secrets, tolerance_s=task.tolerance_s))
@@ -186,7 +197,8 @@ def _batch(columns: Columns) -> pa.RecordBatch:
         typ = _ARROW_TYPES.get(name, pa.large_string())
         if typ == _ARROW_TYPES["received_at"]:
             ints = pa.array(values, pa.int64())
-            arrays[name] = pc.if_else(pc.equal(ints, NAT), None, ints).cast(typ)
+            # to the microsecond, as the evidence store keeps times (audit.ingest.parts)
+            arrays[name] = to_micros(pc.if_else(pc.equal(ints, NAT), None, ints).cast(typ))
         else:
             arrays[name] = pa.array(values, typ, from_pandas=True)
     return pa.RecordBatch.from_pydict(arrays)
@@ -248,41 +260,46 @@ def load_captures(
     wanted = {v: k for k, v in header_names(header_prefix).items()}
     workers = default_workers() if workers is None else max(1, workers)
     limits = ExpansionLimits(max_expanded_bytes, max_expansion_ratio)
-    contents = [(path, *_read(path, limits)) for path in files]
-    total = sum(len(data) for _, _, data in contents)
+    contents = [_read(path, limits) for path in files]
+    total = sum(len(c.data) for content in contents for c in content.chunks)
     pieces = workers * 2 if workers > 1 and total >= PARALLEL_MIN_BYTES else 1
     tasks: list[_Task] = []
-    for k, (path, _, data) in enumerate(contents):
-        source = source_name(path)
-        fmt = format_of(path.name)
-        if not fmt.SPLITS_AT_LINES:
-            tasks.append(_Task(fmt.NAME, k, 0, len(data), source, 1, wanted, secrets, tolerance_s))
-            continue
-        share = max(1, round(pieces * len(data) / total)) if total else 1
-        for start, end, first in _chunks(data, share):
-            task = _Task(fmt.NAME, k, start, end, source, first, wanted, secrets, tolerance_s)
+    inputs: list[bytes] = []
+    for k, (path, content) in enumerate(zip(files, contents, strict=True)):
+        kind, source = format_of(path.name).NAME, source_name(path)
+        for chunk in content.chunks:
+            task = _Task(
+                kind,
+                k,
+                len(tasks),
+                source,
+                chunk.first_line,
+                wanted,
+                secrets,
+                tolerance_s,
+                chunk.overlong,
+            )
             tasks.append(task)
+            inputs.append(chunk.data)
+    contents = [c._replace(chunks=[]) for c in contents]  # the chunks live on in ``inputs``
     results: list[tuple[pa.RecordBatch, int, int]]
     if pieces > 1 and len(tasks) > 1:
         with _FORK_LOCK:
-            _FORK_INPUTS[:] = [data for _, _, data in contents]
+            _FORK_INPUTS[:] = inputs
             try:
                 with forked_workers(min(workers, len(tasks))) as pool:
                     futures = [pool.submit(_work, task) for task in tasks]
-                    hashes = [hashlib.sha256(blob).hexdigest() for _, blob, _ in contents]
                     results = [f.result() for f in futures]
             finally:
                 _FORK_INPUTS.clear()
     else:
-        results = [_work(t, contents[t.file][2][t.start : t.end]) for t in tasks]
-        hashes = [hashlib.sha256(blob).hexdigest() for _, blob, _ in contents]
-    return _assemble(files, contents, hashes, tasks, results)
+        results = [_work(t, inputs[t.slot]) for t in tasks]
+    return _assemble(files, contents, tasks, results)
 
 
 def _assemble(
     files: list[Path],
-    contents: list[tuple[Path, bytes, bytes]],
-    hashes: list[str],
+    contents: list[_Content],
     tasks: list[_Task],
     results: list[tuple[pa.RecordBatch, int, int]],
 ) -> Captures:
@@ -304,8 +321,8 @@ def _assemble(
     inputs = pd.DataFrame(
         {
             "source": pd.Series([source_name(p) for p in files], dtype="str"),
-            "size": pd.Series([len(blob) for _, blob, _ in contents], dtype="int64"),
-            "sha256": pd.Series(hashes, dtype="str"),
+            "size": pd.Series([c.size for c in contents], dtype="int64"),
+            "sha256": pd.Series([c.sha256 for c in contents], dtype="str"),
             "records": pd.Series([r for r, _ in per_file], dtype="int64"),
             "unreadable": pd.Series([u for _, u in per_file], dtype="int64"),
         }

@@ -15,7 +15,7 @@ import os
 import threading
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from audit.ingest import records
 from audit.ingest.fast import _keyed, verify_jsonl
+from audit.ingest.formats import jsonl
 from audit.ingest.formats.base import Columns
 from audit.ingest.secrets import SecretStore
 from audit.ingest.workers import default_workers, forked_workers
@@ -43,6 +44,9 @@ class Piece:
     start: int = 0
     end: int = 0
     data: bytes | None = None
+    #: Line number -> length of the lines over the record limit, emptied in the piece's bytes
+    #: (:class:`audit.ingest.lines.Chunk`); a plain file's such line is a piece of its own.
+    overlong: dict[int, int] = field(default_factory=dict)
 
     def read(self) -> bytes:
         """The piece's bytes (a BOM at the very start of the file is not part of a record)."""
@@ -57,34 +61,57 @@ class Piece:
 def plan_pieces(
     path: Path, *, piece_bytes: int, skip_bytes: int = 0, first_line: int = 1
 ) -> Iterator[Piece]:
-    """Pieces of about ``piece_bytes`` covering the file from ``skip_bytes``, cut at newlines."""
+    """Pieces of about ``piece_bytes`` covering the file from ``skip_bytes``, cut at newlines.
+
+    A line over the record limit (:data:`audit.ingest.formats.jsonl.MAX_RECORD_BYTES`) is never
+    read into a piece: in a plain file it is a piece of its own whose bytes are its newline
+    alone, in a gzip file it is emptied (:func:`audit.ingest.records.read_chunks`); either way
+    it is listed in the piece's ``overlong``. The scan holds one block at a time.
+    """
     if records.is_gzip(path):
-        for data, line in records.read_chunks(path, chunk_bytes=piece_bytes):
-            yield Piece(str(path), line, data=data)
+        for chunk in records.read_chunks(path, chunk_bytes=piece_bytes):
+            yield Piece(str(path), chunk.first_line, data=chunk.data, overlong=chunk.overlong)
         return
-    size = path.stat().st_size
-    start, line = skip_bytes, first_line
+    limit = jsonl.MAX_RECORD_BYTES
+    step = min(_SCAN_BLOCK, limit + 1)  # two newlines in one block are at most ``limit`` apart
+    name = str(path)
+    start, line = skip_bytes, first_line  # the next piece's start and first line
+    last_nl = skip_bytes - 1  # where the last newline seen is
+    seen = 0  # newlines from ``skip_bytes`` to ``pos``
+    pos = skip_bytes
     with open(path, "rb") as f:
-        f.seek(start)
-        pos, lines_seen, cut_from = start, 0, start + piece_bytes
-        while pos < size:
-            block = f.read(_SCAN_BLOCK)
-            if not block:
-                break
-            offset = 0
-            while cut_from < pos + len(block):
-                nl = block.find(b"\n", max(cut_from - pos, offset))
+        f.seek(pos)
+        while block := f.read(step):
+            first = block.find(b"\n")
+            if first < 0:
+                pos += len(block)
+                continue
+            if pos + first - last_nl - 1 > limit:  # the line ending here is over the limit
+                if start <= last_nl:
+                    yield Piece(name, line, start, last_nl + 1)
+                length = pos + first - last_nl - 1
+                number = first_line + seen
+                yield Piece(name, number, last_nl + 1, pos + first + 1, b"\n", {number: length})
+                start, line = pos + first + 1, number + 1
+            counted = 0  # newlines of the block counted into ``seen`` so far
+            while start + piece_bytes < pos + len(block):
+                nl = block.find(b"\n", max(start + piece_bytes - pos, first))
                 if nl < 0:
                     break
-                end = pos + nl + 1
-                lines_seen += block.count(b"\n", offset, nl + 1)
-                yield Piece(str(path), line, start, end)
-                start, line, offset = end, first_line + lines_seen, nl + 1
-                cut_from = end + piece_bytes
-            lines_seen += block.count(b"\n", offset)
+                seen += block.count(b"\n", counted, nl + 1)
+                counted = nl + 1
+                yield Piece(name, line, start, pos + nl + 1)
+                start, line = pos + nl + 1, first_line + seen
+            seen += block.count(b"\n", counted)
+            last_nl = pos + block.rfind(b"\n")
             pos += len(block)
-    if start < size:
-        yield Piece(str(path), line, start, size)
+    if pos - last_nl - 1 > limit:  # the last line, without a newline, is over the limit
+        if start <= last_nl:
+            yield Piece(name, line, start, last_nl + 1)
+        number = first_line + seen
+        yield Piece(name, number, last_nl + 1, pos, b"", {number: pos - last_nl - 1})
+    elif start < pos:
+        yield Piece(name, line, start, pos)
 
 
 #: What forked workers inherit (set, under _LOCK, only while a pool's workers are forked or a
@@ -107,6 +134,7 @@ def verify_piece(piece: Piece, source: str | None = None) -> tuple[Columns, int,
         keyed=c["keyed"],
         extract=c.get("extract", False),
         event_times="event_timestamp" in c.get("names", ("event_timestamp",)),
+        overlong=piece.overlong,
     )
     return got.columns, got.naive_times, got.unreadable
 

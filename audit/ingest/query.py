@@ -25,6 +25,7 @@ from audit.ingest.scan import (
     months_between,
     open_store,
     parts_read,
+    pinned_store,
     scan,
     sql_list,
     window,
@@ -60,6 +61,7 @@ _NOT_ANALYSED = (
     "event_header",
     "file_sha256",
     "subscription_logged",
+    "record_sha256",
 )
 ANALYSIS_COLUMNS: tuple[str, ...] = tuple(
     n for n in STORED_DELIVERIES.names if n not in _NOT_ANALYSED
@@ -94,7 +96,7 @@ def _source_order(store: Store, parts: list[Path]) -> list[Path]:
     rank: dict[Path, tuple[str, int]] = {}
     for entry in store.manifest()["files"]:
         for k, part in enumerate(entry["parts"]):
-            rank[store.root / DATASET / part] = (entry["path"], k)
+            rank[store.root / DATASET / part["name"]] = (entry["path"], k)
     return sorted(parts, key=lambda p: rank.get(p, ("", 0)))
 
 
@@ -276,6 +278,7 @@ def load_analysis_inputs(
     """
     upto = as_utc(end, name="end") if as_of is None else as_utc(as_of)
     start = None if start is None else as_utc(start, name="start")
+    store = pinned_store(store)  # one view, each part's sha256 checked once
     # The first receipts first: DuckDB's pick of them needs memory while it runs.
     lo = None if start is None or lookback is None else start - lookback
     since = None if start is None or attempt_lookback is None else start - attempt_lookback
@@ -361,10 +364,11 @@ def check_memory(
     s = open_store(store)
 
     by_month: dict[str, float] = {}
-    for entry in s.manifest()["files"]:  # a file's records split evenly over its parts
+    for entry in s.manifest()["files"]:  # a format-1 file's records split over its parts
         for part in entry["parts"]:
-            month = part.split("/")[0].removeprefix("month=")
-            by_month[month] = by_month.get(month, 0.0) + entry["records"] / len(entry["parts"])
+            month = part["name"].split("/")[0].removeprefix("month=")
+            n = part["rows"] if part["rows"] is not None else entry["records"] / len(entry["parts"])
+            by_month[month] = by_month.get(month, 0.0) + n
 
     def rows(since: pd.Timestamp | None, extra: tuple[str, ...]) -> int:
         total = 0.0

@@ -22,12 +22,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.errors import LoadError
-from audit.ingest.compressed import ExpansionLimits, inflate
-from audit.ingest.compressed import _check as check_expansion
+from audit.ingest.compressed import inflate
 from audit.ingest.extract import body_columns
 from audit.ingest.fast import verify_jsonl
 from audit.ingest.formats import FORMATS
 from audit.ingest.formats.base import NAT, Columns
+from audit.ingest.lines import Chunk, read_lines
+from audit.ingest.parts import to_micros
+from audit.ingest.record_id import table_hashes
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import subscription_logged, verify_columns, verify_parsed
 from audit.memory import release_free_memory
@@ -37,7 +39,6 @@ __all__ = ["body_columns", "evidence_table", "read_chunks", "stored_table", "ver
 
 SCHEMA = STORED_DELIVERIES.arrow_schema()
 _BOM = b"\xef\xbb\xbf"
-_GZ_STEP = 4 * 2**20  # gzip output per read, so that the expansion limits act early
 
 
 def is_gzip(path: Path) -> bool:
@@ -52,40 +53,12 @@ def is_gzip(path: Path) -> bool:
 
 def read_chunks(
     path: Path, *, skip_bytes: int = 0, first_line: int = 1, chunk_bytes: int = 32 * 2**20
-) -> Iterator[tuple[bytes, int]]:
-    """Yield ``(data, first line number)`` pieces of a JSONL file (plain or gzip), cut at
-    newlines. ``skip_bytes`` (plain files only) starts after an already ingested prefix.
-    A UTF-8 BOM at the very start is skipped."""
-    try:
-        gz = is_gzip(path)
-        limits, inflated = (ExpansionLimits() if gz else None), 0
-        with open(path, "rb") as raw, gzip.open(raw) if gz else raw as f:
-            if skip_bytes:
-                f.seek(skip_bytes)
-            carry, line, start = b"", first_line, skip_bytes == 0
-            while True:
-                block = f.read(min(chunk_bytes, _GZ_STEP) if gz else chunk_bytes)
-                if limits is not None:  # a gzip bomb stops here, memory bounded
-                    inflated += len(block)
-                    check_expansion(path, inflated, raw.tell(), limits)
-                if start:
-                    block, start = block.removeprefix(_BOM), False
-                if not block:
-                    break
-                data = carry + block
-                cut = data.rfind(b"\n") + 1
-                if cut == 0:
-                    carry = data
-                    continue
-                piece, carry = data[:cut], data[cut:]
-                yield piece, line
-                line += piece.count(b"\n")
-            if carry:
-                yield carry, line
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise LoadError(f"{path}: truncated or corrupt gzip file ({e})") from None
-    except OSError as e:
-        raise LoadError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
+) -> Iterator[Chunk]:
+    """Pieces of about ``chunk_bytes`` of a JSONL file (plain or gzip), cut at newlines
+    (:func:`audit.ingest.lines.read_lines`: a line over the record limit is emptied and listed
+    in its chunk's ``overlong``, never held). ``skip_bytes`` (plain files only) starts after an
+    already ingested prefix. A UTF-8 BOM at the very start is skipped."""
+    return read_lines(path, chunk_bytes=chunk_bytes, skip_bytes=skip_bytes, first_line=first_line)
 
 
 def read_whole(path: Path) -> bytes:
@@ -207,9 +180,10 @@ def _times(values: list[Any], typ: pa.DataType) -> pa.Array:
             pass
         else:
             valid = ns != NAT
-            return _from_buffers(typ, len(values), None if valid.all() else valid, [ns])
+            got = _from_buffers(typ, len(values), None if valid.all() else valid, [ns])
+            return to_micros(got)  # as the store keeps them
     ints = pa.array(values, pa.int64())
-    return pc.if_else(pc.equal(ints, NAT), None, ints).cast(typ)
+    return to_micros(pc.if_else(pc.equal(ints, NAT), None, ints).cast(typ))
 
 
 def _from_buffers(
@@ -264,7 +238,10 @@ def stored_table(columns: Columns, file_sha256: str) -> pa.Table:
     if "body_sha256" not in cols:
         cols.update(body_columns(columns["body"]))
     cols["file_sha256"] = [file_sha256] * len(columns["line"])
-    return stored_columns(cols, SCHEMA.names)
+    # every column but record_sha256, which is computed from them
+    table = stored_columns(cols, [n for n in SCHEMA.names if n != "record_sha256"])
+    at = SCHEMA.get_field_index("record_sha256")
+    return table.add_column(at, SCHEMA.field(at), table_hashes(table))
 
 
 def verify_chunk(

@@ -18,10 +18,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from audit.errors import InputError
 from audit.ingest.records import combine_columns
 from audit.ingest.store import Store
+from audit.ingest.store_folder import check_folder
 from audit.tables import STORED_DELIVERIES
 
 if TYPE_CHECKING:
@@ -49,7 +51,8 @@ def open_store(store: Store | str | os.PathLike[str]) -> Store:
     s = store if isinstance(store, Store) else Store(Path(store))
     if not s.manifest_path.is_file():
         raise InputError(f"{s.root}: not an evidence store (no manifest.json); run audit ingest")
-    gone = [p for p in s.parts() if not p.is_file()]
+    check_folder(s.root, creating=False)  # no link anywhere inside it
+    gone = [p for p in s.parts(check=False) if not p.is_file()]
     if gone:
         raise InputError(
             f"{s.root}: {len(gone)} part(s) its manifest lists are missing (first: "
@@ -63,12 +66,14 @@ def pinned_store(store: Store | str | os.PathLike[str]) -> Store:
     sees one state, whatever an ingest commits meanwhile. :func:`check_pinned` says when an
     ingest has since removed some of its parts."""
     s = open_store(store)
-    return _Pinned(s.root, s.manifest())
+    if isinstance(s, _Pinned):
+        return s
+    return _Pinned(s.root, data=s.manifest())
 
 
 def check_pinned(store: Store) -> None:
     """InputError when parts :func:`pinned_store` listed are gone (replaced by an ingest)."""
-    gone = [p for p in store.parts() if not p.is_file()]
+    gone = [p for p in store.parts(check=False) if not p.is_file()]
     if gone:
         raise InputError(
             f"{store.root}: changed while it was read ({len(gone)} part(s) replaced by an "
@@ -122,16 +127,43 @@ def scan(
     memory to spare), DuckDB's batches are taken as they come, which reads a month of 1M
     deliveries in half the time and holds its rows twice at once (``docs/scale.md``).
     """
+    columns = list(columns)
+    present, absent = _present(files, columns)
     with parts_read(files) as con:
         con.execute("SET preserve_insertion_order = true")
-        cols = ", ".join(f'"{c}"' for c in columns)
+        cols = ", ".join(f'"{c}"' for c in present)
         sql = (
             f"SELECT {cols} FROM read_parquet({sql_list(files)}, hive_partitioning = false) {where}"
         )
         result = con.sql(sql, params=params)
-        box = [owned(result) if frugal else arrow_of(result)]
+        box = [with_nulls(owned(result) if frugal else arrow_of(result), columns, absent)]
         del result
         return in_input_order(box, frugal=frugal)
+
+
+def _present(files: Collection[Path], columns: list[str]) -> tuple[list[str], list[str]]:
+    """(``columns`` the parts hold, those they lack): a store of an earlier format lacks the
+    columns added since (all its parts are of one format: the first's schema tells)."""
+    if not files:
+        return columns, []
+    try:
+        names = set(pq.read_schema(next(iter(files))).names)
+    except (OSError, pa.ArrowException):
+        return columns, []  # DuckDB says what is wrong with it (parts_read)
+    return [c for c in columns if c in names], [c for c in columns if c not in names]
+
+
+def with_nulls(table: pa.Table, columns: list[str], absent: list[str]) -> pa.Table:
+    """``table`` with the ``absent`` columns (missing values, in their declared types), in the
+    order of ``columns``."""
+    if not absent:
+        return table
+    schema = STORED_DELIVERIES.arrow_schema()
+    for name in absent:
+        table = table.append_column(
+            schema.field(name), pa.nulls(table.num_rows, schema.field(name).type)
+        )
+    return table.select(columns)
 
 
 @contextlib.contextmanager

@@ -1,49 +1,44 @@
 """Signing and verifying one delivery (spec section 5.2).
 
-The signature is ``sha256=`` + hex(HMAC-SHA256(secret, timestamp + "." + raw body)). These two
-functions are pure: the reference time and the tolerance are arguments, so a production receiver
-can call :func:`verify` with its own clock, and an audit with the stored receipt time.
+The signature is ``sha256=`` + hex(HMAC-SHA256(secret, timestamp + "." + raw body)). :func:`sign`
+and :func:`verify` are pure: the reference time and the tolerance are arguments, so a production
+receiver can call :func:`verify` with its own clock, and an audit with the stored receipt time.
+The verdict rules themselves live in :mod:`audit.ingest.verdict_rules`; :func:`verify` and
+:func:`verify_columns` (every stored delivery) both call them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import re
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from audit.ingest.formats.base import Columns
 from audit.ingest.secrets import SecretStore, SigningSecret
-from audit.spec import CLOCK_TOLERANCE_S, SIGNATURE_HEX_LEN, SIGNATURE_PREFIX
+from audit.ingest.verdict_rules import (
+    VERDICTS,
+    check_signature_header,
+    decide,
+    parse_timestamp_header,
+)
+from audit.spec import CLOCK_TOLERANCE_S, SIGNATURE_PREFIX
 
 __all__ = [
     "VERDICTS",
     "Verification",
     "check_signature_header",
+    "parse_timestamp_header",
+    "reference_ns",
     "sign",
     "subscription_logged",
     "verify",
     "verify_columns",
     "verify_parsed",
 ]
-
-#: Every verdict, in the order the checks run ("unreadable" comes from loading).
-VERDICTS = (
-    "unreadable",
-    "missing_signature",
-    "malformed_signature",
-    "malformed_timestamp",
-    "stale_timestamp",
-    "no_secret",
-    "valid",
-    "rotated_secret",
-    "signature_mismatch",
-)
-
-_HEX64 = re.compile(f"[0-9a-fA-F]{{{SIGNATURE_HEX_LEN}}}")
 
 
 def _key(secret: bytes | str) -> bytes:
@@ -69,37 +64,15 @@ def sign(secret: bytes | str, timestamp: int | str, body: bytes) -> str:
     return SIGNATURE_PREFIX + digest(secret, timestamp, body).hex()
 
 
-def check_signature_header(value: str | None) -> bytes | str | None:
-    """Decode a signature header to digest bytes.
-
-    Returns the 32 digest bytes, None when the header is missing, or a one-line reason string
-    when it is malformed.
-    """
-    if value is None:
-        return None
-    if not value.startswith(SIGNATURE_PREFIX):
-        return "signature header lacks the 'sha256=' prefix"
-    hexpart = value[len(SIGNATURE_PREFIX) :]
-    if len(hexpart) == SIGNATURE_HEX_LEN and _HEX64.fullmatch(hexpart):
-        return bytes.fromhex(hexpart)
-    return f"signature is not {SIGNATURE_HEX_LEN} hex characters after 'sha256='"
-
-
-def parse_timestamp_header(value: str | None) -> int | None:
-    """The timestamp header as an int, or None unless it is a plain ASCII-digit integer."""
-    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 12:
-        return None  # more than 12 digits is past the year 33658: not a real timestamp
-    return int(value)
-
-
 @dataclass(frozen=True)
 class Verification:
-    """Outcome of :func:`verify`.
+    """Outcome of :func:`verify` (the rules of :func:`audit.ingest.verdict_rules.decide`).
 
     Attributes
     ----------
     verdict : str
-        One of :data:`VERDICTS` (never ``unreadable`` or ``rotated_secret`` here).
+        One of :data:`VERDICTS` (never ``unreadable``; ``rotated_secret`` only when the
+        candidates are :class:`~audit.ingest.secrets.SigningSecret` with their validity).
     hmac_ok : bool or None
         Whether a secret matched, whatever the timestamp check said; None if not computed.
     skew_s : float or None
@@ -107,7 +80,7 @@ class Verification:
     matched : int or None
         Index, in ``secrets``, of the secret that matched.
     detail : str
-        One-line explanation.
+        One-line reason ("" when valid): the ``detail`` a stored delivery gets.
     """
 
     verdict: str
@@ -122,24 +95,41 @@ class Verification:
         return self.verdict == "valid"
 
 
-def _seconds(t: float | int | datetime) -> float:
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def reference_ns(t: float | int | datetime) -> int:
+    """A reference time as ns since the epoch: an aware datetime (exact), or Unix seconds (an
+    int exactly, a float rounded to the ns as the capture loader reads ``received_at``).
+
+    >>> reference_ns(1790812800), reference_ns(1790812800.5)
+    (1790812800000000000, 1790812800500000000)
+    """
     if isinstance(t, datetime):
         if t.tzinfo is None:
             raise ValueError("reference time must be timezone-aware")
-        return t.timestamp()
-    return float(t)
+        return (t - _EPOCH) // timedelta(microseconds=1) * 1000
+    if isinstance(t, float):
+        if not math.isfinite(t):
+            raise ValueError("reference time must be finite")
+        return round(t * 1e9)
+    return int(t) * 1_000_000_000
 
 
 def verify(
     body: bytes,
     signature: str | None,
     timestamp: str | None,
-    secrets: bytes | str | Iterable[bytes | str],
+    secrets: bytes | str | SigningSecret | Iterable[bytes | str | SigningSecret],
     *,
     now: float | int | datetime,
     tolerance_s: float = CLOCK_TOLERANCE_S,
 ) -> Verification:
     """Verify one request against one or more candidate secrets.
+
+    The rules are :func:`audit.ingest.verdict_rules.decide`, the ones every stored delivery is
+    judged by: a receiver that calls this with the receipt time gets the verdict, ``hmac_ok``,
+    ``skew_s`` and reason that ``audit verify`` gives for the captured request.
 
     Parameters
     ----------
@@ -149,8 +139,12 @@ def verify(
         The signature and timestamp header values, or None when the header is missing.
     secrets
         One secret, or the candidates (e.g. the current and the previous one during a rotation).
+        A plain secret (bytes or str) is current forever; a
+        :class:`~audit.ingest.secrets.SigningSecret` (from a secrets file) is current over its
+        validity, so a match with a replaced one is ``rotated_secret``.
     now
         Reference time: the receiver's clock (a live receiver) or the stored receipt time (audit).
+        An aware datetime, or Unix seconds.
     tolerance_s
         Allowed ``|now - timestamp|``; exactly the tolerance passes.
 
@@ -159,62 +153,23 @@ def verify(
     >>> body = b'{"id":"evt_1"}'
     >>> verify(body, sign("k", 1700000000, body), "1700000000", "k", now=1700000100).verdict
     'valid'
-    >>> verify(body, sign("k", 1700000000, body), "1700000000", "k", now=1700000301).verdict
-    'stale_timestamp'
+    >>> verify(body, sign("k", 1700000000, body), "1700000000", "k", now=1700000301).detail
+    'timestamp differs from receipt by +301.000 s'
     """
-    sig = check_signature_header(signature)
-    if sig is None:
-        return Verification("missing_signature", None, None, None, "no signature header")
-    if isinstance(sig, str):
-        return Verification("malformed_signature", None, None, None, sig)
-    ts = parse_timestamp_header(timestamp)
-    if ts is None or timestamp is None:  # (no timestamp gives no ts)
-        why = (
-            "no timestamp header"
-            if timestamp is None
-            else "timestamp is not a plain integer of at most 12 digits"
-        )
-        return Verification("malformed_timestamp", None, None, None, why)
-    skew = _seconds(now) - ts
-    candidates = [secrets] if isinstance(secrets, bytes | str) else list(secrets)
-    if not candidates:
-        stale = abs(skew) > tolerance_s
-        verdict = "stale_timestamp" if stale else "no_secret"
-        return Verification(verdict, None, skew, None, "no secret to check against")
-    matched = None
-    for i, secret in enumerate(candidates):
-        if hmac.compare_digest(digest(secret, timestamp, body), sig):
-            matched = i
-            break
-    hmac_ok = matched is not None
-    if abs(skew) > tolerance_s:
-        return Verification(
-            "stale_timestamp", hmac_ok, skew, matched, f"timestamp is {skew:+.0f} s from receipt"
-        )
-    if not hmac_ok:
-        return Verification("signature_mismatch", False, skew, None, "no secret matches")
-    return Verification("valid", True, skew, matched, "")
-
-
-def _match(
-    candidates: tuple[SigningSecret, ...], t_ns: int, message: bytes, sig: bytes
-) -> SigningSecret | None:
-    """The candidate whose HMAC equals ``sig``; the one current at ``t_ns`` is tried first."""
-    current = None
-    for cand in candidates:
-        if cand.current_at(t_ns):
-            current = cand
-            break
-    if current is not None and hmac.compare_digest(
-        hmac.digest(current.key, message, hashlib.sha256), sig
-    ):
-        return current
-    for cand in candidates:
-        if cand is not current and hmac.compare_digest(
-            hmac.digest(cand.key, message, hashlib.sha256), sig
-        ):
-            return cand
-    return None
+    items = [secrets] if isinstance(secrets, bytes | str | SigningSecret) else list(secrets)
+    candidates = [
+        s if isinstance(s, SigningSecret) else SigningSecret("", i, None, None, _key(s))
+        for i, s in enumerate(items)
+    ]
+    got = decide(
+        signature,
+        timestamp,
+        body,
+        reference_ns(now),
+        candidates,
+        tolerance_ns=round(tolerance_s * 1e9),
+    )
+    return Verification(got.verdict, got.hmac_ok, got.skew_s, got.matched, got.detail or "")
 
 
 @dataclass
@@ -243,18 +198,16 @@ def verify_columns(
 ) -> VerifiedColumns:
     """Verify many requests, each as of its own receipt time, across secret rotations.
 
-    The checks run in this order and the first that fails gives the verdict:
-    ``missing_signature``, ``malformed_signature``, ``malformed_timestamp``, ``stale_timestamp``
-    (``|received - timestamp| > tolerance_s``), ``no_secret``; then ``valid`` (matches the
-    secret current at receipt), ``rotated_secret`` (matches only a secret replaced before
-    receipt) or ``signature_mismatch``. Rows whose prior verdict is ``unreadable`` keep it.
+    Each row is judged by :func:`audit.ingest.verdict_rules.decide` (the order of the checks,
+    the verdicts and the reasons are there), against its subscription's secrets as of its
+    receipt time. Rows whose prior verdict is ``unreadable`` keep it.
     A prior ``detail`` on a readable row (an odd unrelated field the loader ignored) is kept
     after the verdict's own detail, joined by ``"; "``.
     A row without a subscription id is checked against every subscription's secrets, and the
     subscription whose secret matched fills it in. Missing values are None (or NaN, or NaT's
     int64 sentinel for ``received_ns``).
 
-    This is the one place verdicts are computed for stored deliveries; the frame-level entry
+    This is the exact path for stored deliveries; the frame-level entry
     points (:func:`audit.ingest.verification.verify_frame`,
     :func:`audit.ingest.load.load_captures` with
     ``secrets=``) call it.
@@ -274,55 +227,27 @@ def verify_columns(
         if verdicts[i] == "unreadable":
             notes.pop(i, None)
             continue
-        signature = signatures[i]
-        sig = check_signature_header(signature if type(signature) is str else None)
-        if sig is None:
-            verdicts[i], details[i] = "missing_signature", "no signature header"
-            continue
-        if isinstance(sig, str):
-            verdicts[i], details[i] = "malformed_signature", sig
-            continue
-        timestamp = timestamps[i]
-        ts = parse_timestamp_header(timestamp if type(timestamp) is str else None)
-        if ts is None:
-            verdicts[i] = "malformed_timestamp"
-            details[i] = (
-                "timestamp is not a plain integer of at most 12 digits"
-                if type(timestamp) is str
-                else "no timestamp header"
-            )
-            continue
-        t_ns = received_ns[i]
-        diff_ns = t_ns - ts * 1_000_000_000
-        skews[i] = diff_ns / 1e9
-        sub = subs[i]
+        signature, timestamp, sub = signatures[i], timestamps[i], subs[i]
         candidates = all_secrets if sub is None else by_sub.get(sub, ())
-        match = None
-        if candidates:
-            # The header value itself is signed (digits only, so ASCII), not int(value).
-            message = timestamp.encode("ascii") + b"." + bodies[i]
-            match = _match(candidates, t_ns, message, sig)
-            hmac_ok[i] = match is not None
-        if match is not None:
+        got = decide(
+            signature if type(signature) is str else None,
+            timestamp if type(timestamp) is str else None,
+            bodies[i],
+            received_ns[i],
+            candidates,
+            tolerance_ns=tol_ns,
+        )
+        verdicts[i], details[i], hmac_ok[i], skews[i] = (
+            got.verdict,
+            got.detail,
+            got.hmac_ok,
+            got.skew_s,
+        )
+        if got.matched is not None:
+            match = candidates[got.matched]
             matched_ids[i] = match.label
             if sub is None:
                 subs[i] = match.subscription_id
-        if diff_ns > tol_ns or -diff_ns > tol_ns:
-            verdicts[i] = "stale_timestamp"
-            details[i] = f"timestamp differs from receipt by {diff_ns / 1e9:+.3f} s"
-        elif not candidates:
-            verdicts[i] = "no_secret"
-            details[i] = f"no secret known for subscription {sub}" if sub else "no secret known"
-        elif match is None:
-            verdicts[i], details[i] = "signature_mismatch", "no known secret matches"
-        elif match.current_at(t_ns):
-            verdicts[i], details[i] = "valid", None
-        elif match.replaced_before(t_ns):
-            verdicts[i] = "rotated_secret"
-            details[i] = f"matches secret {matched_ids[i]}, replaced before receipt"
-        else:
-            verdicts[i] = "signature_mismatch"
-            details[i] = f"matches secret {matched_ids[i]}, not yet issued at receipt"
     for i, note in notes.items():
         new = details[i]
         details[i] = note if new is None or note.startswith(new) else f"{new}; {note}"

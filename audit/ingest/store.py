@@ -14,7 +14,13 @@ Rules
   ``audit.ingest.identity``): ingesting it again under any path, compressed or not, does
   nothing, and a stored file that was renamed or compressed is then known by its new path.
   A plain JSONL file that grew (its stored content is a prefix of the new one, ending at a line
-  end) ingests only the new lines. Any other change re-ingests that file and says so.
+  end) ingests only the new lines. Any other change (rewritten, truncated, copytruncated) adds
+  the new version's records and keeps the earlier one's: nothing stored is ever deleted.
+* A record is known by ``record_sha256`` (``audit.ingest.record_id``): one already stored is
+  not stored again (``audit.ingest.known_records``), so readers count each once.
+* Each part's sha256 and rows are in the manifest (format 2, ``audit.ingest.store_folder``)
+  and checked before it is read. An ingest given the capture file of a damaged or missing part
+  reads it again (a repair); a store of format 1 is upgraded in place (``audit.ingest.upgrade``).
 * The manifest keeps, per subscription, a keyed fingerprint of the secrets it verified with
   (HMAC-SHA256 keyed by each secret, of a fixed label; never a value or a plain hash). When the
   secrets file changes, the records those subscriptions could match are verified again at the
@@ -31,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import json
 import os
 import shutil
 import warnings
@@ -47,26 +52,31 @@ from audit.errors import InputError
 from audit.ingest import parallel, records
 from audit.ingest.fast import verify_jsonl
 from audit.ingest.identity import Seen, follow, identify, moved_away
+from audit.ingest.known_records import KnownRecords
 from audit.ingest.load import LoadWarning, expand_paths
-from audit.ingest.parts import PartWriter
+from audit.ingest.parts import PartWriter, Staged
 from audit.ingest.reverify import reverify_parts
 from audit.ingest.secrets import SecretStore, read_secrets
 from audit.ingest.store_folder import (
     DATASET,
+    FORMAT,
     check_folder,
-    check_manifest,
-    parts_present,
+    check_parts,
+    damaged_parts,
+    load_manifest,
     publish,
     remove_strays,
     staging_folder,
 )
+from audit.ingest.upgrade import upgrade
 from audit.locks import folder_held, lock_file, try_lock_file, unlock_file
 from audit.paths import source_name
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 
 __all__ = ["IngestResult", "Store", "ingest", "secrets_fingerprints"]
 
-STORE_VERSION = 1
+#: The store format this release writes (``manifest.json``'s ``version``).
+STORE_VERSION = FORMAT
 _LABEL = b"audit evidence store: secret fingerprint v1"
 
 
@@ -105,9 +115,12 @@ class IngestResult:
 
 @dataclass(frozen=True)
 class Store:
-    """A store folder. :meth:`parts` lists the parts the manifest counts (a consistent view)."""
+    """A store folder. :meth:`parts` lists the parts the manifest counts (a consistent view),
+    each checked against the sha256 the manifest records before it is first listed."""
 
     root: Path
+    #: The parts found whole so far (checked once per Store object).
+    checked: set[str] = field(default_factory=set, compare=False, repr=False)
 
     @property
     def manifest_path(self) -> Path:
@@ -120,26 +133,37 @@ class Store:
         if not self.manifest_path.is_file():
             return {"version": STORE_VERSION, "files": [], "secrets": {}}
         try:
-            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+            text = self.manifest_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
             raise InputError(f"{self.manifest_path}: not a store manifest ({e})") from None
-        return check_manifest(data, self.manifest_path, STORE_VERSION)
+        return load_manifest(text, self.manifest_path)
 
     def parts(
-        self, months: Iterable[str] | None = None, paths: Iterable[str] | None = None
+        self,
+        months: Iterable[str] | None = None,
+        paths: Iterable[str] | None = None,
+        *,
+        check: bool = True,
     ) -> list[Path]:
         """Part files listed in the manifest, optionally only those of some months and of
-        some ingested files (resolved paths, as :attr:`IngestResult.paths` gives them)."""
+        some ingested files (resolved paths, as :attr:`IngestResult.paths` gives them).
+
+        ``check``: each is first checked against the sha256 the manifest records (one
+        streaming read per part and Store object): a damaged one is a
+        :class:`~audit.ingest.store_folder.DamagedPart` error that names it."""
         wanted = None if months is None else {f"month={m}" for m in months}
         files = None if paths is None else set(paths)
-        out = []
-        for entry in self.manifest()["files"]:
+        manifest = self.manifest()
+        names = []
+        for entry in manifest["files"]:
             if files is not None and entry["path"] not in files:
                 continue
             for part in entry["parts"]:
-                if wanted is None or part.split("/")[0] in wanted:
-                    out.append(self.root / DATASET / part)
-        return sorted(out)
+                if wanted is None or part["name"].split("/")[0] in wanted:
+                    names.append(part["name"])
+        if check:
+            check_parts(self.root, manifest, names, self.checked)
+        return sorted(self.root / DATASET / name for name in names)
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
@@ -184,7 +208,7 @@ def ingest(
 
     Examples
     --------
-    >>> import tempfile, pathlib
+    >>> import json, pathlib, tempfile
     >>> from audit.ingest.signatures import sign
     >>> tmp = pathlib.Path(tempfile.mkdtemp())
     >>> body = '{"id": "evt_1", "event": "incident.created", "data": {}}'
@@ -223,6 +247,9 @@ def ingest(
         staging = staging_folder(store.root)
         try:
             obsolete: list[str] = []
+            if manifest["version"] != FORMAT:  # an earlier release's store: rewritten first
+                result.messages.append(upgrade(store.root, manifest, staging, obsolete))
+            known = KnownRecords(store.root, manifest)
             fps = secrets_fingerprints(secrets)
             changed_subs = {
                 s
@@ -230,13 +257,16 @@ def ingest(
                 if fps.get(s) != manifest["secrets"].get(s)
             }
             if manifest["files"] and changed_subs:
-                result.reverified = reverify_parts(
+                again = reverify_parts(
                     store.root, manifest, changed_subs, secrets, tolerance_s, staging, obsolete
                 )
+                known.forget(again.replaced)
+                result.reverified = again.records
                 result.messages.append(
                     f"secrets changed for {len(changed_subs)} subscription(s): "
                     f"{result.reverified} record(s) verified again"
                 )
+                result.messages.extend(again.messages)
             manifest["secrets"] = fps
             # Every file's content first: which stored content still lies in a given file
             # (under its name or another: rotated, copied) does not depend on their order.
@@ -245,7 +275,9 @@ def ingest(
             given = {v: k for k, v in reversed(holds.items())}  # a content's first given path
             contents = _Contents(holds, given)
             for path in files:
-                done = _ingest_file(path, seen[path], contents, store, manifest, staging, settings)
+                done = _ingest_file(
+                    path, seen[path], contents, store, _Target(manifest, known, staging), settings
+                )
                 _tally(result, done)
                 obsolete.extend(done.obsolete)
             write_json_atomic(store.manifest_path, manifest)
@@ -267,6 +299,16 @@ class _Settings:
     tolerance_s: float
     chunk_bytes: int
     workers: int | None
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where :func:`_ingest_file` writes: the manifest (edited in place), the records the
+    store holds (not stored again) and the staging folder."""
+
+    manifest: dict[str, Any]
+    known: KnownRecords
+    staging: Path
 
 
 @dataclass(frozen=True)
@@ -327,24 +369,28 @@ def _ingest_file(
     seen: Seen,
     contents: _Contents,
     store: Store,
-    manifest: dict[str, Any],
-    staging: Path,
+    target: _Target,
     settings: _Settings,
 ) -> _FileIngested:
-    """Ingest one file into ``manifest`` (its entries edited in place); what was done."""
-    resolved, fmt, sha = seen.resolved, seen.fmt, seen.sha
-    whole = not fmt.SPLITS_AT_LINES
+    """Ingest one file into ``target`` (the manifest's entries edited in place); what was
+    done. Nothing stored is deleted: a damaged part is replaced by its records read again, a
+    changed file's earlier entry stays (under ``PATH (earlier content; sha256 …)``)."""
+    manifest, staging = target.manifest, target.staging
+    resolved, sha = seen.resolved, seen.sha
     messages: list[str] = []
     obsolete: list[str] = []
     old = next((e for e in manifest["files"] if e["path"] == resolved), None)
     same = next((e for e in manifest["files"] if e["sha256"] == sha), None)
-    refill = same is not None and not parts_present(store.root, same)
-    if same is not None and refill:  # parts deleted or truncated: ingested again in full
+    damaged = damaged_parts(store.root, same) if same is not None else []
+    if same is not None and damaged:  # this file's records read again, in its entry's place
+        name, why = damaged[0]
         messages.append(
-            f"{path}: some of its stored parts are missing; its {same['records']} record(s) "
-            "replaced"
+            f"{path}: {len(damaged)} of its stored part(s) damaged or missing ({name}: {why}); "
+            f"repaired: its {same['records']} record(s) read again from this file"
         )
-        obsolete.extend(same["parts"])
+        gone = [p["name"] for p in same["parts"]]
+        obsolete.extend(gone)
+        target.known.forget(gone)
         manifest["files"].remove(same)
         old, same = (None if old is same else old), None
     if same is not None:
@@ -356,6 +402,7 @@ def _ingest_file(
     skip, first_line, entry = 0, 1, None
     outcome: Literal["added", "grown", "changed"]
     moved_to = contents.given.get(old["sha256"], resolved) if old is not None else resolved
+    earlier = None
     if old is not None and seen.prefix_sha == old["sha256"] and seen.at_newline:
         skip, first_line, entry = old["size"], old["lines"] + 1, old
         outcome = "grown"
@@ -364,21 +411,54 @@ def _ingest_file(
         messages.append(f"{path}: its stored content is now {moved_to}")
         follow(manifest, old, moved_to)
         outcome = "added"
-    elif old is not None:
-        outcome = "changed"
-        messages.append(
-            f"{path}: changed since it was ingested; its {old['records']} record(s) replaced"
-        )
-        obsolete.extend(old["parts"])
-        manifest["files"].remove(old)
-    elif refill:
+    elif old is not None:  # rewritten, truncated, copytruncated: its records stay
+        outcome, earlier = "changed", old
+        old["path"] = f"{resolved} (earlier content; sha256 {old['sha256'][:16]})"
+    elif damaged:
         outcome = "changed"
     else:
         outcome = "added"
     done = _FileIngested(resolved, outcome, messages=messages, obsolete=obsolete)
+    newlines, written = _read_file(path, seen, skip, first_line, staging, settings, done)
+    own = {p["name"] for p in entry["parts"]} if entry is not None else set()
+    kept = target.known.keep(written, staging, sha[:16], own)
+    done.records -= kept.known
+    done.unreadable -= kept.known_unreadable
+    parts = publish(store.root, kept.parts)
+    if earlier is not None:
+        messages.append(
+            f"{path}: changed since it was ingested: {done.records} new record(s) stored, "
+            f"{kept.known} already stored; the {earlier['records']} record(s) of its earlier "
+            "content kept"
+        )
+    elif kept.known:
+        messages.append(f"{path}: {kept.known} record(s) already stored, not stored again")
+    if entry is None:
+        entry = {"path": resolved, "records": 0, "unreadable": 0, "lines": 0, "parts": []}
+        manifest["files"].append(entry)
+    entry.update(sha256=sha, size=seen.size, gzip=seen.gz)
+    entry["records"] += done.records
+    entry["unreadable"] += done.unreadable
+    entry["lines"] += newlines
+    entry["parts"] = [*entry["parts"], *parts]
+    return done
+
+
+def _read_file(
+    path: Path,
+    seen: Seen,
+    skip: int,
+    first_line: int,
+    staging: Path,
+    settings: _Settings,
+    done: _FileIngested,
+) -> tuple[int, list[Staged]]:
+    """Read and verify ``path`` from byte ``skip`` into staged parts, counting into ``done``;
+    (the lines read, the staged parts)."""
+    fmt, sha = seen.fmt, seen.sha
     newlines = 0
-    written: list[tuple[Path, str]] = []
-    if whole:
+    written: list[Staged] = []
+    if not fmt.SPLITS_AT_LINES:
         writer = PartWriter(staging, sha[:16])
         table, naive = records.verify_chunk(
             records.read_whole(path),
@@ -395,37 +475,28 @@ def _ingest_file(
         done.records += table.num_rows
         done.unreadable += pc.sum(pc.equal(table.column("verdict"), "unreadable")).as_py() or 0
         done.naive_times += naive
-    else:
-        pieces = parallel.plan_pieces(
-            path, piece_bytes=settings.chunk_bytes, skip_bytes=skip, first_line=first_line
-        )
-        results = parallel.map_pieces(
-            _ingest_piece,
-            pieces,
-            sources={str(path): source_name(path)},
-            wanted=settings.wanted,
-            secrets=settings.secrets,
-            tolerance_s=settings.tolerance_s,
-            workers=settings.workers,
-            extra={"staging": staging, "file_sha256": sha},
-        )
-        with contextlib.closing(results):  # an error here stops the workers at once
-            for piece in results:
-                written.extend(piece.parts)
-                done.records += piece.rows
-                done.unreadable += piece.unreadable
-                done.naive_times += piece.naive_times
-                newlines += piece.newlines
-    names = publish(store.root, written)
-    if entry is None:
-        entry = {"path": resolved, "records": 0, "unreadable": 0, "lines": 0, "parts": []}
-        manifest["files"].append(entry)
-    entry.update(sha256=sha, size=seen.size, gzip=seen.gz)
-    entry["records"] += done.records
-    entry["unreadable"] += done.unreadable
-    entry["lines"] += newlines
-    entry["parts"] = [*entry["parts"], *names]
-    return done
+        return newlines, written
+    pieces = parallel.plan_pieces(
+        path, piece_bytes=settings.chunk_bytes, skip_bytes=skip, first_line=first_line
+    )
+    results = parallel.map_pieces(
+        _ingest_piece,
+        pieces,
+        sources={str(path): source_name(path)},
+        wanted=settings.wanted,
+        secrets=settings.secrets,
+        tolerance_s=settings.tolerance_s,
+        workers=settings.workers,
+        extra={"staging": staging, "file_sha256": sha},
+    )
+    with contextlib.closing(results):  # an error here stops the workers at once
+        for piece in results:
+            written.extend(piece.parts)
+            done.records += piece.rows
+            done.unreadable += piece.unreadable
+            done.naive_times += piece.naive_times
+            newlines += piece.newlines
+    return newlines, written
 
 
 def _gone_from(path: str, sha: str, holds: dict[str, str]) -> bool:
@@ -437,8 +508,8 @@ def _gone_from(path: str, sha: str, holds: dict[str, str]) -> bool:
 class _PieceWritten(NamedTuple):
     """What :func:`_ingest_piece` did with one piece."""
 
-    #: The staged parts: (staging path, dataset-relative name).
-    parts: list[tuple[Path, str]]
+    #: The staged parts.
+    parts: list[Staged]
     rows: int
     unreadable: int
     naive_times: int
@@ -458,6 +529,7 @@ def _ingest_piece(piece: parallel.Piece) -> _PieceWritten:
         tolerance_s=c["tolerance_s"],
         keyed=c["keyed"],
         extract=True,
+        overlong=piece.overlong,
     )
     table = records.stored_table(got.columns, c["file_sha256"])
     writer = PartWriter(c["staging"], c["file_sha256"][:16])

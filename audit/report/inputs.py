@@ -2,13 +2,16 @@
 
 :func:`load_inputs` is the only place the report reads capture logs, the secrets file (once),
 snapshots and mutes. With an evidence store (``--store DIR``) the logs, if any, are ingested
-into it first (verified once; files already there are skipped) and the deliveries of the
-period, with the lookback the analyses need, are read back from the store without bodies.
+into it first (verified once; files already there are skipped), the stored records whose
+secrets changed are verified again (an ingest with no files, as ``audit analyze --store`` does)
+and the deliveries of the period, with the lookback the analyses need, are read back from the
+store without bodies.
 Everything after it works on the :class:`Inputs` frames either way.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
@@ -30,9 +33,9 @@ from audit.ingest.query import (
     not_valid_evidence,
 )
 from audit.ingest.receipts import FirstReceipts
-from audit.ingest.secrets import read_secrets
+from audit.ingest.secrets import SecretStore, read_secrets
 from audit.ingest.side import Pending, cancelled_on_error
-from audit.ingest.store import ingest
+from audit.ingest.store import IngestResult, Store, ingest, secrets_fingerprints
 from audit.ingest.verdicts import read_logs
 from audit.paths import source_name
 
@@ -68,6 +71,9 @@ class Inputs:
         From a store, given ``clock_start``: the takedown analysis as of ``as_of`` (default
         ``end``), computed in a forked process while the deliveries were read
         (:func:`audit.ingest.query.load_analysis_inputs`' ``fold``); None otherwise.
+    notes
+        What loading did to the store that the user is told (always, not as progress): files
+        ingested, records verified again because the secrets changed.
     """
 
     deliveries: pd.DataFrame | None
@@ -78,6 +84,7 @@ class Inputs:
     evidence: pd.DataFrame | None = None
     first_receipts: FirstReceipts | None = None
     takedown: Pending[Takedown] | None = None
+    notes: tuple[str, ...] = ()
 
     def hand_over_deliveries(self) -> pd.DataFrame:
         """The deliveries, which this object then no longer holds (``deliveries`` is None).
@@ -113,19 +120,21 @@ def load_inputs(
 ) -> Inputs:
     """Load and verify every input of a report (reads files; everything after is pure).
 
-    With ``store``, ``logs`` (may be empty) are ingested into it first, then every stored
-    delivery received from ``start`` minus the lookback up to ``as_of`` (default ``end``) is
-    read from it (:func:`audit.ingest.query.load_analysis_inputs`); ``files`` lists the store's
-    files. Without ``store``, the logs are verified on every core as ``audit analyze`` reads
-    them (:func:`audit.ingest.verdicts.read_logs`: no body kept, except those of the records
-    that are not valid, the report's evidence), up to ``as_of`` (default ``end``, else all);
+    With ``store``, ``logs`` (may be empty) are ingested into it first, and the stored records
+    are verified again with ``secrets_path`` where it changed since they were (the store is then
+    written even without ``logs``; ``notes`` says so); then every stored delivery received from
+    ``start`` minus the lookback up to ``as_of`` (default ``end``) is read from it
+    (:func:`audit.ingest.query.load_analysis_inputs`); ``files`` lists the store's files.
+    Without ``store``, the logs are verified on every core as ``audit analyze`` reads them
+    (:func:`audit.ingest.verdicts.read_logs`: no body kept, except those of the records that
+    are not valid, the report's evidence), up to ``as_of`` (default ``end``, else all);
     ``start`` is not used.
 
     Raises
     ------
     InputError
         No log given (and no store), or a path that does not exist or cannot be read (one line
-        naming it).
+        naming it); a store whose records need verifying again that this user cannot write.
     """
     if not logs and store is None:
         raise InputError("give at least one capture file, folder or glob")
@@ -150,13 +159,21 @@ def load_inputs(
         deliveries, listed, evidence = got.rows, got.inputs, got.evidence
         first: FirstReceipts | None = None
         ahead: Pending[Takedown] | None = None
+        notes: tuple[str, ...] = ()
         del got
     else:
         stored = _from_store(
-            store, logs, secrets_file, header_prefix, start, end, as_of, clock_start
+            store,
+            _Given(
+                logs=logs, secrets=secrets, secrets_file=secrets_file, header_prefix=header_prefix
+            ),
+            start,
+            end,
+            as_of,
+            clock_start,
         )
         deliveries, listed, evidence = stored.deliveries, stored.files, stored.evidence
-        first, ahead = stored.first_receipts, stored.takedown
+        first, ahead, notes = stored.first_receipts, stored.takedown, stored.notes
         del stored
     rows = [listed.assign(kind="capture log")]
     extra = [("secrets", secrets_file.resolve(), False)]
@@ -181,8 +198,82 @@ def load_inputs(
     # Counts of capture logs only: whole numbers, empty for the other files (not 150.0).
     files = files.astype({"records": "Int64", "unreadable": "Int64"})
     return Inputs(
-        deliveries, subs, files, secrets.latest_valid_from(), mutes, evidence, first, ahead
+        deliveries,
+        subs,
+        files,
+        secrets.latest_valid_from(),
+        mutes,
+        evidence,
+        first,
+        ahead,
+        notes=notes,
     )
+
+
+class _Given(NamedTuple):
+    """What a store is brought up to date with: logs to ingest, the secrets (read, and their
+    file) and the header prefix."""
+
+    logs: Sequence[str | os.PathLike[str]]
+    secrets: SecretStore
+    secrets_file: Path
+    header_prefix: str
+
+
+def _store_up_to_date(store: str | os.PathLike[str], given: _Given) -> tuple[str, ...]:
+    """Ingest ``logs`` into ``store``; without logs, verify again (an ingest with no files, as
+    ``audit analyze --store`` does) the stored records of the subscriptions whose secrets differ
+    from those the store was verified with, so that the report never reads verdicts of other
+    secrets. Nothing is written when nothing changed (a store this user cannot write is read
+    then); the lines to tell the user."""
+    logs, secrets_file, prefix = given.logs, given.secrets_file, given.header_prefix
+    if logs:
+        done = ingest(list(logs), secrets_file, store, header_prefix=prefix)
+        return tuple(f"{store}: {line}" for line in done.messages)
+    changed = _secrets_changed(Store(Path(store)), given.secrets)
+    if not changed:
+        return ()
+    try:
+        _check_writable(Path(store))
+        done = ingest([], secrets_file, store, header_prefix=prefix)
+    except PermissionError as e:  # the folder allowed it, a file in it did not
+        raise _read_only(store, changed, e.strerror or "permission denied") from None
+    return _reverified_notes(store, done)
+
+
+def _secrets_changed(store: Store, secrets: SecretStore) -> set[str]:
+    """The subscriptions whose secrets (by keyed fingerprint,
+    :func:`audit.ingest.store.secrets_fingerprints`) differ from those the stored records were
+    verified with; none for a store with no file (:func:`audit.ingest.store.ingest`'s rule)."""
+    manifest = store.manifest()
+    if not manifest["files"]:
+        return set()
+    now, then = secrets_fingerprints(secrets), manifest["secrets"]
+    return {s for s in set(now) | set(then) if now.get(s) != then.get(s)}
+
+
+def _check_writable(root: Path) -> None:
+    """PermissionError (as the write would raise it) unless this user may write the store."""
+    for at in (root, root / "manifest.json"):
+        if not os.access(at, os.W_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(at))
+
+
+def _read_only(store: str | os.PathLike[str], changed: set[str], why: str) -> InputError:
+    """The one line for a store that needs verifying again and cannot be written."""
+    return InputError(
+        f"{store}: the secrets of {len(changed)} subscription(s) changed since its records "
+        f"were verified; verifying them again writes to the store, which this user cannot "
+        f"({why}): have its owner run `audit ingest --store {store} --secrets FILE`, or report "
+        "from a writable copy"
+    )
+
+
+def _reverified_notes(store: str | os.PathLike[str], done: IngestResult) -> tuple[str, ...]:
+    """What an ingest with no files did, for the user: it wrote to the store."""
+    lines = [f"{store}: {line}" for line in done.messages]
+    lines.append(f"{store}: written: the new verdicts are stored (an ingest with no files)")
+    return tuple(lines)
 
 
 class _Stored(NamedTuple):
@@ -193,26 +284,25 @@ class _Stored(NamedTuple):
     evidence: pd.DataFrame
     first_receipts: FirstReceipts | None
     takedown: Pending[Takedown] | None
+    notes: tuple[str, ...]
 
 
 def _from_store(
     store: str | os.PathLike[str],
-    logs: Sequence[str | os.PathLike[str]],
-    secrets_file: Path,
-    header_prefix: str,
+    given: _Given,
     start: pd.Timestamp | None,
     end: pd.Timestamp | None,
     as_of: pd.Timestamp | None,
     clock_start: str | None,
 ) -> _Stored:
-    """Ingest ``logs`` into ``store``, then read the period's deliveries, the file list, the
-    evidence of the records that are not valid and the incident fold's first receipts (with
-    ``clock_start``: the takedown analysis made of them beside the rest, pending)."""
+    """Bring ``store`` up to date (:func:`_store_up_to_date`), then read the period's
+    deliveries, the file list, the evidence of the records that are not valid and the incident
+    fold's first receipts (with ``clock_start``: the takedown analysis made of them beside the
+    rest, pending)."""
     upto = as_of if as_of is not None else end
     if upto is None:
         raise ParameterError("reading a store needs the period's end or as_of")
-    if logs:
-        ingest(list(logs), secrets_file, store, header_prefix=header_prefix)
+    notes = _store_up_to_date(store, given)
     fold = None
     if clock_start is not None:  # on the other core while the deliveries are read
         fold = partial(takedown_analysis, as_of=upto, clock_start=clock_start)
@@ -223,4 +313,4 @@ def _from_store(
     lo = None if start is None else start - ATTEMPT_LOOKBACK
     with cancelled_on_error(got.folded):
         evidence = not_valid_evidence(store, start=lo, end=upto)
-    return _Stored(got.deliveries, got.inputs, evidence, got.first_receipts, got.folded)
+    return _Stored(got.deliveries, got.inputs, evidence, got.first_receipts, got.folded, notes)

@@ -190,6 +190,7 @@ def run_report(
     progress: Progress | None = None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     store: str | os.PathLike[str] | None = None,
+    notice: Progress | None = None,
 ) -> ReportResult:
     """Compute the findings of a period, write the run folder, render the report, index it.
 
@@ -197,7 +198,9 @@ def run_report(
     ``thresholds``; secrets travel only as the file's path. ``notebook`` defaults to the
     packaged report; any notebook with a ``run_dir`` parameter works (``docs/report.md``).
     ``progress`` receives one line per long stage. With ``store`` (an evidence store folder),
-    ``logs`` (may be empty) are ingested into it and the period is read from the store.
+    ``logs`` (may be empty) are ingested into it, its records verified again where the secrets
+    changed, and the period is read from the store; ``notice`` (default ``progress``) receives
+    what that did to the store (:attr:`~audit.report.inputs.Inputs.notes`).
 
     Returns a :class:`ReportResult` whose ``exit_code`` is 0 (no failing finding at or above
     ``fail_on``), 1 (failing findings), 2 (a control errored). Bad input raises an
@@ -233,6 +236,8 @@ def run_report(
         as_of=checked.as_of,
         clock_start=checked.clock_start,
     )
+    for note in inputs.notes:
+        (notice or say)(note)
     d = _deliveries(inputs)
     say(
         f"loaded {len(d)} records from {int((inputs.files['kind'] == 'capture log').sum())} "

@@ -1,9 +1,10 @@
 """Capture formats: one module per format, found by file suffix in :data:`FORMATS`.
 
 Every format module states ``NAME``, ``SUFFIXES``, ``SPLITS_AT_LINES`` and
-``parse(data, source, wanted, first_line=1) -> Buffer`` (see :class:`CaptureFormat`); it turns
-its file into records and hands each to :func:`audit.ingest.formats.base._record`. Adding a
-format is one module here, its entry in :data:`FORMATS` and its tests (``docs/contributing.md``).
+``parse(data, source, wanted, first_line=1, overlong=None) -> Buffer`` (see
+:class:`CaptureFormat`); it turns its file into records and hands each to
+:func:`audit.ingest.formats.base._record`. Adding a format is one module here, its entry in
+:data:`FORMATS` and its tests (``docs/contributing.md``).
 
 >>> format_of("x.har.2.gz").NAME, format_of("x.ndjson-20261001").NAME, format_of("notes.txt").NAME
 ('har', 'jsonl', 'jsonl')
@@ -12,6 +13,7 @@ format is one module here, its entry in :data:`FORMATS` and its tests (``docs/co
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Protocol
 
 from audit.ingest.formats import har, jsonl
@@ -28,7 +30,12 @@ class CaptureFormat(Protocol):
     SPLITS_AT_LINES: bool
 
     def parse(
-        self, data: bytes, source: str, wanted: dict[str, str], first_line: int = 1
+        self,
+        data: bytes,
+        source: str,
+        wanted: dict[str, str],
+        first_line: int = 1,
+        overlong: Mapping[int, int] | None = None,
     ) -> Buffer: ...
 
 

@@ -5,6 +5,7 @@ A HAR file is one JSON document, so it is parsed whole (:data:`SPLITS_AT_LINES` 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -19,10 +20,17 @@ SUFFIXES: tuple[str, ...] = ("har",)
 SPLITS_AT_LINES = False
 
 
-def parse(data: bytes, source: str, wanted: dict[str, str], first_line: int = 1) -> Buffer:
+def parse(
+    data: bytes,
+    source: str,
+    wanted: dict[str, str],
+    first_line: int = 1,
+    overlong: Mapping[int, int] | None = None,
+) -> Buffer:
     """Parse a HAR 1.2 file; raises :class:`~audit.errors.LoadError` when it is not HAR at all.
 
-    ``first_line`` is accepted for the registry's common signature and ignored.
+    ``first_line`` and ``overlong`` are accepted for the registry's common signature and
+    ignored (a HAR file is one document, read whole).
     """
     try:
         return parse_har(data, source, wanted)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -105,13 +106,55 @@ def _header_pairs(raw: bytes, parsed: dict[str, Any]) -> object:
 
 #: A record (line) longer than this is counted unreadable without being parsed: parsing takes
 #: about 11 times a line's size in memory. The reference receiver caps bodies at 10 MiB, which
-#: JSON escaping at most makes 60 MiB.
+#: JSON escaping at most makes 60 MiB. The readers (:mod:`audit.ingest.lines`, the fast path's
+#: piece planning) read it at call time and skip a longer line as a stream, never holding it.
 MAX_RECORD_BYTES = 64 * 2**20
 
 
-def too_long(raw: bytes) -> str:
-    """The unreadable reason of a record over :data:`MAX_RECORD_BYTES`."""
-    return f"record of {len(raw):,} bytes, over the {MAX_RECORD_BYTES:,}-byte limit: not parsed"
+def too_long(size: int) -> str:
+    """The unreadable reason of a record of ``size`` bytes, over :data:`MAX_RECORD_BYTES`."""
+    return f"record of {size:,} bytes, over the {MAX_RECORD_BYTES:,}-byte limit: not parsed"
+
+
+def quotes_beyond(raw: bytes, rec: dict[str, Any]) -> bool:
+    """Cheap test: could the line name a key of ``rec`` (the object orjson read from it) twice?
+
+    JSON parsers keep the last of two equal keys. Every ``"`` byte of a line is a string's
+    delimiter or an escaped quote (``\\"``) of its text, so without duplicates the line holds
+    exactly as many as the parsed object gives (two per key and string, one per quote of a
+    text), and a dropped key takes at least its own two along. A quote written ``\\u0022``
+    holds none, so such a line is always suspect. The fast path applies the same count.
+    """
+    expected = 2 * len(rec)
+    for value in rec.values():
+        kind = type(value)
+        if kind is str:
+            expected += 2 + value.count('"')
+        elif kind is dict or kind is list:
+            try:
+                expected += orjson.dumps(value).count(b'"')
+            except orjson.JSONEncodeError:  # nested deeper than orjson writes: read exactly
+                return True
+    return raw.count(b'"') != expected or b"\\u0022" in raw
+
+
+def duplicate_key(raw: bytes) -> str | None:
+    """The unreadable reason of a line whose top-level object names a key twice (read exactly,
+    every pair kept), else None. Duplicates inside values (the headers object, the body text)
+    are not the record's: headers are joined as HTTP does, the body is signed bytes."""
+    try:
+        rec = json.loads(raw, object_pairs_hook=_keep_pairs)
+    except (ValueError, RecursionError):
+        return None
+    if type(rec) is not _Pairs:
+        return None
+    seen: set[str] = set()
+    for key, _ in rec.pairs:
+        if key in seen:
+            shown = repr(key) if len(key) <= 40 else repr(key[:37]) + "..."
+            return f"duplicate key {shown} (JSON would keep only the last)"
+        seen.add(key)
+    return None
 
 
 def parse_jsonl(
@@ -119,10 +162,13 @@ def parse_jsonl(
     source: str,
     wanted: dict[str, str],
     first_line: int = 1,
+    overlong: Mapping[int, int] | None = None,
 ) -> Buffer:
     """Parse JSON Lines bytes. Blank lines are not records (their numbers still count).
 
     ``wanted`` maps lower-cased header names to column keys (see :func:`audit.spec.header_names`).
+    ``overlong`` (line number -> length) lists the lines a reader left empty because they are
+    over :data:`MAX_RECORD_BYTES` (:class:`audit.ingest.lines.Chunk`): each is unreadable.
     """
     buf = Buffer()
     envelope = _Envelopes()
@@ -130,9 +176,11 @@ def parse_jsonl(
     loads, decode_error = orjson.loads, orjson.JSONDecodeError
     for line, raw in enumerate(data.split(b"\n"), first_line):
         if not raw or raw.isspace():
+            if overlong and line in overlong:
+                buf.add_unreadable(source, line, too_long(overlong[line]))
             continue
         if len(raw) > MAX_RECORD_BYTES:
-            buf.add_unreadable(source, line, too_long(raw))
+            buf.add_unreadable(source, line, too_long(len(raw)))
             continue
         try:
             rec = loads(raw)
@@ -142,6 +190,11 @@ def parse_jsonl(
         if type(rec) is not dict:
             buf.add_unreadable(source, line, "not a JSON object")
             continue
+        if quotes_beyond(raw, rec):
+            twice = duplicate_key(raw)
+            if twice is not None:
+                buf.add_unreadable(source, line, twice)
+                continue
         hdr = rec.get("headers")
         if type(hdr) is dict and hdr and _may_repeat(raw, hdr, wanted, plans):
             rec["headers"] = _header_pairs(raw, hdr)
