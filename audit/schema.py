@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     #: A pandas column dtype: numpy's own, or a pandas extension dtype (``Int64``, ``string``).
     PandasDtype: TypeAlias = np.dtype[Any] | ExtensionDtype
 
-__all__ = ["Column", "Table"]
+__all__ = ["ORIGINS", "Column", "Table"]
 
 
 @functools.cache
@@ -92,18 +92,53 @@ _FROM_PANDAS: dict[str, tuple[pa.DataType, str, str, dict | None]] = {
 }
 
 
+#: Where a column of a delivery table comes from (:attr:`Column.origin`); analysis tables
+#: leave it empty.
+ORIGINS: dict[str, str] = {
+    "capture": "the capture record: one of its fields, a delivery header, or where it was read",
+    "extraction": "read from the body (its JSON envelope, or a hash of it)",
+    "verdict": "the reader, for a record it cannot read; verification for every other",
+    "verification": "verifying the signature against the secrets",
+    "store": "added by the evidence store when it writes the row",
+}
+
+#: The word ``docs/tables.md`` uses for each dtype (:meth:`Table.markdown`).
+_DOC_DTYPE: dict[str, str] = {
+    "str": "str",
+    "int": "int64",
+    "Int": "Int64",
+    "Float": "Float64",
+    "bool": "boolean",
+    "time": "datetime",
+    "bytes": "bytes (object)",
+    "float": "float64",
+    "flag": "bool",
+    "list": "list of str",
+}
+
+
 @dataclass(frozen=True)
 class Column:
-    """One column: ``name``, ``dtype`` (a key of the table above), ``nullable``, ``meaning``."""
+    """One column: ``name``, ``dtype`` (a key of the table above), ``nullable``, ``meaning``;
+    for a delivery column also ``origin`` (a key of :data:`ORIGINS`), ``key`` (the field of a
+    capture record it is read from, for a capture column that has one) and ``verdicts``
+    (``audit verify`` writes it: ``verdicts.csv``)."""
 
     name: str
     dtype: str
     nullable: bool
     meaning: str
+    origin: str = ""
+    key: str | None = None
+    verdicts: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype not in _ARROW:
             raise ValueError(f"column {self.name}: unknown dtype {self.dtype!r}")
+        if self.origin and self.origin not in ORIGINS:
+            raise ValueError(f"column {self.name}: unknown origin {self.origin!r}")
+        if self.key is not None and self.origin != "capture":
+            raise ValueError(f"column {self.name}: only a capture column is read from a key")
 
 
 @dataclass(frozen=True)
@@ -229,6 +264,30 @@ class Table:
             else:
                 out[c.name] = pd.Series(values).astype(dtypes[c.dtype])
         return pd.DataFrame(out)
+
+    def names_from(self, *origins: str) -> tuple[str, ...]:
+        """The names of the columns that come from any of ``origins``, in order."""
+        return tuple(c.name for c in self.columns if c.origin in origins)
+
+    def markdown(self, names: Sequence[str] | None = None) -> str:
+        """The rows of ``docs/tables.md`` for these columns (default: all): column, dtype,
+        where it comes from, ``yes`` when ``audit verify`` writes it, meaning. The docs hold
+        these rows as they are (``tests/test_tables.py``); print them after a change:
+        ``python -c "from audit.tables import DELIVERIES; print(DELIVERIES.markdown())"``.
+
+        >>> t = Table("t", (Column("at", "time", True, "when", "capture", "at", True),))
+        >>> print(t.markdown())
+        | `at` | datetime | capture (`at`) | yes | when |
+        """
+        rows = []
+        for name in self.names if names is None else names:
+            c = self.column(name)
+            origin = f"{c.origin} (`{c.key}`)" if c.key else c.origin
+            verdicts = "yes" if c.verdicts else ""
+            rows.append(
+                f"| `{name}` | {_DOC_DTYPE[c.dtype]} | {origin} | {verdicts} | {c.meaning} |"
+            )
+        return "\n".join(rows)
 
     def extend(self, name: str, *columns: Column) -> Table:
         """A new table with these columns after this one's."""

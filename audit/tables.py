@@ -11,7 +11,7 @@ store), :data:`ATTEMPTS` (the columns attempt inference adds), :data:`EVENTS`,
 :data:`TABLES` lists them by name; ``docs/tables.md`` is tested against them.
 
 >>> DELIVERIES.column("verdict").meaning
-'see docs/tables.md, Verdicts'
+'see Verdicts below'
 >>> list(DELIVERIES.empty().columns[:3])
 ['source', 'line', 'received_at']
 """
@@ -22,16 +22,19 @@ from audit.schema import Column, Table
 
 __all__ = [
     "ATTEMPTS",
+    "CAPTURE_KEYS",
     "CSV_TABLES",
     "DELIVERIES",
     "EVENTS",
     "EVIDENCE_COLUMNS",
     "FINDINGS",
     "INCIDENTS",
+    "LOADED",
     "STATUS_INTERVALS",
     "STORED_DELIVERIES",
     "SUBSCRIPTIONS",
     "TABLES",
+    "VERDICT_COLUMNS",
     "Column",
     "Table",
     "longest_first",
@@ -80,33 +83,146 @@ def _c(name: str, dtype: str, meaning: str, nullable: bool = True) -> Column:
     return Column(name, dtype, nullable, meaning)
 
 
+def _d(
+    name: str,
+    dtype: str,
+    origin: str,
+    meaning: str,
+    *,
+    nullable: bool = True,
+    key: str | None = None,
+    verdicts: bool = False,
+) -> Column:
+    """A delivery column: where it comes from (:data:`audit.schema.ORIGINS`), the capture
+    record's field it is read from (``key``), and whether ``audit verify`` writes it."""
+    return Column(name, dtype, nullable, meaning, origin, key, verdicts)
+
+
+# Every column of the deliveries, declared once. The loader's rows
+# (:class:`audit.ingest.formats.base.Row`: :data:`LOADED`), the fast path's record shape
+# (:data:`CAPTURE_KEYS`), ``verdicts.csv`` (:data:`VERDICT_COLUMNS`), the store's Parquet schema
+# (:data:`STORED_DELIVERIES`) and ``docs/tables.md`` (:meth:`Table.markdown`) come from here.
 DELIVERIES = Table(
     "deliveries",
     (
-        _c("source", "str", "file the record came from", nullable=False),
-        _c("line", "int", "1-based line (JSONL) or entry index (HAR)", nullable=False),
-        _c("received_at", "time", "receiver's clock at receipt (empty when unreadable)"),
-        _c("subscription_id", "str", "as logged, or inferred from the matching secret"),
-        _c("url", "str", "where it was received"),
-        _c("response_status", "Int", "receiver's answer (HTTP status)"),
-        _c("response_ms", "Float", "receiver's answer time, ms"),
-        _c("signature", "str", "signature header as received"),
-        _c("timestamp_header", "str", "timestamp header as received"),
-        _c("event_header", "str", "event header as received"),
-        _c("delivery_id", "str", "delivery id header: one attempt; not authenticated"),
-        _c("body", "bytes", "the raw body bytes, exactly as signed"),
-        _c("event_id", "str", "envelope id"),
-        _c("event", "str", "envelope event"),
-        _c("event_timestamp", "time", "envelope timestamp"),
-        _c("incident_id", "str", "envelope data.incidentId"),
-        _c("verdict", "str", "see docs/tables.md, Verdicts", nullable=False),
-        _c("detail", "str", "why, in one line (empty for valid)"),
-        _c("hmac_ok", "bool", "a known secret matches, whatever the timestamp checks said"),
-        _c("skew_s", "Float", "received_at minus the timestamp header, seconds"),
-        _c("matched_secret", "str", "<subscription>#<n>: the n-th issued secret that matched"),
+        _d(
+            "source",
+            "str",
+            "capture",
+            "file the record came from (a byte of its name that is not UTF-8 written `\\xNN`: "
+            "`caf\\xe9.jsonl`)",
+            nullable=False,
+            verdicts=True,
+        ),
+        _d(
+            "line",
+            "int",
+            "capture",
+            "1-based line (JSONL) or entry index (HAR)",
+            nullable=False,
+            verdicts=True,
+        ),
+        _d(
+            "received_at",
+            "time",
+            "capture",
+            "receiver's clock at receipt (empty when unreadable)",
+            key="received_at",
+            verdicts=True,
+        ),
+        _d(
+            "subscription_id",
+            "str",
+            "capture",
+            "as logged, or inferred from the matching secret",
+            key="subscription_id",
+            verdicts=True,
+        ),
+        _d("url", "str", "capture", "where it was received", key="url"),
+        _d(
+            "response_status",
+            "Int",
+            "capture",
+            "receiver's answer (HTTP status)",
+            key="response_status",
+            verdicts=True,
+        ),
+        _d(
+            "response_ms",
+            "Float",
+            "capture",
+            "receiver's answer time, ms",
+            key="response_ms",
+            verdicts=True,
+        ),
+        _d("signature", "str", "capture", "signature header, as received", key="headers"),
+        _d("timestamp_header", "str", "capture", "timestamp header, as received", key="headers"),
+        _d("event_header", "str", "capture", "event header, as received", key="headers"),
+        _d(
+            "delivery_id",
+            "str",
+            "capture",
+            "`X-PhishFort-Delivery-Id`: one attempt; **not** authenticated",
+            key="headers",
+            verdicts=True,
+        ),
+        _d("body", "bytes", "capture", "the raw body bytes, exactly as signed", key="body"),
+        _d(
+            "event_id",
+            "str",
+            "extraction",
+            "envelope `id` (empty when the body is not a JSON envelope)",
+            verdicts=True,
+        ),
+        _d("event", "str", "extraction", "envelope `event`", verdicts=True),
+        _d("event_timestamp", "time", "extraction", "envelope `timestamp`"),
+        _d("incident_id", "str", "extraction", "envelope `data.incidentId`", verdicts=True),
+        _d(
+            "verdict",
+            "str",
+            "verdict",
+            "see Verdicts below",
+            nullable=False,
+            verdicts=True,
+        ),
+        _d("detail", "str", "verdict", "why, in one line (empty for `valid`)", verdicts=True),
+        _d(
+            "hmac_ok",
+            "bool",
+            "verification",
+            "whether a known secret of the subscription matches, whatever the timestamp checks "
+            "said; empty when not computed",
+            verdicts=True,
+        ),
+        _d(
+            "skew_s",
+            "Float",
+            "verification",
+            "`received_at` minus the timestamp header, seconds",
+            verdicts=True,
+        ),
+        _d(
+            "matched_secret",
+            "str",
+            "verification",
+            "`<subscription>#<n>`: the n-th issued secret that matched (never its value)",
+            verdicts=True,
+        ),
     ),
 )
 """Loaded and verified deliveries: one row per input record (``audit.ingest.load``)."""
+
+#: The columns the capture readers give (``audit.ingest.formats.base.Row``), in order: every
+#: delivery column but the verification's.
+LOADED: tuple[str, ...] = DELIVERIES.names_from("capture", "extraction", "verdict")
+
+#: The fields of a capture record read into a column (``received_at``, ``headers``, ``body``,
+#: ...): the record shape the fast path (``audit.ingest.fast``) takes; a record with any other
+#: field goes through the exact path.
+CAPTURE_KEYS: frozenset[str] = frozenset(c.key for c in DELIVERIES.columns if c.key is not None)
+
+#: The columns ``audit verify`` writes (``verdicts.csv``), in order.
+VERDICT_COLUMNS: tuple[str, ...] = tuple(c.name for c in DELIVERIES.columns if c.verdicts)
 
 #: Incident ``data`` keys extracted once at ingest: (key, column).
 DATA_FIELDS: tuple[tuple[str, str], ...] = (
@@ -129,20 +245,54 @@ DATA_FIELDS: tuple[tuple[str, str], ...] = (
 
 STORED_DELIVERIES = DELIVERIES.extend(
     "stored_deliveries",
-    _c("subscription_logged", "bool", "the receiver logged subscription_id (else inferred)"),
-    _c("file_sha256", "str", "sha256 of the capture file the record was read from", False),
-    _c("body_sha256", "str", "sha256 of the raw body (compares copies without the body)"),
-    _c("fingerprint", "str", "sha256 of canonical JSON of the envelope's event and data"),
+    _d(
+        "subscription_logged",
+        "bool",
+        "store",
+        "the receiver logged `subscription_id` (false: inferred from the matching secret)",
+    ),
+    _d(
+        "file_sha256",
+        "str",
+        "store",
+        "sha256 of the capture file the record was read from",
+        nullable=False,
+    ),
+    _d(
+        "body_sha256",
+        "str",
+        "extraction",
+        "sha256 of the raw body (tells copies of an event apart without the body)",
+    ),
+    _d(
+        "fingerprint",
+        "str",
+        "extraction",
+        "as `events.fingerprint`: sha256 of canonical JSON of `event` + `data`",
+    ),
     *(
-        _c(col, "str", f"data.{key} as sent (strings only; true/false for a boolean)")
+        _d(
+            col,
+            "str",
+            "extraction",
+            f"`data.{key}` as sent (strings only; `true`/`false` for a boolean)",
+        )
         for key, col in DATA_FIELDS
     ),
-    _c("data_invalid", "int", "data fields of the wrong JSON type, ignored", nullable=False),
-    _c(
+    _d(
+        "data_invalid",
+        "int",
+        "extraction",
+        "`data` fields of the wrong JSON type, ignored",
+        nullable=False,
+    ),
+    _d(
         "record_sha256",
         "str",
-        "sha256 of the request as captured: one record however many files hold it",
-        False,
+        "store",
+        "sha256 of the request as captured (`docs/scale.md`): one record however many files "
+        "or versions of a file hold it",
+        nullable=False,
     ),
 )
 """Rows of the evidence store (``audit.ingest.store``): deliveries plus what analyses read

@@ -4,13 +4,16 @@ Usage::
 
     python benchmarks/bench_store.py verify [--records 200000] [--runs 3]
     python benchmarks/bench_store.py month [--incidents 6000] [--runs 3] [--report]
+    python benchmarks/bench_store.py small [--incidents 350] [--runs 3]
 
 ``verify`` writes captures shaped like real ones (ISO and Unix ``received_at``, header names in
 any case, ~3 % header lists, ~1 % ``body_b64``, a secret rotation, ~1 % invalid) and times
 ``audit verify --out x.parquet`` / ``x.csv`` and ``audit ingest`` against a hand-written loop
 that handles the same shapes. ``month`` simulates a month (``audit simulate --days 31``) and
 times ``audit analyze`` cold from the raw captures and warm from a store, against the same loop
-over the same captures; with ``--report``, also the whole ``audit report --period 2026-10``
+over the same captures; ``small`` simulates a small client's month (about 6,000 deliveries in
+31 daily files) and prints ``audit ingest`` into a new store against ``audit verify`` of the same
+files (target: at most 2x); with ``--report``, also the whole ``audit report --period 2026-10``
 (analyses, controls, run folder and the rendered notebook) cold and warm.
 
 Every measurement is a fresh process (``audit ...`` or the loop); kinds are alternated within
@@ -330,6 +333,42 @@ def bench_month(args) -> None:
         print(f"store: {store_mb:.1f} MB, {store_mb * 1e6 / n:.0f} bytes per delivery")
 
 
+def bench_small(args) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        sim = d / "sim"
+        simulate = [AUDIT, "simulate", "--out", str(sim), "--days", str(args.days)]
+        subprocess.run(
+            [*simulate, "--incidents", str(args.incidents)],
+            check=True,
+            capture_output=True,
+        )
+        caps, secrets = sim / "captures", sim / "secrets.json"
+        files = sorted(caps.glob("*.jsonl"))
+        n = sum(f.read_bytes().count(b"\n") for f in files)
+        store = d / "store"
+
+        def fresh_ingest() -> list[str]:
+            shutil.rmtree(store, ignore_errors=True)
+            return [AUDIT, "ingest", str(caps), "--secrets", str(secrets), "--store", str(store)]
+
+        kinds = {
+            "audit verify": lambda: [AUDIT, "verify", str(caps), "--secrets", str(secrets)],
+            "audit ingest (new store)": fresh_ingest,
+        }
+        results = measure(kinds, args.runs)
+        size = sum(f.stat().st_size for f in files) / 1e6
+        print(
+            f"{n} deliveries in {len(files)} files, {size:.1f} MB, median of {args.runs} "
+            f"alternated runs, AUDIT_JOBS={os.environ.get('AUDIT_JOBS', '(unset)')}"
+        )
+        med = {k: statistics.median(r["seconds"] for r in rs) for k, rs in results.items()}
+        for name, secs in med.items():
+            print(f"{name:<26} {secs:6.2f} s")
+        ratio = med["audit ingest (new store)"] / med["audit verify"]
+        print(f"ingest / verify: {ratio:.2f}x (target: at most 2x)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -341,6 +380,10 @@ def main() -> None:
     m.add_argument("--days", type=int, default=31)
     m.add_argument("--runs", type=int, default=3)
     m.add_argument("--report", action="store_true", help="also time the whole audit report")
+    sm = sub.add_parser("small")
+    sm.add_argument("--incidents", type=int, default=350)
+    sm.add_argument("--days", type=int, default=31)
+    sm.add_argument("--runs", type=int, default=3)
     lp = sub.add_parser("loop")
     lp.add_argument("--secrets", type=Path, required=True)
     lp.add_argument("paths", nargs="+", type=Path)
@@ -349,6 +392,8 @@ def main() -> None:
         print(hand_loop(args.paths, args.secrets))
     elif args.cmd == "verify":
         bench_verify(args)
+    elif args.cmd == "small":
+        bench_small(args)
     else:
         bench_month(args)
 

@@ -40,6 +40,7 @@ STAGES = {
     "audit.memory": 0,
     "audit.interrupts": 0,
     "audit.text": 0,
+    "audit.progress": 0,
     # the flow
     "audit.ingest": 1,
     "audit.analysis": 2,

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 import audit.memory
+from audit.analysis.analyze import read_store
 from audit.cli import main
 from audit.errors import ParameterError
 from audit.ingest.load import default_workers
@@ -172,8 +173,8 @@ def test_the_share_of_memory_a_read_needs_decides_whether_the_fold_runs_aside(st
     monkeypatch.setattr(audit.memory, "available_memory", lambda: NEED)
     monkeypatch.setenv("AUDIT_MEMORY_CHECK", "off")
     assert check_memory(root, deliveries_from=OCT, receipts_from=OCT, end=NOV) == 1.0
-    got = load_analysis_inputs(root, start=OCT, end=NOV, fold=len)
-    assert got.folded is None and got.first_receipts is not None  # read here, as without fold
+    got = read_store(root, start=OCT, end=NOV, clock_start="created")
+    assert got.takedown is None and got.first_receipts is not None  # read here, not aside
 
 
 def test_a_report_too_large_for_memory_exits_3_before_writing(store, tmp_path, monkeypatch, capsys):

@@ -185,7 +185,7 @@ def test_a_bad_snapshot_is_told_before_the_store_is_read(demo, tmp_path, monkeyp
     def read(*_a, **_k):
         raise AssertionError("the store was read before the snapshot was checked")
 
-    monkeypatch.setattr(audit.report.inputs, "load_analysis_inputs", read)  # as it calls it
+    monkeypatch.setattr(audit.report.inputs, "read_store", read)  # as it calls it
     period = parse_period("2026-10")
     with pytest.raises(InputError, match=r"snapshot\.json"):
         load_inputs(

@@ -12,13 +12,12 @@ import json
 import math
 import random
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from audit.analysis.analyze import analyze, run_analyses
+from audit.analysis.analyze import analyze, read_store, run_analyses
 from audit.analysis.incidents import incidents_and_intervals
 from audit.errors import ParameterError, SchemaError
 from audit.ingest.query import (
@@ -246,31 +245,29 @@ def test_a_month_from_a_store_with_history_equals_the_raw_captures(tmp_path):
 def test_the_takedown_folded_beside_the_deliveries_read_is_the_same_analysis(
     tmp_path, monkeypatch, share
 ):
-    """``load_analysis_inputs(..., fold=...)`` folds the first receipts in another process
-    (what ``audit report --store`` and ``analyze(store=...)`` do): every table and finding is
-    that of the fold in the caller. When the read needs over 2/3 of the memory available,
-    the first receipts are read in the caller, as without ``fold``."""
+    """``read_store(..., clock_start=...)`` folds the first receipts in another process (what
+    ``audit report --store`` and ``analyze(store=...)`` do; the store side only reads): every
+    table and finding is that of the fold in the caller. When the read needs over 2/3 of the
+    memory available, the first receipts are read in the caller, to be folded there."""
     import audit.ingest.query as query
-    from audit.analysis.analyze import takedown_analysis
     from audit.findings import run_controls
     from audit.ingest.load import default_workers
 
     *_, store = _store_with_history(tmp_path)
     start, end = NOVEMBER
-    fold = partial(takedown_analysis, as_of=end, clock_start="burn")
     if share is not None:
         monkeypatch.setattr(query, "check_memory", lambda *a, **k: share)
-    aside = load_analysis_inputs(store, start=start, end=end, fold=fold)
+    aside = read_store(store, start=start, end=end, clock_start="burn")
     if share is None and default_workers() > 1:
-        assert aside.first_receipts is None and aside.folded is not None
+        assert aside.first_receipts is None and aside.takedown is not None
     if share is not None:
-        assert aside.first_receipts is not None and aside.folded is None
+        assert aside.first_receipts is not None and aside.takedown is None
     a_aside = run_analyses(
         aside.deliveries,
         as_of=end,
         clock_start="burn",
         first_receipts=aside.first_receipts,
-        takedown=aside.folded,
+        takedown=aside.takedown,
     )
     here = load_analysis_inputs(store, start=start, end=end)
     a_here = run_analyses(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import re
 from pathlib import Path
 
@@ -10,22 +11,33 @@ import pyarrow as pa
 import pytest
 
 from audit.analysis import event_fields
+from audit.cli import main
 from audit.errors import SchemaError
+from audit.ingest.extract import EXTRACTED
+from audit.ingest.fast import _KEYS as fast_keys
+from audit.ingest.fast import _Row
+from audit.ingest.formats.base import COLUMNS, Row
 from audit.ingest.load import load_captures
+from audit.ingest.parts import STORE_SCHEMA
+from audit.ingest.verification import VERDICT_COLUMNS
+from audit.schema import ORIGINS
 from audit.tables import (
     ATTEMPTS,
+    CAPTURE_KEYS,
     DATA_FIELDS,
     DELIVERIES,
     EVENTS,
     FINDINGS,
     INCIDENTS,
+    LOADED,
     STATUS_INTERVALS,
     STORED_DELIVERIES,
     SUBSCRIPTIONS,
     TABLES,
     Column,
 )
-from tests.builders import capture, rows_frame, write_jsonl
+from audit.tables import VERDICT_COLUMNS as DECLARED_VERDICTS
+from tests.builders import capture, rows_frame, write_jsonl, write_secrets
 
 
 def test_empty_frame_has_every_column_in_its_dtype():
@@ -139,9 +151,6 @@ def test_rows_by_name_cannot_shift_a_column():
 # -- docs/tables.md (and the findings section of docs/controls.md) against the declarations -------
 
 DOCS = Path(__file__).parents[1] / "docs"
-#: Declared dtype -> the word docs/tables.md uses in its dtype column.
-DOC_DTYPE = {"str": "str", "int": "int64", "time": "datetime", "Int": "Int64", "Float": "Float64"}
-DOC_DTYPE |= {"bool": "boolean", "bytes": "bytes (object)"}
 
 
 def _section(path: Path, heading: str) -> str:
@@ -174,19 +183,118 @@ def _mentioned(section: str) -> set[str]:
     return {w.strip() for s in spans for w in s.split(",") if re.fullmatch(r"\s*[a-z_0-9]+\s*", w)}
 
 
+def _markdown_rows(section: str) -> list[str]:
+    """The `| `name` | ...` rows of a docs section, as written."""
+    return [line for line in section.splitlines() if line.startswith("| `")]
+
+
 def test_docs_deliveries_table_is_the_declaration():
-    rows = _table_rows(_section(DOCS / "tables.md", "## `deliveries`"))
-    assert list(rows) == DELIVERIES.names
-    for c in DELIVERIES.columns:
-        if "/" not in rows[c.name]:
-            assert rows[c.name] == DOC_DTYPE[c.dtype], c.name
+    # every column once, in order, with its dtype, origin, csv mark and meaning as declared
+    # (a failure shows the row to write: DELIVERIES.markdown() prints them all)
+    section = _section(DOCS / "tables.md", "## `deliveries`")
+    assert _markdown_rows(section) == DELIVERIES.markdown().splitlines()
 
 
 def test_docs_store_columns_are_the_declaration():
-    rows = _table_rows(_section(DOCS / "tables.md", "## The evidence store"))
-    extra = [c for c in STORED_DELIVERIES.columns if c.name not in DELIVERIES.names]
-    assert list(rows) == [c.name for c in extra]
-    assert all(rows[c.name] == DOC_DTYPE.get(c.dtype, c.dtype) for c in extra if c.dtype != "int")
+    section = _section(DOCS / "tables.md", "## The evidence store")
+    extra = [n for n in STORED_DELIVERIES.names if n not in DELIVERIES.names]
+    assert _markdown_rows(section) == STORED_DELIVERIES.markdown(extra).splitlines()
+
+
+def test_markdown_rows_say_where_a_column_comes_from():
+    rows = DELIVERIES.markdown(["received_at", "signature", "hmac_ok"]).splitlines()
+    assert rows == [
+        "| `received_at` | datetime | capture (`received_at`) | yes | receiver's clock at "
+        "receipt (empty when unreadable) |",
+        "| `signature` | str | capture (`headers`) |  | signature header, as received |",
+        "| `hmac_ok` | boolean | verification | yes | whether a known secret of the subscription "
+        "matches, whatever the timestamp checks said; empty when not computed |",
+    ]
+
+
+# -- one declaration of the deliveries: every list of their columns derives from it -----------
+
+
+def test_the_readers_rows_are_the_declared_columns_in_order():
+    # the hand-written NamedTuple (mypy needs its fields spelled out) against the declaration
+    assert Row._fields == LOADED == COLUMNS
+    assert (
+        tuple(n for n in DELIVERIES.names if n not in {"hmac_ok", "skew_s", "matched_secret"})
+        == LOADED
+    )
+
+
+def test_the_fast_paths_rows_are_the_declared_columns_in_order():
+    assert _Row._fields[: len(DELIVERIES.names)] == tuple(DELIVERIES.names)
+    assert _Row._fields[len(DELIVERIES.names) :] == ("subscription_logged", "extracted", "naive")
+    assert "subscription_logged" in STORED_DELIVERIES.names
+
+
+def test_the_fast_path_takes_the_declared_capture_fields():
+    # by hand: the fields of a capture record (docs/formats.md) that are read into a column
+    assert (
+        fast_keys
+        == CAPTURE_KEYS
+        == {
+            "received_at",
+            "headers",
+            "body",
+            "subscription_id",
+            "url",
+            "response_status",
+            "response_ms",
+        }
+    )
+
+
+def test_verdict_columns_are_the_declared_ones_in_order():
+    marked = [c.name for c in DELIVERIES.columns if c.verdicts]
+    assert list(VERDICT_COLUMNS) == list(DECLARED_VERDICTS) == marked
+    # by hand: what verdicts.csv holds, in declaration order
+    assert VERDICT_COLUMNS == [
+        "source",
+        "line",
+        "received_at",
+        "subscription_id",
+        "response_status",
+        "response_ms",
+        "delivery_id",
+        "event_id",
+        "event",
+        "incident_id",
+        "verdict",
+        "detail",
+        "hmac_ok",
+        "skew_s",
+        "matched_secret",
+    ]
+
+
+def test_audit_verify_writes_the_declared_verdict_columns(tmp_path):
+    log = write_jsonl(tmp_path / "a.jsonl", [capture('{"id":"e"}'), "broken"])
+    secrets = write_secrets(tmp_path / "secrets.json", {"wh_1": [{"secret": "whsec_x"}]})
+    out = tmp_path / "v.csv"
+    assert main(["verify", str(log), "--secrets", str(secrets), "--out", str(out)]) == 0
+    with out.open(encoding="utf-8", newline="") as f:
+        header = next(csv.reader(f))
+    assert header == VERDICT_COLUMNS
+
+
+def test_the_store_schema_is_the_declaration():
+    for schema in (STORED_DELIVERIES.arrow_schema(), STORE_SCHEMA):
+        assert schema.names == STORED_DELIVERIES.names
+    assert STORED_DELIVERIES.names[: len(DELIVERIES.names)] == DELIVERIES.names
+    extracted = STORED_DELIVERIES.names_from("extraction")
+    assert extracted == ("event_id", "event", "event_timestamp", "incident_id", *EXTRACTED)
+
+
+def test_every_delivery_column_says_where_it_comes_from():
+    assert {c.origin for c in STORED_DELIVERIES.columns} == set(ORIGINS)
+    assert all(c.origin == "" for t in (EVENTS, INCIDENTS, FINDINGS) for c in t.columns)
+    with pytest.raises(ValueError, match="unknown origin"):
+        Column("x", "str", True, "x", "guess")
+    with pytest.raises(ValueError, match="only a capture column"):
+        Column("x", "str", True, "x", "store", "x")
 
 
 @pytest.mark.parametrize(

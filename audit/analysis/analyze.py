@@ -9,8 +9,8 @@ store in bounded memory, in passes, builds on this module: :mod:`audit.analysis.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -27,14 +27,23 @@ from audit.analysis.takedown import check_clock_start, takedown_durations, taked
 from audit.atomic import Stage, staged_files, write_parquet_atomic
 from audit.errors import ParameterError
 from audit.ingest.extract import EXTRACTED
-from audit.ingest.query import ANALYSIS_COLUMNS, latest_receipt, load_analysis_inputs
+from audit.ingest.load import LoadWarning
+from audit.ingest.query import (
+    ANALYSIS_COLUMNS,
+    SIDE_SHARE,
+    AnalysisRead,
+    latest_receipt,
+    plan_analysis_read,
+    read_analysis_inputs,
+    read_first_receipts,
+)
 from audit.ingest.receipts import FirstReceipts
 from audit.ingest.secrets import read_secrets
-from audit.ingest.side import Pending, cancelled_on_error
-from audit.ingest.store import Store, ingest
+from audit.ingest.side import Pending, aside, cancelled_on_error
+from audit.ingest.store import WRITTEN, Store, ingest, reverify
 from audit.ingest.verdicts import read_logs
 from audit.ingest.verification import VERDICT_COLUMNS
-from audit.memory import release_free_memory
+from audit.ingest.workers import threads
 from audit.safe import write_csv
 from audit.spec import (
     CLIENT_WAIT_STATUSES,
@@ -50,6 +59,7 @@ __all__ = [
     "Analysis",
     "DeliveryCounts",
     "IncidentCounts",
+    "StoredAnalysis",
     "Takedown",
     "add_counts",
     "analyze",
@@ -58,6 +68,7 @@ __all__ = [
     "delivery_counts",
     "incident_counts",
     "parse_as_of",
+    "read_store",
     "run_analyses",
     "store_as_of",
     "table_folder",
@@ -129,7 +140,7 @@ class Analysis:
         # namesake (a failed write leaves every previous table).
         tables = self.tables()
         sizes = {n: (t.size, fmt == "csv" or n in CSV_TABLES) for n, t in tables.items()}
-        with staged_files(out) as stage, ThreadPoolExecutor(max_workers=2) as pool:
+        with staged_files(out) as stage, threads(2) as pool:
             done = {  # the costliest first, so that the two threads end together
                 name: pool.submit(write_table, stage, name, tables[name], fmt)
                 for name in longest_first(sizes)
@@ -274,7 +285,6 @@ def takedown_analysis(
     """Fold incidents from deliveries or first receipts (taken over), then time to takedown."""
     incidents, intervals = incidents_and_intervals(folded, as_of=as_of)
     del folded
-    release_free_memory()  # the fold's temporaries, before anything else is built
     durations, _, excluded = takedown_durations(
         incidents, as_of=as_of, start=check_clock_start(clock_start)
     )
@@ -288,6 +298,46 @@ def takedown_analysis(
         ignore_index=True,
     )
     return Takedown(incidents, intervals, durations, excluded, km, summary)
+
+
+@dataclass(frozen=True)
+class StoredAnalysis:
+    """An analysis's inputs read from a store (:func:`read_store`): the deliveries and their
+    files, and either the first receipts for the incident fold or, when it runs beside the
+    read, the pending takedown analysis made of them (the other is None)."""
+
+    deliveries: pd.DataFrame
+    inputs: pd.DataFrame
+    first_receipts: FirstReceipts | None
+    takedown: Pending[Takedown] | None
+
+
+def read_store(
+    store: Store | str | os.PathLike[str],
+    *,
+    start: pd.Timestamp | None,
+    end: pd.Timestamp,
+    clock_start: str | None = None,
+) -> StoredAnalysis:
+    """Read a period from the store (:func:`audit.ingest.query.plan_analysis_read`); with
+    ``clock_start``, the takedown analysis of the first receipts (:func:`takedown_analysis`
+    as of ``end``) runs in a forked process (:func:`audit.ingest.side.aside`) while this one
+    reads the deliveries, on the other core. The two then hold memory at once: that is done
+    only when the read needs at most :data:`audit.ingest.query.SIDE_SHARE` of the memory
+    available and the process may fork (not with ``AUDIT_JOBS=1``); otherwise the first
+    receipts are read here and the caller folds them. The store side only returns data."""
+    read = plan_analysis_read(store, start=start, end=end)
+    pending = None
+    if clock_start is not None and read.share is not None and read.share <= SIDE_SHARE:
+        pending = aside(partial(_takedown_of, read, clock_start))
+    with cancelled_on_error(pending):
+        got = read_analysis_inputs(read, first_receipts=pending is None)
+    return StoredAnalysis(got.deliveries, got.inputs, got.first_receipts, pending)
+
+
+def _takedown_of(read: AnalysisRead, clock_start: str) -> Takedown:
+    """The takedown analysis of ``read``'s first receipts (in the forked process)."""
+    return takedown_analysis(read_first_receipts(read), as_of=read.upto, clock_start=clock_start)
 
 
 def attempts_and_events(
@@ -323,7 +373,7 @@ def run_analyses(
     ``first_receipts`` (from an evidence store): the incident fold reads them instead of
     ``deliveries``, which then need not carry the incident fields; they are taken over
     (emptied), and must hold no row received after ``as_of``. ``takedown``: the takedown analysis
-    as of ``as_of``, under way elsewhere (``load_analysis_inputs(..., fold=...).folded``).
+    as of ``as_of``, under way elsewhere (:func:`read_store`'s ``takedown``).
 
     Records received after ``as_of`` are not yet known at ``as_of`` and are left out (unreadable
     records, which have no time, are kept). The fields extracted from the bodies at ingest
@@ -412,10 +462,9 @@ def analyze(
         when = store_as_of(
             logs, secrets_path, store, when, header_prefix=header_prefix, tolerance_s=tolerance_s
         )
-        fold = partial(takedown_analysis, as_of=when, clock_start=clock_start)  # on another core
-        stored = load_analysis_inputs(store, start=None, end=when, fold=fold)
+        stored = read_store(store, start=None, end=when, clock_start=clock_start)
         deliveries, inputs = stored.deliveries, stored.inputs
-        first, ahead = stored.first_receipts, stored.folded
+        first, ahead = stored.first_receipts, stored.takedown
         del stored  # no second reference: the frame below replaces it, not doubles it
     elif secrets is None:
         raise ParameterError("give --secrets to verify the logs")
@@ -463,15 +512,22 @@ def store_as_of(
 ) -> pd.Timestamp:
     """Ingest ``logs`` (if any) into ``store``; return ``as_of``, by default its latest receipt.
 
-    The first step of an analysis of a store, in one pass (:func:`analyze`) or in many
-    (:func:`audit.analysis.store_analysis.analyze_store`).
+    Without logs, ``secrets_path`` verifies again the stored records whose secrets changed
+    (:func:`audit.ingest.store.reverify`: nothing is written when none did, so a store this
+    user cannot write is read); a :class:`~audit.ingest.load.LoadWarning` says what was
+    written. The first step of an analysis of a store, in one pass (:func:`analyze`) or in
+    many (:func:`audit.analysis.store_analysis.analyze_store`).
     """
     logs = list(logs)
-    if logs or secrets_path is not None:
+    folder = store.root if isinstance(store, Store) else store
+    if logs:
         if secrets_path is None:
             raise ParameterError("give --secrets to ingest logs into the store")
-        folder = store.root if isinstance(store, Store) else store
         ingest(logs, secrets_path, folder, header_prefix=header_prefix, tolerance_s=tolerance_s)
+    elif secrets_path is not None:
+        again = reverify(folder, secrets_path, header_prefix=header_prefix, tolerance_s=tolerance_s)
+        for line in [] if again is None else [*again.messages, WRITTEN]:
+            warnings.warn(f"{folder}: {line}", LoadWarning, stacklevel=2)
     if as_of is None:
         as_of = latest_receipt(store)
         if as_of is None:

@@ -11,7 +11,6 @@ All functions are pure: frames in, frames out, time enters as ``as_of``.
 from __future__ import annotations
 
 import hashlib
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import orjson
@@ -20,6 +19,7 @@ import pandas as pd
 from audit.analysis.rows import key_runs
 from audit.analysis.schedule import Tolerance, expected_delay, number_attempts
 from audit.errors import ParameterError
+from audit.ingest.workers import threads
 from audit.spec import DELIVERY_TIMEOUT_MS, MAX_ATTEMPTS, TEST_EVENT, TEST_INCIDENT_PREFIX
 from audit.tables import ATTEMPTS, EVENTS
 from audit.timeutil import as_utc
@@ -268,7 +268,7 @@ def events_table(
             return got
         return got.where(~missing, None) if got.dtype == object else got.where(~missing)
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with threads(2) as pool:  # AUDIT_JOBS=1: in this thread
         values = dict(zip(taken, pool.map(take, taken), strict=True))
     # An attempt received after the event's first timely 2xx (none: nothing is after it).
     delivered_ns = values["delivered_at"].array.asi8.copy()

@@ -14,6 +14,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from audit.ingest.workers import in_process
+
 __all__ = ["key_runs", "take_rows", "take_rows_emptying", "value_changes"]
 
 #: Below this many cells, threads cost more than they save.
@@ -28,14 +30,19 @@ def take_rows(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
     0  3  z
     1  1  x
     """
-    threads = min(2, os.cpu_count() or 1)
-    if threads < 2 or len(positions) * frame.shape[1] < _SMALL or not frame.columns.is_unique:
+    most = min(2, os.cpu_count() or 1)
+    if (
+        most < 2
+        or in_process()
+        or len(positions) * frame.shape[1] < _SMALL
+        or not frame.columns.is_unique
+    ):
         return frame.iloc[positions].reset_index(drop=True)
 
     def one(name: str) -> pd.Series:
         return frame[name].take(positions).reset_index(drop=True)
 
-    with ThreadPoolExecutor(max_workers=threads) as pool:
+    with ThreadPoolExecutor(max_workers=most) as pool:
         columns = list(pool.map(one, frame.columns))
     data = dict(zip(frame.columns, columns, strict=True))
     return pd.DataFrame(data, columns=frame.columns, copy=False)  # fresh columns: no copy

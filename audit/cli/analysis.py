@@ -12,6 +12,7 @@ from audit.analysis.analyze import analyze as analyze_logs
 from audit.analysis.store_analysis import ROWS_PER_PASS, analyze_store
 from audit.cli.params import STORE_OPTION, TEXT_PATH, NonEmptyPath, check_out_folder, need_logs
 from audit.ingest.query import store_inputs
+from audit.ingest.store import WRITTEN, reverify
 from audit.spec import DEFAULT_HEADER_PREFIX, DELIVERY_TIMEOUT_S
 
 __all__ = ["analyze", "summary_text"]
@@ -76,6 +77,11 @@ def analyze(
         raise click.UsageError("--rows-per-pass needs --store.")
     check_out_folder(out)  # before the work, not after
     if store_dir is not None:
+        if not logs and secrets_path is not None:  # written only when the secrets changed
+            again = reverify(store_dir, secrets_path, header_prefix=header_prefix)
+            for line in [] if again is None else [*again.messages, WRITTEN]:
+                click.echo(f"audit: {store_dir}: {line}", err=True)
+            secrets_path = None  # done
         stored = analyze_store(
             store_dir,
             out,

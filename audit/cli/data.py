@@ -14,12 +14,13 @@ from audit.cli.params import (
     check_out_folder,
     need_logs,
 )
-from audit.cli.store import check_table_path, write_table
+from audit.cli.store import QUIET, check_table_path, write_table
 from audit.demo import SimulationResult
 from audit.demo import simulate as simulate_demo
-from audit.ingest.store import ingest
+from audit.ingest.store import WRITTEN, ingest, reverify
 from audit.ingest.verdicts import verdict_table, verdicts_by_name
 from audit.ingest.verification import VERDICT_COLUMNS, verdict_count_rows
+from audit.progress import on_terminal
 from audit.spec import DEFAULT_HEADER_PREFIX
 
 __all__ = ["print_simulation", "simulate", "verify"]
@@ -57,12 +58,14 @@ def _print_counts(counts: dict[str, int]) -> None:
     help="Brand part of the delivery header names.",
 )
 @STORE_OPTION
+@QUIET
 def verify(
     logs: tuple[str, ...],
     secrets_path: str | None,
     out: Path,
     header_prefix: str,
     store_dir: Path | None,
+    quiet: bool,
 ) -> None:
     """Re-verify the signature of every stored delivery as of its receipt time.
 
@@ -74,20 +77,37 @@ def verify(
         raise click.UsageError("Missing option '--secrets'.")
     check_table_path(out)  # before the work, not after
     if store_dir is not None:
+        from audit.ingest.file_records import file_rows  # start-up: pandas, only for --store
         from audit.ingest.query import load_deliveries  # start-up: pandas, only for --store
 
         paths = None
-        if secrets_path is not None:
-            done = ingest(logs, secrets_path, store_dir, header_prefix=header_prefix)
+        if logs:
+            assert secrets_path is not None  # checked above: LOGS need --secrets
+            with on_terminal("audit: verify", quiet=quiet) as progress:
+                done = ingest(
+                    logs, secrets_path, store_dir, header_prefix=header_prefix, progress=progress
+                )
             for line in done.messages:  # what the ingest wrote: records verified again...
                 click.echo(f"audit: {store_dir}: {line}", err=True)
             paths = done.paths
-        deliveries = load_deliveries(store_dir, columns=VERDICT_COLUMNS, paths=paths or None)
+        elif secrets_path is not None:  # written only when the secrets changed
+            again = reverify(store_dir, secrets_path, header_prefix=header_prefix)
+            for line in [] if again is None else [*again.messages, WRITTEN]:
+                click.echo(f"audit: {store_dir}: {line}", err=True)
+        if paths and secrets_path is not None:  # every record the files hold now, wherever kept
+            deliveries = file_rows(
+                store_dir, paths, secrets_path, columns=VERDICT_COLUMNS, header_prefix=header_prefix
+            )
+        else:
+            deliveries = load_deliveries(store_dir, columns=VERDICT_COLUMNS)
         write_table(deliveries[VERDICT_COLUMNS], out)
         counts = {str(v): int(n) for v, n in deliveries["verdict"].value_counts().items()}
     else:  # Arrow from the workers to the file: no pandas for Parquet (CSV is written by it)
         assert secrets_path is not None  # checked above: LOGS without a store need --secrets
-        table = verdict_table(logs, secrets_path, header_prefix=header_prefix)
+        with on_terminal("audit: verify", quiet=quiet) as progress:
+            table = verdict_table(
+                logs, secrets_path, header_prefix=header_prefix, progress=progress
+            )
         write_table(table, out)
         counts = verdicts_by_name(table)
     _print_counts(counts)
@@ -109,14 +129,18 @@ def _parse_date(_ctx: click.Context, _param: click.Parameter, value: str | None)
 @click.option("--start", default="2026-10-01", show_default=True, callback=_parse_date)
 @click.option("--days", default=31, show_default=True, type=click.IntRange(7, 366))
 @click.option("--incidents", default=300, show_default=True, type=click.IntRange(20, 100_000))
-def simulate(out: Path, seed: int, start: date, days: int, incidents: int) -> None:
+@QUIET
+def simulate(out: Path, seed: int, start: date, days: int, incidents: int, quiet: bool) -> None:
     """Write deterministic demo data: capture logs, a secrets file, listing snapshots.
 
     The data follows the service's published rules and plants the faults a real month has
     (each planted fault is listed in truth.json). The same seed gives the same bytes.
     """
     check_out_folder(out)
-    result = simulate_demo(out, seed=seed, start=start, days=days, incidents=incidents)
+    with on_terminal("audit: simulate", quiet=quiet) as progress:
+        result = simulate_demo(
+            out, seed=seed, start=start, days=days, incidents=incidents, progress=progress
+        )
     print_simulation(result)
 
 

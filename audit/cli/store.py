@@ -17,15 +17,20 @@ from audit.cli.params import (
 )
 from audit.errors import ParameterError
 from audit.ingest.store import ingest as ingest_logs
+from audit.progress import on_terminal
 from audit.spec import DEFAULT_HEADER_PREFIX
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["TABLE_SUFFIXES", "check_table_path", "ingest", "write_table"]
+__all__ = ["QUIET", "TABLE_SUFFIXES", "check_table_path", "ingest", "write_table"]
 
 #: Output suffixes :func:`write_table` knows.
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+#: ``--quiet`` of the commands that draw a progress line (only when stderr is a terminal).
+QUIET = click.option(
+    "--quiet", is_flag=True, help="No progress line on stderr (drawn only on a terminal)."
+)
 
 
 def check_table_path(path: Path) -> str:
@@ -68,13 +73,19 @@ def write_table(df: pd.DataFrame | pa.Table, path: Path) -> None:
     help="Evidence store folder, local (created when missing).",
 )
 @click.option("--header-prefix", default=DEFAULT_HEADER_PREFIX, show_default=True)
-def ingest(logs: tuple[str, ...], secrets_path: str, store_dir: Path, header_prefix: str) -> None:
+@QUIET
+def ingest(
+    logs: tuple[str, ...], secrets_path: str, store_dir: Path, header_prefix: str, quiet: bool
+) -> None:
     """Verify capture logs once and keep them in an evidence store (Parquet by month).
 
     Files already in the store are skipped; a grown log adds only its new lines; a changed
     file is re-ingested; records are verified again when the secrets file changed.
     """
-    r = ingest_logs(logs, secrets_path, store_dir, header_prefix=header_prefix)
+    with on_terminal("audit: ingest", quiet=quiet) as progress:
+        r = ingest_logs(
+            logs, secrets_path, store_dir, header_prefix=header_prefix, progress=progress
+        )
     for line in r.messages:
         click.echo(line)
     click.echo(

@@ -30,6 +30,7 @@ from audit.demo.write import (
     write_snapshot,
 )
 from audit.errors import InputError, ParameterError
+from audit.progress import Progress, counting
 from audit.service.wire import iso
 from audit.timeutil import LAST_YEAR
 
@@ -57,6 +58,7 @@ def simulate(
     start: date = date(2026, 10, 1),
     days: int = 31,
     incidents: int = 300,
+    progress: Progress | None = None,
 ) -> SimulationResult:
     """Write a deterministic period of demo data that follows the service's published rules.
 
@@ -71,6 +73,9 @@ def simulate(
         The period: ``days`` days (at least 7) from ``start`` 00:00 UTC.
     incidents
         Number of incidents (at least 20; 14 of them are planted around the faults).
+    progress
+        Counts the capture records as they are made and the capture files as each is
+        written (default: nothing is counted or shown).
 
     Returns
     -------
@@ -109,11 +114,16 @@ def simulate(
     run = DeliveryRun(rng, plan, keys, [rng.uniform(-1.0, 2.5) for _ in range(days + 2)])
     events, facts = incident_events(rng, plan, incidents)
     events = sorted(events + webhook_tests(rng, plan), key=lambda e: (e.emit, e.eid))
+    tally = counting(progress)
     for ev in events:
+        made = len(run.recs)
         for sub in ev.subs or [s for s in ("wh_main", "wh_siem") if ev.event in SUBS[s].events]:
             run.deliver(ev, sub)
-    run.recs += run.attacks([f["incident_id"] for f in facts])
-    captures, unreadable = write_captures(rng, out / "captures", run.recs)
+        tally.add_records(len(run.recs) - made)
+    attacks = run.attacks([f["incident_id"] for f in facts])
+    run.recs += attacks
+    tally.add_records(len(attacks))
+    captures, unreadable = write_captures(rng, out / "captures", run.recs, tally)
     main = [
         {
             "secret": keys["wh_main"][0],

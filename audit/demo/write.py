@@ -12,6 +12,7 @@ from pathlib import Path
 from audit.demo.delivery import DeliveryRun, Outcome, Record
 from audit.demo.lifecycle import Event
 from audit.demo.plan import CLIENT, DAY, SUBS, FaultPlan
+from audit.progress import Progress, counting
 from audit.service.wire import compact_json, iso, snapshot_document, snapshot_stem
 from audit.spec import DELIVERY_TIMEOUT_MS
 
@@ -46,9 +47,11 @@ def capture_line(rng: random.Random, rec: Record, style: str) -> str:
 
 
 def write_captures(
-    rng: random.Random, folder: Path, recs: list[Record]
+    rng: random.Random, folder: Path, recs: list[Record], progress: Progress | None = None
 ) -> tuple[list[Path], list[dict[str, object]]]:
-    """One JSON Lines file per day of receipt, sorted by receipt; plants the unreadable lines."""
+    """One JSON Lines file per day of receipt, sorted by receipt; plants the unreadable lines
+    (the probe line is a record ``progress`` counts; each file is counted once written)."""
+    tally = counting(progress)
     recs.sort(key=lambda r: r.recv)
     n = len(recs)
     plain = [i for i, r in enumerate(recs) if r.kind == "service" and r.status < 300]
@@ -70,6 +73,7 @@ def write_captures(
             junk |= {"url": SUBS["wh_main"].url, "headers": {"User-Agent": "Mozilla/5.0"}}
             lines.append(compact_json(junk | {"response_status": 400, "response_ms": 1}))
             unreadable.append({"line": len(lines), "reason": "neither body nor body_b64"})
+            tally.add_records(1)
             unreadable[-1]["file"] = f"captures/{name}"
         lines.append(capture_line(rng, rec, styles.get(i, "iso")))
         if i == cut:  # the receiver crashed while writing this line
@@ -79,8 +83,10 @@ def write_captures(
             )
             unreadable[-1]["file"] = f"captures/{name}"
     folder.mkdir(parents=True)
+    tally.expect_files(len(files))
     for name, lines in files.items():
         (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        tally.file_done()
     return [folder / name for name in sorted(files)], unreadable
 
 

@@ -23,7 +23,6 @@ Every other record, whatever is odd about it, goes through the exact path
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import re
 from collections.abc import Mapping
@@ -48,6 +47,7 @@ from audit.ingest.formats.jsonl import parse_jsonl, prefix_markers
 from audit.ingest.secrets import SecretStore, SigningSecret
 from audit.ingest.signatures import subscription_logged, verify_parsed
 from audit.ingest.verdict_rules import decide
+from audit.tables import CAPTURE_KEYS
 from audit.timeutil import parse_iso_ns
 
 if TYPE_CHECKING:
@@ -55,9 +55,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Verified", "verify_jsonl"]
 
-_KEYS = frozenset(
-    ("received_at", "headers", "body", "subscription_id", "url", "response_status", "response_ms")
-)
+#: The record shape the fast path takes: the capture fields declared in :mod:`audit.tables`.
+_KEYS = CAPTURE_KEYS
 _BLOCK = 64  # SHA-256 block size
 _INFINITE = (float("inf"), float("-inf"))
 #: A character escape (\\uXXXX) anywhere in a line (a regex finds it faster than ``in``, which
@@ -178,9 +177,10 @@ class Verified(NamedTuple):
 
 
 class _Row(NamedTuple):
-    """One verified record: the columns of :data:`audit.ingest.formats.base.COLUMNS`, the
-    verification columns, ``subscription_logged``, what :func:`audit.ingest.extract.extract`
-    read from the body (None without ``extract``) and whether ``received_at`` had no offset."""
+    """One verified record: the columns of :data:`audit.tables.DELIVERIES` in their order,
+    ``subscription_logged``, what :func:`audit.ingest.extract.extract` read from the body (None
+    without ``extract``) and whether ``received_at`` had no offset (``tests/test_tables.py``
+    holds the fields equal to the declaration)."""
 
     source: str
     line: int
@@ -265,42 +265,36 @@ def verify_jsonl(
     rows: list[_Row | None] = []  # None: left to the exact path (a record of ``slow``)
     slow: list[tuple[int, int, bytes]] = []  # (position in rows, line number, line)
     longest = _jsonl.MAX_RECORD_BYTES  # a longer record: the exact path counts it unreadable
-    collecting = gc.isenabled()
-    gc.disable()  # rows are tuples of plain values (no cycles); collections of the list cost 5-20%
-    try:
-        for line, raw in enumerate(data.split(b"\n"), first_line):
-            if not raw or raw.isspace():
-                if overlong and line in overlong:
-                    slow.append((len(rows), line, raw))
-                    rows.append(None)
-                continue
-            row = None
-            try:
-                rec = loads(raw) if len(raw) <= longest else None
-            except decode_error:
-                rec = None
-            if type(rec) is dict and rec.keys() <= _KEYS:
-                row = _fast(rec, raw, line, ctx)
-            if row is None:
+    for line, raw in enumerate(data.split(b"\n"), first_line):
+        if not raw or raw.isspace():
+            if overlong and line in overlong:
                 slow.append((len(rows), line, raw))
-            rows.append(row)
-        naive = unreadable = 0
-        if slow:
-            naive, unreadable = _exact(
-                rows, slow, source, wanted, secrets, tolerance_s, extract, overlong=overlong
-            )
-        if not rows:
-            names = (*_NAMES, *EXTRACTED) if extract else _NAMES
-            return Verified({n: [] for n in names}, 0, unreadable, len(slow))
-        transposed = list(zip(*rows, strict=True))
-        naive += sum(transposed.pop())  # the rows' last field
-        extracted = transposed.pop()
-        columns = {n: list(v) for n, v in zip(_NAMES, transposed, strict=True)}
-        if extract:
-            columns.update(extracted_columns(extracted))
-    finally:
-        if collecting:
-            gc.enable()
+                rows.append(None)
+            continue
+        row = None
+        try:
+            rec = loads(raw) if len(raw) <= longest else None
+        except decode_error:
+            rec = None
+        if type(rec) is dict and rec.keys() <= _KEYS:
+            row = _fast(rec, raw, line, ctx)
+        if row is None:
+            slow.append((len(rows), line, raw))
+        rows.append(row)
+    naive = unreadable = 0
+    if slow:
+        naive, unreadable = _exact(
+            rows, slow, source, wanted, secrets, tolerance_s, extract, overlong=overlong
+        )
+    if not rows:
+        names = (*_NAMES, *EXTRACTED) if extract else _NAMES
+        return Verified({n: [] for n in names}, 0, unreadable, len(slow))
+    transposed = list(zip(*rows, strict=True))
+    naive += sum(transposed.pop())  # the rows' last field
+    extracted = transposed.pop()
+    columns = {n: list(v) for n, v in zip(_NAMES, transposed, strict=True)}
+    if extract:
+        columns.update(extracted_columns(extracted))
     return Verified(columns, naive, unreadable, len(slow))
 
 
@@ -404,30 +398,30 @@ def _fast(rec: dict[str, Any], raw: bytes, line: int, ctx: _Context) -> _Row | N
         sub = secret.subscription_id
     (eid, event, event_ns, incident), more = ctx.envelope(body)
     return _Row(
-        ctx.source,
-        line,
-        received_ns,
-        sub,
-        url,
-        status,
-        ms,
-        signature,
-        timestamp,
-        None if event_name is None else headers[event_name],
-        None if delivery_name is None else headers[delivery_name],
-        body,
-        eid,
-        event,
-        event_ns,
-        incident,
-        got.verdict,
-        got.detail,
-        got.hmac_ok,
-        got.skew_s,
-        secret.label,
-        logged,
-        more,
-        not had_offset,
+        source=ctx.source,
+        line=line,
+        received_at=received_ns,
+        subscription_id=sub,
+        url=url,
+        response_status=status,
+        response_ms=ms,
+        signature=signature,
+        timestamp_header=timestamp,
+        event_header=None if event_name is None else headers[event_name],
+        delivery_id=None if delivery_name is None else headers[delivery_name],
+        body=body,
+        event_id=eid,
+        event=event,
+        event_timestamp=event_ns,
+        incident_id=incident,
+        verdict=got.verdict,
+        detail=got.detail,
+        hmac_ok=got.hmac_ok,
+        skew_s=got.skew_s,
+        matched_secret=secret.label,
+        subscription_logged=logged,
+        extracted=more,
+        naive=not had_offset,
     )
 
 
@@ -456,5 +450,6 @@ def _exact(
     cols.update(verify_parsed(cols, secrets, tolerance_s=tolerance_s))
     for k, (i, _, _) in enumerate(slow):
         more = _extract(cols["body"][k]) if extract else None
-        rows[i] = _Row._make((*(cols[n][k] for n in _EXACT_NAMES), logged[k], more, False))
+        row = {n: cols[n][k] for n in _EXACT_NAMES}
+        rows[i] = _Row(**row, subscription_logged=logged[k], extracted=more, naive=False)
     return naive, unreadable

@@ -11,10 +11,9 @@ JSON document) are verified in-process by the exact path.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Callable, Generator, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -28,7 +27,7 @@ from audit.ingest.formats.base import Columns
 from audit.ingest.secrets import SecretStore
 from audit.ingest.workers import default_workers, forked_workers
 
-__all__ = ["Piece", "Verdicts", "map_pieces", "plan_pieces"]
+__all__ = ["Piece", "Runner", "Verdicts", "map_pieces", "plan_pieces"]
 
 T = TypeVar("T")
 
@@ -150,39 +149,98 @@ def map_pieces(
     workers: int | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Generator[T, None, None]:
-    """``fn(piece)`` for every piece, in order, on ``workers`` forked processes (at most two
-    pieces in flight per worker, so memory stays bounded).
+    """``fn(piece)`` for every piece, in order: :meth:`Runner.map` on a runner of its own
+    (``workers`` forked processes, :func:`audit.ingest.workers.default_workers` when None).
 
     Close the generator when the loop over it stops early (``contextlib.closing``): the workers
-    are stopped then, not when it is collected. The module's lock is never held at a yield (only
-    while the workers are forked with the context, or while one piece is done in process), so
-    a generator left waiting (a ^C in the caller's loop, its traceback kept by IPython) never
-    blocks the next call."""
+    are stopped then, not when it is collected."""
     workers = default_workers() if workers is None else max(1, workers)
-    context = dict(
-        source=sources,
-        wanted=wanted,
-        secrets=secrets,
-        tolerance_s=tolerance_s,
-        keyed=_keyed(secrets),
-        **(extra or {}),
-    )
-    if workers == 1:
-        for piece in pieces:
-            with _inherited(context):
-                got = fn(piece)
-            yield got
-        return
-    with contextlib.ExitStack() as stack:
-        with _inherited(context):  # the workers are all forked with it, then it is cleared
-            pool = stack.enter_context(forked_workers(workers))
+    with Runner(
+        wanted=wanted, secrets=secrets, tolerance_s=tolerance_s, workers=workers, extra=extra
+    ) as runner:
+        yield from runner.map(fn, pieces, sources=sources)
+
+
+class Runner:
+    """The pieces of one command, run with one context (secrets, headers, tolerance and
+    ``extra``): in this process when ``workers`` is 1, else on ``workers`` processes forked
+    once, at the first piece of the first :meth:`map`, and used for every later one (never a
+    pool per file). A context manager: left by an error (a ^C), the tasks not started are
+    cancelled and only those the workers hold are waited for.
+
+    The module's lock is never held at a yield (only while the workers are forked with the
+    context, or while one piece is done in process), so a generator left waiting (a ^C in the
+    caller's loop, its traceback kept by IPython) never blocks the next call."""
+
+    def __init__(
+        self,
+        *,
+        wanted: dict[str, str],
+        secrets: SecretStore,
+        tolerance_s: float,
+        workers: int,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.workers = max(1, workers)
+        self._context: dict[str, Any] = dict(
+            wanted=wanted,
+            secrets=secrets,
+            tolerance_s=tolerance_s,
+            keyed=_keyed(secrets),
+            **(extra or {}),
+        )
+        self._stack = contextlib.ExitStack()
+        self._pool: ProcessPoolExecutor | None = None
+
+    @property
+    def forked(self) -> bool:
+        """Whether worker processes were forked."""
+        return self._pool is not None
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.__exit__(*exc)  # type: ignore[arg-type]  # the exception, passed through
+
+    def map(
+        self,
+        fn: Callable[[Piece], T],
+        pieces: Iterator[Piece],
+        *,
+        sources: dict[str, str],
+        call: dict[str, Any] | None = None,
+    ) -> Generator[T, None, None]:
+        """``fn(piece)`` for every piece, in order, with the context and ``call`` (what
+        changes from one call to the next, e.g. the file's hash: sent with each piece, with
+        the piece's source name from ``sources``); at most two pieces in flight per worker,
+        so memory stays bounded."""
+        if self.workers == 1:
+            for piece in pieces:
+                with _inherited({**self._context, **(call or {}), "source": sources}):
+                    got = fn(piece)
+                yield got
+            return
         pending: list[Future[T]] = []
         for piece in pieces:
-            pending.append(pool.submit(fn, piece))
-            if len(pending) >= 2 * workers:
+            own = {**(call or {}), "source": {piece.path: sources[piece.path]}}
+            pending.append(self._started().submit(_called, fn, own, piece))
+            if len(pending) >= 2 * self.workers:
                 yield pending.pop(0).result()
         for fut in pending:
             yield fut.result()
+
+    def _started(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            with _inherited(self._context):  # the workers are all forked with it, then cleared
+                self._pool = self._stack.enter_context(forked_workers(self.workers))
+        return self._pool
+
+
+def _called(fn: Callable[[Piece], T], call: dict[str, Any], piece: Piece) -> T:
+    """Worker: ``fn(piece)`` with the inherited context and this call's part of it."""
+    _CONTEXT.update(call)
+    return fn(piece)
 
 
 @contextlib.contextmanager
@@ -223,8 +281,3 @@ def verdict_batch(piece: Piece) -> tuple[Piece, Verdicts]:
 def default_piece_bytes(total: int, workers: int) -> int:
     """Pieces small enough to spread over the workers, large enough to amortise a task."""
     return int(min(32 * 2**20, max(2**20, total // max(1, workers * 4))))
-
-
-def cpu_workers() -> int:
-    """The usable CPUs (1 where ``fork`` is unavailable)."""
-    return default_workers() if hasattr(os, "fork") else 1

@@ -8,11 +8,8 @@ reads them out of core on every core and hands Arrow to pandas. Rows come back i
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -30,7 +27,6 @@ from audit.ingest.scan import (
     sql_list,
     window,
 )
-from audit.ingest.side import Pending, aside, cancelled_on_error
 from audit.ingest.store import Store
 from audit.ingest.store_folder import DATASET
 from audit.paths import source_name
@@ -41,6 +37,7 @@ __all__ = [
     "ANALYSIS_COLUMNS",
     "ATTEMPT_LOOKBACK",
     "DELIVERY_COLUMNS",
+    "AnalysisRead",
     "StoreInputs",
     "check_memory",
     "frame_from_arrow",
@@ -49,6 +46,9 @@ __all__ = [
     "load_deliveries",
     "load_first_receipts",
     "not_valid_evidence",
+    "plan_analysis_read",
+    "read_analysis_inputs",
+    "read_first_receipts",
     "store_inputs",
 ]
 
@@ -81,14 +81,27 @@ ATTEMPT_LOOKBACK = pd.Timedelta(days=1)
 @dataclass(frozen=True)
 class StoreInputs:
     """What an :class:`audit.analysis.Analysis` needs: deliveries, the files behind them, and
-    the incident fold's first receipts (None when ``deliveries`` carry the incident fields)."""
+    the incident fold's first receipts (None when not asked for: :func:`read_analysis_inputs`)."""
 
     deliveries: pd.DataFrame
     inputs: pd.DataFrame
     first_receipts: FirstReceipts | None = None
-    folded: Pending[Any] | None = None
-    """With ``fold``: what it makes of the first receipts, computed beside the deliveries' read
-    (:func:`load_analysis_inputs`); ``first_receipts`` is then None."""
+
+
+@dataclass(frozen=True)
+class AnalysisRead:
+    """What an analysis of a period reads from a store (:func:`plan_analysis_read`): the store
+    (one pinned view), the end of the read (``upto``), where the deliveries (``since``), the
+    first receipts (``receipts_from``) and the incidents' history (``history_from``) start
+    (None: from the first), and ``share``, the share of the available memory the read needs
+    (None when unknown; :func:`check_memory`)."""
+
+    store: Store
+    upto: pd.Timestamp
+    since: pd.Timestamp | None
+    receipts_from: pd.Timestamp | None
+    history_from: pd.Timestamp | None
+    share: float | None
 
 
 def _source_order(store: Store, parts: list[Path]) -> list[Path]:
@@ -241,22 +254,15 @@ def load_analysis_inputs(
     as_of: pd.Timestamp | None = None,
     lookback: pd.Timedelta | None = DEFAULT_LOOKBACK,
     attempt_lookback: pd.Timedelta | None = ATTEMPT_LOOKBACK,
-    fold: Callable[[FirstReceipts], object] | None = None,
 ) -> StoreInputs:
-    """The frames :func:`audit.analysis.run_analyses` needs for a period, from the store.
+    """The frames :func:`audit.analysis.run_analyses` needs for a period, from the store:
+    :func:`read_analysis_inputs` of :func:`plan_analysis_read`.
 
     Reads up to ``as_of`` (default ``end``), without bodies: the deliveries received from
     ``start - attempt_lookback``, without the incident fields (:data:`DELIVERY_COLUMNS`), and
     for the incident fold the first receipt of each event received from ``start - lookback``
     (:func:`load_first_receipts`). Either reads everything before when ``start`` or its
     lookback is None.
-
-    ``fold`` (a function of the first receipts, such as the takedown analysis): the first
-    receipts are read and folded in a forked process (:func:`audit.ingest.side.aside`) while
-    this one reads the deliveries, on the other core; ``folded`` holds the pending result. The
-    two then hold memory at once: that is done only when the read needs at most
-    :data:`SIDE_SHARE` of the memory available, and when the process can fork safely;
-    otherwise ``first_receipts`` are read here, as without ``fold``.
 
     Examples
     --------
@@ -276,34 +282,62 @@ def load_analysis_inputs(
     The frames then go to :func:`audit.analysis.run_analyses` (``deliveries``, ``inputs=``,
     ``first_receipts=``).
     """
+    read = plan_analysis_read(
+        store,
+        start=start,
+        end=end,
+        as_of=as_of,
+        lookback=lookback,
+        attempt_lookback=attempt_lookback,
+    )
+    return read_analysis_inputs(read)
+
+
+def plan_analysis_read(
+    store: Store | str | os.PathLike[str],
+    *,
+    start: pd.Timestamp | None,
+    end: pd.Timestamp,
+    as_of: pd.Timestamp | None = None,
+    lookback: pd.Timedelta | None = DEFAULT_LOOKBACK,
+    attempt_lookback: pd.Timedelta | None = ATTEMPT_LOOKBACK,
+) -> AnalysisRead:
+    """What :func:`load_analysis_inputs` reads (its parameters), with the memory it needs
+    checked before anything is read (:func:`check_memory`); nothing is read yet."""
     upto = as_utc(end, name="end") if as_of is None else as_utc(as_of)
     start = None if start is None else as_utc(start, name="start")
-    store = pinned_store(store)  # one view, each part's sha256 checked once
-    # The first receipts first: DuckDB's pick of them needs memory while it runs.
-    lo = None if start is None or lookback is None else start - lookback
-    since = None if start is None or attempt_lookback is None else start - attempt_lookback
-    share = check_memory(store, deliveries_from=since, receipts_from=lo, end=upto)
-    folded = None
-    if fold is not None and share is not None and share <= SIDE_SHARE:
-        folded = aside(partial(_read_and_fold, fold, store, lo, upto))
-    first = load_first_receipts(store, start=lo, end=upto) if folded is None else None
+    pinned = pinned_store(store)  # one view, each part's sha256 checked once
     back = None if start is None or lookback is None else start - lookback
-    lo = None if start is None or attempt_lookback is None else start - attempt_lookback
-    with cancelled_on_error(folded):
-        deliveries = load_deliveries(
-            store,
-            start=lo,
-            end=upto,
-            columns=DELIVERY_COLUMNS,
-            history_from=back,
-            frugal=share is None or share > PLAIN_SHARE,
-        )
-        return StoreInputs(deliveries, store_inputs(store), first, folded)
+    since = None if start is None or attempt_lookback is None else start - attempt_lookback
+    share = check_memory(pinned, deliveries_from=since, receipts_from=back, end=upto)
+    return AnalysisRead(pinned, upto, since, back, back, share)
+
+
+def read_first_receipts(read: AnalysisRead) -> FirstReceipts:
+    """The incident fold's input for ``read``: the first receipt of each event
+    (:func:`load_first_receipts`)."""
+    return load_first_receipts(read.store, start=read.receipts_from, end=read.upto)
+
+
+def read_analysis_inputs(read: AnalysisRead, *, first_receipts: bool = True) -> StoreInputs:
+    """The deliveries, files and (unless ``first_receipts=False``: the caller reads them with
+    :func:`read_first_receipts`, elsewhere) the first receipts of ``read``."""
+    # The first receipts first: DuckDB's pick of them needs memory while it runs.
+    first = read_first_receipts(read) if first_receipts else None
+    deliveries = load_deliveries(
+        read.store,
+        start=read.since,
+        end=read.upto,
+        columns=DELIVERY_COLUMNS,
+        history_from=read.history_from,
+        frugal=read.share is None or read.share > PLAIN_SHARE,
+    )
+    return StoreInputs(deliveries, store_inputs(read.store), first)
 
 
 #: The largest share of the available memory a read may need for the incident fold to run in
-#: a process of its own beside it (:func:`load_analysis_inputs`): at 1.64M deliveries the two
-#: processes together peak about 11 % above the read done in one.
+#: a process of its own beside it (:func:`audit.analysis.analyze.read_store`): at 1.64M
+#: deliveries the two processes together peak about 11 % above the read done in one.
 SIDE_SHARE = 2 / 3
 
 
@@ -311,15 +345,6 @@ SIDE_SHARE = 2 / 3
 #: its rows twice at once (``frugal=False`` of :func:`load_deliveries`): +230 MB, against
 #: 0.8 s less, for a month of 1M deliveries.
 PLAIN_SHARE = 1 / 3
-
-
-def _read_and_fold(
-    fold: Callable[[FirstReceipts], object],
-    store: Store | str | os.PathLike[str],
-    start: pd.Timestamp | None,
-    end: pd.Timestamp,
-) -> object:
-    return fold(load_first_receipts(store, start=start, end=end))
 
 
 #: Bytes an analysis holds at its peak per delivery it reads, and per row of the months its

@@ -128,12 +128,16 @@ def scan(
     deliveries in half the time and holds its rows twice at once (``docs/scale.md``).
     """
     columns = list(columns)
-    present, absent = _present(files, columns)
+    present, absent, mixed = _present(files, columns)
+    # parts written before and after a column was declared: DuckDB matches their columns by
+    # name, the older parts' missing ones as nulls (else it refuses the mix)
+    by_name = ", union_by_name = true" if mixed else ""
     with parts_read(files) as con:
         con.execute("SET preserve_insertion_order = true")
         cols = ", ".join(f'"{c}"' for c in present)
         sql = (
-            f"SELECT {cols} FROM read_parquet({sql_list(files)}, hive_partitioning = false) {where}"
+            f"SELECT {cols} FROM read_parquet({sql_list(files)}, hive_partitioning = false"
+            f"{by_name}) {where}"
         )
         result = con.sql(sql, params=params)
         box = [with_nulls(owned(result) if frugal else arrow_of(result), columns, absent)]
@@ -141,16 +145,22 @@ def scan(
         return in_input_order(box, frugal=frugal)
 
 
-def _present(files: Collection[Path], columns: list[str]) -> tuple[list[str], list[str]]:
-    """(``columns`` the parts hold, those they lack): a store of an earlier format lacks the
-    columns added since (all its parts are of one format: the first's schema tells)."""
+def _present(files: Collection[Path], columns: list[str]) -> tuple[list[str], list[str], bool]:
+    """(``columns`` some part holds, those no part holds, whether some parts lack one the
+    others hold): a store of an earlier format lacks the columns added since, and a column
+    declared since the last format change is in the parts written after it only."""
     if not files:
-        return columns, []
-    try:
-        names = set(pq.read_schema(next(iter(files))).names)
-    except (OSError, pa.ArrowException):
-        return columns, []  # DuckDB says what is wrong with it (parts_read)
-    return [c for c in columns if c in names], [c for c in columns if c not in names]
+        return columns, [], False
+    held: list[set[str]] = []
+    for f in files:
+        try:
+            held.append(set(pq.read_schema(f).names))
+        except (OSError, pa.ArrowException):
+            return columns, [], False  # DuckDB says what is wrong with it (parts_read)
+    some = set().union(*held)
+    every = some.intersection(*held)
+    present = [c for c in columns if c in some]
+    return present, [c for c in columns if c not in some], any(c not in every for c in present)
 
 
 def with_nulls(table: pa.Table, columns: list[str], absent: list[str]) -> pa.Table:

@@ -35,13 +35,14 @@ Rules
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import os
 import shutil
 import warnings
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -69,15 +70,19 @@ from audit.ingest.store_folder import (
     staging_folder,
 )
 from audit.ingest.upgrade import upgrade
+from audit.ingest.workers import workers_for
 from audit.locks import folder_held, lock_file, try_lock_file, unlock_file
 from audit.paths import source_name
+from audit.progress import Progress, counting
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 
-__all__ = ["IngestResult", "Store", "ingest", "secrets_fingerprints"]
+__all__ = ["WRITTEN", "IngestResult", "Store", "ingest", "reverify", "secrets_fingerprints"]
 
 #: The store format this release writes (``manifest.json``'s ``version``).
 STORE_VERSION = FORMAT
 _LABEL = b"audit evidence store: secret fingerprint v1"
+#: The line that tells a user :func:`reverify` wrote to the store.
+WRITTEN = "written: the new verdicts are stored (an ingest with no files)"
 
 
 def secrets_fingerprints(store: SecretStore) -> dict[str, str]:
@@ -165,6 +170,12 @@ class Store:
             check_parts(self.root, manifest, names, self.checked)
         return sorted(self.root / DATASET / name for name in names)
 
+    def secrets_changed(self, secrets: SecretStore) -> list[str]:
+        """The subscriptions (sorted) whose secrets differ, by keyed fingerprint
+        (:func:`secrets_fingerprints`), from those the stored records were verified with: the
+        ones an ingest verifies again. None for a store that holds no file."""
+        return _changed(self.manifest(), secrets_fingerprints(secrets))
+
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the store's writer lock (blocks while another writer holds it, and says so).
@@ -194,6 +205,56 @@ class Store:
                 unlock_file(f)
 
 
+def _changed(manifest: dict[str, Any], fps: dict[str, str]) -> list[str]:
+    """The subscriptions whose fingerprint in ``fps`` is not the one ``manifest`` records
+    (none when it lists no file: there is nothing to verify again)."""
+    if not manifest["files"]:
+        return []
+    then = manifest["secrets"]
+    return sorted(s for s in set(fps) | set(then) if fps.get(s) != then.get(s))
+
+
+def reverify(
+    store_dir: str | os.PathLike[str],
+    secrets_path: str | os.PathLike[str],
+    *,
+    header_prefix: str = DEFAULT_HEADER_PREFIX,
+    tolerance_s: float = CLOCK_TOLERANCE_S,
+) -> IngestResult | None:
+    """Verify again, with ``secrets_path``, the stored records whose secrets changed
+    (:meth:`Store.secrets_changed`: an ingest with no files); None when none did, and then
+    nothing is written, so a store this user cannot write is read as it is.
+
+    Raises
+    ------
+    InputError
+        The secrets changed and this user cannot write the store (one line: who can fix it).
+    """
+    store = Store(Path(store_dir))
+    changed = store.secrets_changed(read_secrets(secrets_path))
+    if not changed:
+        return None
+    try:
+        for at in (store.root, store.manifest_path):
+            if not os.access(at, os.W_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(at))
+        return ingest(
+            [], secrets_path, store.root, header_prefix=header_prefix, tolerance_s=tolerance_s
+        )
+    except PermissionError as e:  # os.access said so, or a file in the folder refused
+        raise InputError(
+            f"{store_dir}: the secrets of {len(changed)} subscription(s) changed since its "
+            f"records were verified; verifying them again writes to the store, which this user "
+            f"cannot ({e.strerror or 'permission denied'}): have its owner run "
+            f"`audit ingest --store {store_dir} --secrets FILE`, or work from a writable copy"
+        ) from None
+
+
+#: The bytes of a capture file verified and written at a time (a piece: one worker's task),
+#: unless ``ingest(chunk_bytes=...)`` says.
+PIECE_BYTES = 32 * 2**20
+
+
 def ingest(
     logs: Iterable[str | os.PathLike[str]],
     secrets_path: str | os.PathLike[str],
@@ -201,10 +262,14 @@ def ingest(
     *,
     header_prefix: str = DEFAULT_HEADER_PREFIX,
     tolerance_s: float = CLOCK_TOLERANCE_S,
-    chunk_bytes: int = 32 * 2**20,
+    chunk_bytes: int | None = None,
     workers: int | None = None,
+    progress: Progress | None = None,
 ) -> IngestResult:
     """Load and verify capture logs once, into the evidence store at ``store_dir``.
+
+    ``progress`` counts the files as each is done and the records read as each piece of a
+    file is verified (default: nothing is counted or shown).
 
     Examples
     --------
@@ -227,12 +292,15 @@ def ingest(
     """
     files = expand_paths(logs)
     secrets = read_secrets(secrets_path)
+    tally = counting(progress)
+    tally.expect_files(len(files))
     settings = _Settings(
         wanted={v: k for k, v in header_names(header_prefix).items()},
         secrets=secrets,
         tolerance_s=tolerance_s,
-        chunk_bytes=chunk_bytes,
+        chunk_bytes=chunk_bytes or PIECE_BYTES,
         workers=workers,
+        progress=tally,
     )
     store = Store(Path(store_dir))
     result = IngestResult()
@@ -251,12 +319,8 @@ def ingest(
                 result.messages.append(upgrade(store.root, manifest, staging, obsolete))
             known = KnownRecords(store.root, manifest)
             fps = secrets_fingerprints(secrets)
-            changed_subs = {
-                s
-                for s in set(fps) | set(manifest["secrets"])
-                if fps.get(s) != manifest["secrets"].get(s)
-            }
-            if manifest["files"] and changed_subs:
+            changed_subs = set(_changed(manifest, fps))
+            if changed_subs:
                 again = reverify_parts(
                     store.root, manifest, changed_subs, secrets, tolerance_s, staging, obsolete
                 )
@@ -274,12 +338,25 @@ def ingest(
             holds = {v.resolved: v.sha for v in seen.values()}
             given = {v: k for k, v in reversed(holds.items())}  # a content's first given path
             contents = _Contents(holds, given)
-            for path in files:
-                done = _ingest_file(
-                    path, seen[path], contents, store, _Target(manifest, known, staging), settings
-                )
-                _tally(result, done)
-                obsolete.extend(done.obsolete)
+            with parallel.Runner(
+                wanted=settings.wanted,
+                secrets=secrets,
+                tolerance_s=tolerance_s,
+                workers=_workers(seen.values(), manifest, settings, workers),
+            ) as runner:
+                settings = replace(settings, runner=runner)
+                for path in files:
+                    done = _ingest_file(
+                        path,
+                        seen[path],
+                        contents,
+                        store,
+                        _Target(manifest, known, staging),
+                        settings,
+                    )
+                    _tally(result, done)
+                    obsolete.extend(done.obsolete)
+                    tally.file_done()
             write_json_atomic(store.manifest_path, manifest)
         except BaseException:  # a full disk, ^C: the parts of this run go, the store stays
             remove_strays(store.root, store.manifest())
@@ -299,6 +376,10 @@ class _Settings:
     tolerance_s: float
     chunk_bytes: int
     workers: int | None
+    #: The command's runner (its workers forked once, when a first piece is read).
+    runner: parallel.Runner | None = None
+    #: Counts records as each piece is finished (files are counted by :func:`ingest`).
+    progress: Progress = field(default_factory=Progress)
 
 
 @dataclass(frozen=True)
@@ -333,6 +414,23 @@ class _FileIngested:
     messages: list[str] = field(default_factory=list)
     #: Parts (dataset-relative names) to delete once the manifest no longer lists them.
     obsolete: list[str] = field(default_factory=list)
+
+
+def _workers(
+    seen: Iterable[Seen], manifest: dict[str, Any], settings: _Settings, workers: int | None
+) -> int:
+    """Worker processes for an ingest: ``workers`` when the caller says; else none (this
+    process) unless a file to read is cut into several pieces. Files are stored one after the
+    other, so a file of one piece keeps one worker busy while the others wait: 31 files of 1.2
+    MB (36 MB) ingested in 2.2 s in process against 2.7 s on 2 workers. Then
+    :func:`audit.ingest.workers.workers_for` of the bytes to read (``AUDIT_JOBS``)."""
+    if workers is not None:
+        return max(1, workers)
+    stored = {e["sha256"] for e in manifest["files"]}
+    new = [v.size for v in seen if v.sha not in stored]
+    if not any(size > settings.chunk_bytes for size in new):
+        return 1
+    return workers_for(sum(new))
 
 
 def _tally(result: IngestResult, done: _FileIngested) -> None:
@@ -441,6 +539,8 @@ def _ingest_file(
     entry["unreadable"] += done.unreadable
     entry["lines"] += newlines
     entry["parts"] = [*entry["parts"], *parts]
+    if kept.known or "held" in entry:  # its records stored under other entries (read_held)
+        entry["held"] = entry.get("held", 0) + kept.known
     return done
 
 
@@ -473,26 +573,25 @@ def _read_file(
         writer.write(table)
         written = writer.finish()
         done.records += table.num_rows
+        settings.progress.add_records(table.num_rows)
         done.unreadable += pc.sum(pc.equal(table.column("verdict"), "unreadable")).as_py() or 0
         done.naive_times += naive
         return newlines, written
     pieces = parallel.plan_pieces(
         path, piece_bytes=settings.chunk_bytes, skip_bytes=skip, first_line=first_line
     )
-    results = parallel.map_pieces(
+    assert settings.runner is not None  # set by ingest() for the whole command
+    results = settings.runner.map(
         _ingest_piece,
         pieces,
         sources={str(path): source_name(path)},
-        wanted=settings.wanted,
-        secrets=settings.secrets,
-        tolerance_s=settings.tolerance_s,
-        workers=settings.workers,
-        extra={"staging": staging, "file_sha256": sha},
+        call={"staging": staging, "file_sha256": sha},
     )
     with contextlib.closing(results):  # an error here stops the workers at once
         for piece in results:
             written.extend(piece.parts)
             done.records += piece.rows
+            settings.progress.add_records(piece.rows)
             done.unreadable += piece.unreadable
             done.naive_times += piece.naive_times
             newlines += piece.newlines

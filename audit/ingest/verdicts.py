@@ -23,7 +23,9 @@ from audit.ingest.parallel import Verdicts
 from audit.ingest.secrets import SecretStore, read_secrets
 from audit.ingest.signatures import subscription_logged, verify_parsed
 from audit.ingest.verification import VERDICT_COLUMNS
+from audit.ingest.workers import workers_for
 from audit.paths import source_name
+from audit.progress import Progress, counting
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 from audit.tables import STORED_DELIVERIES
 
@@ -132,13 +134,16 @@ def _read(
     hash_files: bool,
     upto: pd.Timestamp | None,
     evidence: bool = False,
+    progress: Progress | None = None,
 ) -> _Read:
     """:func:`read_logs` without pandas: the rows in the store's Arrow types."""
     files = distinct_logs(expand_paths(logs))
+    tally = counting(progress)
+    tally.expect_files(len(files))
     secrets = secrets_path if isinstance(secrets_path, SecretStore) else read_secrets(secrets_path)
     wanted = {v: k for k, v in header_names(header_prefix).items()}
-    workers = parallel.cpu_workers() if workers is None else max(1, workers)
     total = sum(f.stat().st_size for f in files)
+    workers = workers_for(total, workers)
     size = piece_bytes or parallel.default_piece_bytes(total, workers)
     # JSONL is read in pieces through the fast path; every other format whole (exact path).
     whole = [format_of(f.name) is not _JSONL for f in files]
@@ -163,7 +168,8 @@ def _read(
     proof: dict[str, list[pa.Table]] = {str(f): [] for f in files}
     counts = {str(f): [0, 0] for f in files}
     naive = 0
-    hashes = _Hashes(files, enabled=hash_files)
+    hashes = _Hashes(files, enabled=hash_files, thread=workers > 1)
+    order = {str(f): i for i, f in enumerate(lines)}
     with contextlib.closing(results):
         for piece, got in results:
             hashes.start()  # after the first result: the workers are forked by then
@@ -171,15 +177,20 @@ def _read(
             proof[piece.path].append(got.evidence)
             counts[piece.path][0] += got.table.num_rows
             counts[piece.path][1] += got.unreadable
+            tally.files_finished(order[piece.path])  # pieces come back in order
+            tally.add_records(got.table.num_rows)
             naive += got.naive_times
             if upto is not None:
                 by_file[piece.path][-1] = _received_upto(got.table, upto)
+    tally.files_finished(len(lines))
     for f, w in zip(files, whole, strict=True):
         if w:
             got = _whole(f, wanted, secrets, tolerance_s, names, evidence)
             by_file[str(f)].append(got.table)
             proof[str(f)].append(got.evidence)
             counts[str(f)] = [got.table.num_rows, got.unreadable]
+            tally.add_records(got.table.num_rows)
+            tally.file_done()
             naive += got.naive_times
             if upto is not None:
                 by_file[str(f)][-1] = _received_upto(got.table, upto)
@@ -254,8 +265,11 @@ def verdict_table(
     tolerance_s: float = CLOCK_TOLERANCE_S,
     workers: int | None = None,
     piece_bytes: int | None = None,
+    progress: Progress | None = None,
 ) -> pa.Table:
     """:func:`verify_logs` as an Arrow table, without importing pandas (``audit verify``).
+
+    ``progress`` counts the files as each is done and the records as each piece is verified.
 
     The table is ``pa.Table.from_pandas(verify_logs(...), preserve_index=False)``: the same
     columns, types, values and ``pandas`` schema metadata, so a Parquet file written from it
@@ -271,6 +285,7 @@ def verdict_table(
         piece_bytes=piece_bytes,
         hash_files=False,
         upto=None,
+        progress=progress,
     )
     if got.naive:
         warnings.warn(_naive_message(got.naive), LoadWarning, stacklevel=2)
@@ -297,17 +312,19 @@ def _received_upto(table: pa.Table, upto: pd.Timestamp) -> pa.Table:
 
 class _Hashes:
     """The files' sha256 in a background thread (``hashlib`` releases the GIL while it hashes),
-    so the parent hashes while the workers verify instead of after them."""
+    so the parent hashes while the workers verify instead of after them; with
+    ``thread=False`` (no workers), in the caller's thread when the result is asked for."""
 
-    def __init__(self, files: Iterable[Path], *, enabled: bool = True) -> None:
+    def __init__(self, files: Iterable[Path], *, enabled: bool = True, thread: bool = True) -> None:
         self._files = list(files)
         self._enabled = enabled
+        self._threaded = thread
         self._thread: threading.Thread | None = None
         self._out: list[str] = []
         self._error: BaseException | None = None
 
     def start(self) -> None:
-        if self._thread is None and self._enabled and self._files:
+        if self._thread is None and self._enabled and self._files and self._threaded:
             self._thread = threading.Thread(target=self._run, daemon=True)
             self._thread.start()
 
@@ -321,10 +338,11 @@ class _Hashes:
         """One hex digest per file ('' for every file when hashing was not asked for)."""
         if not self._enabled:
             return [""] * len(self._files)
+        if not self._threaded:
+            return [_sha256(f) for f in self._files]
         self.start()
         if self._thread is None:
             return []
-        assert self._thread is not None
         self._thread.join()
         if self._error is not None:
             raise self._error

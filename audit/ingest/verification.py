@@ -11,6 +11,7 @@ from audit.ingest.load import frame_from_columns, load_captures
 from audit.ingest.secrets import SecretStore, read_secrets
 from audit.ingest.signatures import VERDICTS, verify_columns
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
+from audit.tables import VERDICT_COLUMNS as DECLARED_VERDICT_COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,24 +25,9 @@ __all__ = [
     "verify_frame",
 ]
 
-#: Columns of ``verdicts.csv``, in order.
-VERDICT_COLUMNS = [
-    "source",
-    "line",
-    "received_at",
-    "delivery_id",
-    "event_id",
-    "event",
-    "incident_id",
-    "subscription_id",
-    "verdict",
-    "hmac_ok",
-    "skew_s",
-    "matched_secret",
-    "response_status",
-    "response_ms",
-    "detail",
-]
+#: Columns of ``verdicts.csv`` (``audit verify``), in order: those declared so in
+#: :mod:`audit.tables` (a list, which selects columns of a frame).
+VERDICT_COLUMNS: list[str] = list(DECLARED_VERDICT_COLUMNS)
 
 
 @dataclass(frozen=True)

@@ -11,31 +11,28 @@ Everything after it works on the :class:`Inputs` frames either way.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
 import pandas as pd
 
-from audit.analysis.analyze import Takedown, takedown_analysis
+from audit.analysis.analyze import Takedown, read_store
 from audit.analysis.subscriptions import load_snapshots, snapshot_files
 from audit.errors import InputError, ParameterError
 from audit.findings import read_mutes
 from audit.ingest.query import (
     ANALYSIS_COLUMNS,
     ATTEMPT_LOOKBACK,
-    load_analysis_inputs,
     not_valid_evidence,
 )
 from audit.ingest.receipts import FirstReceipts
-from audit.ingest.secrets import SecretStore, read_secrets
+from audit.ingest.secrets import read_secrets
 from audit.ingest.side import Pending, cancelled_on_error
-from audit.ingest.store import IngestResult, Store, ingest, secrets_fingerprints
+from audit.ingest.store import WRITTEN, IngestResult, ingest, reverify
 from audit.ingest.verdicts import read_logs
 from audit.paths import source_name
 
@@ -70,7 +67,7 @@ class Inputs:
     takedown
         From a store, given ``clock_start``: the takedown analysis as of ``as_of`` (default
         ``end``), computed in a forked process while the deliveries were read
-        (:func:`audit.ingest.query.load_analysis_inputs`' ``fold``); None otherwise.
+        (:func:`audit.analysis.analyze.read_store`); None otherwise.
     notes
         What loading did to the store that the user is told (always, not as progress): files
         ingested, records verified again because the secrets changed.
@@ -164,9 +161,7 @@ def load_inputs(
     else:
         stored = _from_store(
             store,
-            _Given(
-                logs=logs, secrets=secrets, secrets_file=secrets_file, header_prefix=header_prefix
-            ),
+            _Given(logs=logs, secrets_file=secrets_file, header_prefix=header_prefix),
             start,
             end,
             as_of,
@@ -211,68 +206,32 @@ def load_inputs(
 
 
 class _Given(NamedTuple):
-    """What a store is brought up to date with: logs to ingest, the secrets (read, and their
-    file) and the header prefix."""
+    """What a store is brought up to date with: logs to ingest, the secrets file and the
+    header prefix."""
 
     logs: Sequence[str | os.PathLike[str]]
-    secrets: SecretStore
     secrets_file: Path
     header_prefix: str
 
 
 def _store_up_to_date(store: str | os.PathLike[str], given: _Given) -> tuple[str, ...]:
-    """Ingest ``logs`` into ``store``; without logs, verify again (an ingest with no files, as
-    ``audit analyze --store`` does) the stored records of the subscriptions whose secrets differ
-    from those the store was verified with, so that the report never reads verdicts of other
-    secrets. Nothing is written when nothing changed (a store this user cannot write is read
+    """Ingest ``logs`` into ``store``; without logs, verify again
+    (:func:`audit.ingest.store.reverify`) the stored records of the subscriptions whose secrets
+    differ from those the store was verified with, so that the report never reads verdicts of
+    other secrets. Nothing is written when nothing changed (a store this user cannot write is read
     then); the lines to tell the user."""
     logs, secrets_file, prefix = given.logs, given.secrets_file, given.header_prefix
     if logs:
         done = ingest(list(logs), secrets_file, store, header_prefix=prefix)
         return tuple(f"{store}: {line}" for line in done.messages)
-    changed = _secrets_changed(Store(Path(store)), given.secrets)
-    if not changed:
-        return ()
-    try:
-        _check_writable(Path(store))
-        done = ingest([], secrets_file, store, header_prefix=prefix)
-    except PermissionError as e:  # the folder allowed it, a file in it did not
-        raise _read_only(store, changed, e.strerror or "permission denied") from None
-    return _reverified_notes(store, done)
-
-
-def _secrets_changed(store: Store, secrets: SecretStore) -> set[str]:
-    """The subscriptions whose secrets (by keyed fingerprint,
-    :func:`audit.ingest.store.secrets_fingerprints`) differ from those the stored records were
-    verified with; none for a store with no file (:func:`audit.ingest.store.ingest`'s rule)."""
-    manifest = store.manifest()
-    if not manifest["files"]:
-        return set()
-    now, then = secrets_fingerprints(secrets), manifest["secrets"]
-    return {s for s in set(now) | set(then) if now.get(s) != then.get(s)}
-
-
-def _check_writable(root: Path) -> None:
-    """PermissionError (as the write would raise it) unless this user may write the store."""
-    for at in (root, root / "manifest.json"):
-        if not os.access(at, os.W_OK):
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(at))
-
-
-def _read_only(store: str | os.PathLike[str], changed: set[str], why: str) -> InputError:
-    """The one line for a store that needs verifying again and cannot be written."""
-    return InputError(
-        f"{store}: the secrets of {len(changed)} subscription(s) changed since its records "
-        f"were verified; verifying them again writes to the store, which this user cannot "
-        f"({why}): have its owner run `audit ingest --store {store} --secrets FILE`, or report "
-        "from a writable copy"
-    )
+    again = reverify(store, secrets_file, header_prefix=prefix)
+    return () if again is None else _reverified_notes(store, again)
 
 
 def _reverified_notes(store: str | os.PathLike[str], done: IngestResult) -> tuple[str, ...]:
     """What an ingest with no files did, for the user: it wrote to the store."""
     lines = [f"{store}: {line}" for line in done.messages]
-    lines.append(f"{store}: written: the new verdicts are stored (an ingest with no files)")
+    lines.append(f"{store}: {WRITTEN}")
     return tuple(lines)
 
 
@@ -303,14 +262,12 @@ def _from_store(
     if upto is None:
         raise ParameterError("reading a store needs the period's end or as_of")
     notes = _store_up_to_date(store, given)
-    fold = None
-    if clock_start is not None:  # on the other core while the deliveries are read
-        fold = partial(takedown_analysis, as_of=upto, clock_start=clock_start)
-    got = load_analysis_inputs(store, start=start, end=upto, fold=fold)
+    # With clock_start, the takedown analysis runs on the other core while the deliveries are read.
+    got = read_store(store, start=start, end=upto, clock_start=clock_start)
     # A rejected request's signature, headers and body are the report's evidence (as from raw
     # captures); the store reads them for those few records only, kept apart from the
     # deliveries (with a body column, the analyses would look for every body).
     lo = None if start is None else start - ATTEMPT_LOOKBACK
-    with cancelled_on_error(got.folded):
+    with cancelled_on_error(got.takedown):
         evidence = not_valid_evidence(store, start=lo, end=upto)
-    return _Stored(got.deliveries, got.inputs, evidence, got.first_receipts, got.folded, notes)
+    return _Stored(got.deliveries, got.inputs, evidence, got.first_receipts, got.takedown, notes)

@@ -28,7 +28,8 @@ NAT = -(2**63)
 
 
 class Row(NamedTuple):
-    """One record as loaded: the columns of the deliveries frame (:data:`COLUMNS`)."""
+    """One record as loaded: the columns :data:`audit.tables.LOADED` declares, in their order
+    (``tests/test_tables.py`` holds them equal; mypy needs the fields written out)."""
 
     source: str
     line: int
@@ -50,7 +51,7 @@ class Row(NamedTuple):
     detail: str | None
 
 
-#: Column order of the deliveries frame as loaded.
+#: Column order of the deliveries frame as loaded (:data:`audit.tables.LOADED`).
 COLUMNS: tuple[str, ...] = Row._fields
 
 #: A table's columns as lists of values (column name -> values).
@@ -277,24 +278,24 @@ def _record(
     eid, event, event_ns, incident = envelope(body)
     buf.rows.append(
         Row(
-            source,
-            line,
-            received_ns,
-            sub,
-            url,
-            status,
-            ms,
-            get("signature"),
-            get("timestamp"),
-            get("event"),
-            get("delivery_id"),
-            body,
-            eid,
-            event,
-            event_ns,
-            incident,
-            None,
-            "; ".join(notes) if notes else None,
+            source=source,
+            line=line,
+            received_at=received_ns,
+            subscription_id=sub,
+            url=url,
+            response_status=status,
+            response_ms=ms,
+            signature=get("signature"),
+            timestamp_header=get("timestamp"),
+            event_header=get("event"),
+            delivery_id=get("delivery_id"),
+            body=body,
+            event_id=eid,
+            event=event,
+            event_timestamp=event_ns,
+            incident_id=incident,
+            verdict=None,
+            detail="; ".join(notes) if notes else None,
         )
     )
     buf.naive_times += not had_offset
