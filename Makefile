@@ -28,9 +28,13 @@ test: lint
 demo: install
 	$(BIN)/audit demo --out $(DEMO)
 
-lab: install
+$(VENV)/.installed-lab: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,lab]'
-	$(BIN)/jupyter lab notebooks
+	touch $@
+
+# JupyterLab refuses to start as root without --allow-root (containers often run as root).
+lab: $(VENV)/.installed-lab
+	$(BIN)/jupyter lab notebooks $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 bench: install
 	$(BIN)/python benchmarks/bench_store.py verify --records 200000 --runs 3

@@ -8,6 +8,7 @@ cut into several.
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from pathlib import Path
@@ -156,3 +157,24 @@ def test_an_ingest_of_small_files_forks_nothing_by_default(demo, tmp_path, monke
     monkeypatch.setattr(workers, "SMALL_INPUT_BYTES", 1)
     assert main(["ingest", *caps, *secrets, "--store", str(tmp_path / "b")]) == 0
     assert pools == ([workers.default_workers()] if workers.default_workers() > 1 else [])
+
+
+def test_the_collector_is_paused_only_when_machinery_is_allowed(monkeypatch) -> None:
+    assert gc.isenabled()
+    monkeypatch.setenv("AUDIT_JOBS", "1")
+    with workers.collector_paused():
+        assert gc.isenabled()  # the plain path: no memory trick
+    monkeypatch.setenv("AUDIT_JOBS", "2")
+    with workers.collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with workers.collector_paused():
+            pass
+        assert not gc.isenabled()  # a caller's pause is left as it was
+    finally:
+        gc.enable()
+    with pytest.raises(RuntimeError), workers.collector_paused():
+        raise RuntimeError("boom")
+    assert gc.isenabled()

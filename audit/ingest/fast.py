@@ -47,6 +47,7 @@ from audit.ingest.formats.jsonl import parse_jsonl, prefix_markers
 from audit.ingest.secrets import SecretStore, SigningSecret
 from audit.ingest.signatures import subscription_logged, verify_parsed
 from audit.ingest.verdict_rules import decide
+from audit.ingest.workers import collector_paused
 from audit.tables import CAPTURE_KEYS
 from audit.timeutil import parse_iso_ns
 
@@ -229,7 +230,7 @@ class _Context:
     plans: dict[tuple[str, ...], _Plan | None]
 
 
-def verify_jsonl(
+def _verify_jsonl(
     data: bytes,
     source: str,
     wanted: dict[str, str],
@@ -296,6 +297,37 @@ def verify_jsonl(
     if extract:
         columns.update(extracted_columns(extracted))
     return Verified(columns, naive, unreadable, len(slow))
+
+
+def verify_jsonl(
+    data: bytes,
+    source: str,
+    wanted: dict[str, str],
+    first_line: int,
+    secrets: SecretStore,
+    *,
+    tolerance_s: float,
+    keyed: _Keys | None = None,
+    extract: bool = False,
+    event_times: bool = True,
+    overlong: Mapping[int, int] | None = None,
+) -> Verified:
+    """Parse and verify JSONL bytes (:func:`_verify_jsonl`, which says what comes back), with
+    the cyclic garbage collector paused (:func:`audit.ingest.workers.collector_paused`: the rows
+    are plain values)."""
+    with collector_paused():
+        return _verify_jsonl(
+            data,
+            source,
+            wanted,
+            first_line,
+            secrets,
+            tolerance_s=tolerance_s,
+            keyed=keyed,
+            extract=extract,
+            event_times=event_times,
+            overlong=overlong,
+        )
 
 
 def _plan(names: tuple[str, ...], wanted: dict[str, str]) -> _Plan | None:

@@ -14,6 +14,7 @@ the caller is interrupted.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import multiprocessing
 import os
@@ -31,6 +32,7 @@ from audit.memory import cpu_limit
 __all__ = [
     "JOBS_VARIABLE",
     "SMALL_INPUT_BYTES",
+    "collector_paused",
     "default_workers",
     "fork_pool",
     "forked_workers",
@@ -74,6 +76,25 @@ def parse_jobs(raw: str) -> int | None:
     if value < 1:
         raise InputError(f"{JOBS_VARIABLE}={raw!r}: give a whole number of processes, 1 or more")
     return value
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector around a loop that builds many rows of plain
+    values (no reference cycles, so nothing is left for it to free): its collections traverse
+    every row built so far, again and again. Measured on 200,000 deliveries, the fast path with
+    the extraction of ``audit ingest`` took 32% less CPU time
+    (``benchmarks/bench_store.py verify``). ``AUDIT_JOBS=1`` leaves the collector running (the
+    plain path, with no memory trick); so does a collector already paused by the caller.
+    """
+    if jobs() == 1 or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def in_process() -> bool:
