@@ -3,12 +3,16 @@ rewritten or copytruncated log, a doubled manifest entry, a link inside, an absu
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
+import warnings
 
 import duckdb
 import pytest
 
+import audit.ingest.store_folder as store_folder
+from audit.analysis.analyze import analyze
 from audit.cli import main
 from audit.errors import InputError
 from audit.ingest.query import load_deliveries
@@ -196,3 +200,24 @@ def test_a_link_inside_the_store_is_refused_and_not_written_through(tmp_path, se
     month.symlink_to(elsewhere)
     _one_line(tmp_path, secrets, store, capsys, "a symbolic link inside the store")
     assert len(list(elsewhere.iterdir())) == 1  # nothing written through it
+
+
+def test_an_analysis_of_the_store_reads_each_part_for_its_sha256_once(
+    tmp_path, secrets, monkeypatch
+):
+    store = tmp_path / "store"
+    ingest([write_jsonl(tmp_path / "a.jsonl", [_rec(i) for i in range(30)])], secrets, store)
+    reads: collections.Counter[str] = collections.Counter()
+    hashed = store_folder._part_problem
+
+    def counted(path, sha256):
+        reads[str(path)] += 1
+        return hashed(path, sha256)
+
+    monkeypatch.setattr(store_folder, "_part_problem", counted)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        analyze([], secrets, store=store)
+    parts = sorted(str(p) for p in store.rglob("*.parquet"))
+    assert sorted(reads) == parts
+    assert set(reads.values()) == {1}

@@ -459,6 +459,8 @@ def analyze(
     first: FirstReceipts | None = None
     ahead: Pending[Takedown] | None = None
     if store is not None:
+        # One Store object for every read below: each part is checked against its sha256 once.
+        store = store if isinstance(store, Store) else Store(Path(store))
         when = store_as_of(
             logs, secrets_path, store, when, header_prefix=header_prefix, tolerance_s=tolerance_s
         )

@@ -68,7 +68,7 @@ def pinned_store(store: Store | str | os.PathLike[str]) -> Store:
     s = open_store(store)
     if isinstance(s, _Pinned):
         return s
-    return _Pinned(s.root, data=s.manifest())
+    return _Pinned(s.root, checked=s.checked, data=s.manifest())  # parts found whole stay so
 
 
 def check_pinned(store: Store) -> None:
