@@ -127,3 +127,41 @@ def test_a_rotated_har_file_is_stored_as_har(tmp_path):
     ).deliveries
     assert got["verdict"].tolist() != ["unreadable"]
     assert got["url"].tolist() == ["https://hooks.example/wh_1"]
+
+
+_REQ = {"method": "POST", "url": "https://a.example/", "headers": [], "postData": {"text": BODY}}
+_ENTRY = '{"startedDateTime": "2026-10-01T00:00:05Z", "request": %s}'
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        # two requests in one entry: JSON keeps the second, which may not be what was signed
+        (
+            _ENTRY[:-1] % json.dumps(_REQ)  # the entry without its closing brace
+            + ', "request": '
+            + json.dumps({**_REQ, "url": "https://b.example/"})
+            + "}",
+            "duplicate key 'request' in the HAR entry",
+        ),
+        (
+            _ENTRY % '{"url": "https://a.example/", "url": "https://b.example/", "headers": []}',
+            "duplicate key 'url' in the request",
+        ),
+        (
+            _ENTRY % '{"url": "u", "headers": [], "postData": {"text": "{}", "text": "[]"}}',
+            "duplicate key 'text' in the request.postData",
+        ),
+        (
+            _ENTRY % '{"url": "u", "headers": [{"name": "a", "value": "1", "value": "2"}]}',
+            "duplicate key 'value' in the request header",
+        ),
+    ],
+)
+def test_a_har_entry_that_names_a_key_twice_is_unreadable_and_says_so(entry, said):
+    good = json.dumps({"startedDateTime": "2026-10-01T00:00:06Z", "request": _REQ})
+    doc = '{"log": {"version": "1.2", "entries": [' + entry + ", " + good + "]}}"
+    columns = har.parse(doc.encode(), "x.har", {}).columns()
+    assert columns["line"] == [1, 2]
+    assert columns["detail"][0] == f"{said} (JSON would keep only the last)"
+    assert columns["body"][1] == BODY.encode()  # the next entry is read

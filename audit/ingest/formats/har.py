@@ -1,6 +1,8 @@
 """HAR 1.2 captures (``.har``): each entry's request is one record, ``line`` is the entry index.
 
 A HAR file is one JSON document, so it is parsed whole (:data:`SPLITS_AT_LINES` is false).
+An entry that names a key twice (in the entry, its request, postData or response, or a header
+object) is unreadable with a reason that says so: JSON would keep only the last.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import orjson
 
 from audit.errors import LoadError
 from audit.ingest.formats.base import Buffer, _Envelopes, _record
+from audit.ingest.secrets import load_json_noting_repeats, repeated_keys
 
 __all__ = ["NAME", "SPLITS_AT_LINES", "SUFFIXES", "parse"]
 
@@ -52,14 +55,41 @@ def parse_har(data: bytes, source: str, wanted: dict[str, str]) -> Buffer:
         raise ValueError("no log.entries") from None
     if type(entries) is not list:
         raise ValueError("log.entries is not a list")
+    # Read again keeping every pair, to tell an entry that names a key twice (orjson keeps the
+    # last): the same document, so the same entries in the same order.
+    try:
+        noted: Any = load_json_noting_repeats(data.decode("utf-8"))["log"]["entries"]
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
     buf = Buffer()
     envelope = _Envelopes()
-    for i, entry in enumerate(entries, 1):
-        rec = _har_record(entry)
+    for i, (entry, seen) in enumerate(zip(entries, noted, strict=True), 1):
+        rec = _repeated(seen) or _har_record(entry)
         problem = rec if isinstance(rec, str) else _record(buf, source, i, rec, wanted, envelope)
         if problem is not None:
             buf.add_unreadable(source, i, problem)
     return buf
+
+
+def _repeated(entry: object) -> str | None:
+    """The unreadable reason of an entry that names a key twice where a record is read."""
+    if not isinstance(entry, dict):
+        return None
+    request = entry.get("request")
+    places: list[tuple[str, object]] = [("HAR entry", entry), ("request", request)]
+    if isinstance(request, dict):
+        places.append(("request.postData", request.get("postData")))
+        headers = request.get("headers")
+        if isinstance(headers, list):
+            places += [("request header", h) for h in headers]
+    places.append(("response", entry.get("response")))
+    for where, value in places:
+        twice = repeated_keys(value)
+        if twice:
+            key = twice[0]
+            shown = repr(key) if len(key) <= 40 else repr(key[:37]) + "..."
+            return f"duplicate key {shown} in the {where} (JSON would keep only the last)"
+    return None
 
 
 def _har_record(entry: object) -> dict[str, Any] | str:
