@@ -58,9 +58,10 @@ def parse_har(data: bytes, source: str, wanted: dict[str, str]) -> Buffer:
     # Read again keeping every pair, to tell an entry that names a key twice (orjson keeps the
     # last): the same document, so the same entries in the same order.
     try:
-        noted: Any = load_json_noting_repeats(data.decode("utf-8"))["log"]["entries"]
+        whole: Any = load_json_noting_repeats(data.decode("utf-8"))
     except RecursionError:
         raise ValueError("nested too deeply") from None
+    noted = whole["log"]["entries"]
     buf = Buffer()
     envelope = _Envelopes()
     for i, (entry, seen) in enumerate(zip(entries, noted, strict=True), 1):
