@@ -126,3 +126,29 @@ def test_a_store_of_a_newer_format_is_refused_in_one_line(v1, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "written by a newer release" in err and err.count("\n") == 1
     assert json.loads((store / "manifest.json").read_text())["version"] == 3
+
+
+def test_a_damaged_part_of_a_format_1_store_is_repaired_from_its_capture_file(v1, tmp_path):
+    store, secrets = v1
+    capture = tmp_path / "receiver-2026-10-03.jsonl"
+    shutil.copy(DATA / "v1-captures" / capture.name, capture)
+    part = next(store.rglob("part-a6a741fda6e02569-*.parquet"))
+    want = _duckdb_counts(store)
+    part.write_bytes(b"PAR1 not a part any more")
+    r = ingest([capture], secrets, store)
+    said = [m for m in r.messages if "repaired" in m]
+    assert len(said) == 1 and said[0].startswith(f"{part}: damaged (")
+    assert (
+        "the 15 record(s) of /tmp/fx/sim/captures/receiver-2026-10-03.jsonl read again" in said[0]
+    )
+    assert json.loads((store / "manifest.json").read_text())["version"] == 2
+    assert _duckdb_counts(store) == want  # every record again, counted once
+
+
+def test_a_damaged_part_of_a_format_1_store_without_its_capture_stops_the_upgrade(v1):
+    store, secrets = v1
+    part = next(store.rglob("part-a6a741fda6e02569-*.parquet"))
+    part.write_bytes(b"PAR1 not a part any more")
+    with pytest.raises(InputError, match=r"give its capture file .* to audit ingest"):
+        ingest([], secrets, store)
+    assert json.loads((store / "manifest.json").read_text())["version"] == 1  # nothing changed

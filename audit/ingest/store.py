@@ -315,8 +315,15 @@ def ingest(
         staging = staging_folder(store.root)
         try:
             obsolete: list[str] = []
+            # Every file's content first: which stored content still lies in a given file
+            # (under its name or another: rotated, copied) does not depend on their order.
+            seen = {path: identify(path, manifest) for path in files}
+            holds = {v.resolved: v.sha for v in seen.values()}
+            given = {v: k for k, v in reversed(holds.items())}  # a content's first given path
+            contents = _Contents(holds, given)
             if manifest["version"] != FORMAT:  # an earlier release's store: rewritten first
-                result.messages.append(upgrade(store.root, manifest, staging, obsolete))
+                at_hand = frozenset(v.sha for v in seen.values())  # repairs a damaged part
+                result.messages.extend(upgrade(store.root, manifest, staging, obsolete, at_hand))
             known = KnownRecords(store.root, manifest)
             fps = secrets_fingerprints(secrets)
             changed_subs = set(_changed(manifest, fps))
@@ -332,12 +339,6 @@ def ingest(
                 )
                 result.messages.extend(again.messages)
             manifest["secrets"] = fps
-            # Every file's content first: which stored content still lies in a given file
-            # (under its name or another: rotated, copied) does not depend on their order.
-            seen = {path: identify(path, manifest) for path in files}
-            holds = {v.resolved: v.sha for v in seen.values()}
-            given = {v: k for k, v in reversed(holds.items())}  # a content's first given path
-            contents = _Contents(holds, given)
             with parallel.Runner(
                 wanted=settings.wanted,
                 secrets=secrets,

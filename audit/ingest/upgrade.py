@@ -40,14 +40,27 @@ def conform(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
 
-def upgrade(root: Path, manifest: dict[str, Any], staging: Path, obsolete: list[str]) -> str:
+def upgrade(
+    root: Path,
+    manifest: dict[str, Any],
+    staging: Path,
+    obsolete: list[str],
+    at_hand: frozenset[str] = frozenset(),
+) -> list[str]:
     """Rewrite every part of ``manifest`` (edited in place) in format :data:`FORMAT`; the
-    replaced parts' names go to ``obsolete``. Returns the line that says so."""
+    replaced parts' names go to ``obsolete``. Returns the lines that say so.
+
+    A damaged part of a file whose content is ``at_hand`` (the sha256 of a capture file given
+    to this ingest) is repaired: that file's entry is dropped, and the ingest reads its records
+    again from the file. Any other damaged part stops the upgrade, and nothing changes."""
     old = manifest["version"]
     known = KnownRecords(root, {"files": []})
     rewritten = repeated = 0
+    lines: list[str] = []
+    kept_files = []
     for entry in manifest["files"]:
         staged = []
+        damaged = None
         for part in entry["parts"]:
             name = part["name"]
             why = part_problem(root, part)
@@ -56,24 +69,41 @@ def upgrade(root: Path, manifest: dict[str, Any], staging: Path, obsolete: list[
                     raise OSError(why)
                 table = conform(pq.read_table(root / DATASET / name))
             except (OSError, pa.ArrowException) as e:
-                raise InputError(
-                    f"{root / DATASET / name}: damaged ({e}); the store (format {old}) cannot "
-                    f"be upgraded and nothing changed: restore the part from a backup, or ingest "
-                    f"its capture file ({entry['path']}) into a new store"
-                ) from None
+                if entry["sha256"] not in at_hand:
+                    raise InputError(
+                        f"{root / DATASET / name}: damaged ({e}); the store (format {old}) "
+                        "cannot be upgraded and nothing changed: restore the part from a "
+                        f"backup, or give its capture file ({entry['path']}) to audit ingest "
+                        "to repair it"
+                    ) from None
+                damaged = f"{root / DATASET / name}: damaged ({e})"
+                break
             writer = PartWriter(staging, entry["sha256"][:16])
             writer.write(table)
             staged.extend(writer.finish())
-            obsolete.append(name)
             rewritten += 1
+        if damaged is not None:  # its records are read again from the file at hand
+            for part in staged:
+                part.path.unlink(missing_ok=True)
+            obsolete.extend(p["name"] for p in entry["parts"])
+            lines.append(
+                f"{damaged}; repaired: the {entry['records']} record(s) of {entry['path']} "
+                "read again from the capture file given"
+            )
+            continue
+        obsolete.extend(p["name"] for p in entry["parts"])
         kept = known.keep(staged, staging, entry["sha256"][:16], set())
         repeated += kept.known
         entry["parts"] = publish(root, kept.parts)
         entry["records"] = sum(p["rows"] for p in entry["parts"])
         entry["unreadable"] -= kept.known_unreadable
+        kept_files.append(entry)
+    manifest["files"] = kept_files
     manifest["version"] = FORMAT
     extra = f"; {repeated} record(s) held twice now count once" if repeated else ""
-    return (
+    lines.insert(
+        0,
         f"{root}: store upgraded from format {old} to {FORMAT} ({rewritten} part(s) rewritten"
-        f"{extra})"
+        f"{extra})",
     )
+    return lines
