@@ -181,6 +181,26 @@ def test_ingest_counts_files_and_records_as_pieces_finish(tmp_path, logs, worker
     assert (again.files_done, again.records) == (3, 0)
 
 
+def test_records_verified_again_after_a_secrets_change_are_counted(tmp_path, logs):
+    paths, secrets = logs
+    store = tmp_path / "store"
+    ingest(paths, secrets, store)
+    rotated = write_secrets(
+        tmp_path / "rotated.json",
+        {
+            "wh_1": [
+                {"secret": SECRET},
+                {"secret": "whsec_next", "valid_from": "2027-01-01T00:00:00Z"},
+            ]
+        },
+    )
+    p = Recorder()
+    r = ingest([], rotated, store, progress=p)
+    assert r.reverified == sum(SIZES) - 1  # the unreadable record has no subscription
+    assert p.records == sum(SIZES) - 1  # the parts read again, part by part (not month=none's)
+    assert len([s for s in p.steps if s[1]]) >= 2
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_verify_counts_files_and_records_as_pieces_finish(logs, workers):
     paths, secrets = logs

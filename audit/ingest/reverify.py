@@ -14,6 +14,7 @@ from audit.ingest import records
 from audit.ingest.parts import PartWriter
 from audit.ingest.secrets import SecretStore
 from audit.ingest.store_folder import DATASET, part_problem, publish
+from audit.progress import Progress, counting
 
 __all__ = ["Reverified", "reverify_parts"]
 
@@ -38,6 +39,7 @@ def reverify_parts(
     tolerance_s: float,
     staging: Path,
     obsolete: list[str],
+    progress: Progress | None = None,
 ) -> Reverified:
     """Rewrite every part of the store at ``root`` holding records the changed subscriptions
     ``subs`` could match (records whose subscription was inferred too), verified again with
@@ -45,8 +47,9 @@ def reverify_parts(
 
     A damaged or missing part is left as it is and said (its readers stop at it, naming it):
     the ingest repairs it when its capture file is given, reading it again with the new
-    secrets."""
+    secrets. ``progress`` counts the records verified again, part by part."""
     done = Reverified()
+    tally = counting(progress)
     sub_list = pa.array(sorted(subs), pa.string())
     for entry in manifest["files"]:
         kept = []
@@ -73,6 +76,7 @@ def reverify_parts(
                 pq.read_table(path, schema=records.SCHEMA), secrets, tolerance_s
             )
             done.records += pc.sum(hit).as_py()  # the others are verified again too, unchanged
+            tally.add_records(table.num_rows)
             writer = PartWriter(staging, entry["sha256"][:16])
             writer.write(table)
             kept.extend(publish(root, writer.finish()))

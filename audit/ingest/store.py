@@ -329,7 +329,14 @@ def ingest(
             changed_subs = set(_changed(manifest, fps))
             if changed_subs:
                 again = reverify_parts(
-                    store.root, manifest, changed_subs, secrets, tolerance_s, staging, obsolete
+                    store.root,
+                    manifest,
+                    changed_subs,
+                    secrets,
+                    tolerance_s,
+                    staging,
+                    obsolete,
+                    progress=tally,
                 )
                 known.forget(again.replaced)
                 result.reverified = again.records
