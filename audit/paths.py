@@ -34,7 +34,7 @@ import os
 import re
 import stat
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from audit.errors import InputError
@@ -92,7 +92,11 @@ def _size(n: int) -> str:
 
 class PathWarning(UserWarning):
     """Files in a searched folder or matched by a glob were not read (other names, FIFOs and
-    devices, dangling links, loops)."""
+    devices, dangling links, loops); ``skipped`` lists each as ``"<path> (<reason>)"``."""
+
+    def __init__(self, message: str, skipped: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.skipped = list(skipped)
 
 
 def source_name(path: str | os.PathLike) -> str:
@@ -319,9 +323,11 @@ def expand(
         shown = "; ".join(walk.skipped[:_SHOWN])
         more = f"; and {len(walk.skipped) - _SHOWN} more" if len(walk.skipped) > _SHOWN else ""
         warnings.warn(
-            f"{len(walk.skipped)} path(s) in the given folders or globs were not read: "
-            f"{shown}{more}",
-            PathWarning,
+            PathWarning(
+                f"{len(walk.skipped)} path(s) in the given folders or globs were not read: "
+                f"{shown}{more}",
+                walk.skipped,
+            ),
             stacklevel=3,
         )
     return out

@@ -10,6 +10,12 @@ read from a secrets file) are registered with :func:`register_sensitive`; :func:
 them out of any text (the CLI applies it to every error and warning), and
 :func:`for_terminal` escapes control characters (ANSI escapes from the service or from
 captures) before text reaches a terminal.
+
+Captured incident data is attacker-controlled and may quote a secret. :func:`cut_secrets`
+(a frame) and :func:`cut_secrets_arrow` (an Arrow table) cut every registered value out of
+every text and bytes cell of a table before it is written: the report's tables and findings
+(:func:`audit.report.compute.compute`), ``audit analyze --out`` (every table it writes) and
+``audit verify --out``.
 """
 
 from __future__ import annotations
@@ -20,13 +26,20 @@ import logging
 import re
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from audit.errors import InputError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
 
 __all__ = [
     "REDACTED",
     "ScrubFilter",
+    "cut_secrets",
+    "cut_secrets_arrow",
     "exposes_secret",
     "for_terminal",
     "install_log_filter",
@@ -137,6 +150,11 @@ class _Cutter:
             if len(v) >= MIN_SENSITIVE_LEN:
                 self._by_start.setdefault(v[:MIN_SENSITIVE_LEN], []).append(v)
         self._shortest = len(self._values[-1]) if self._values else 0
+
+    @property
+    def values(self) -> list[str]:
+        """Every value cut, with its escaped forms, longest first."""
+        return self._values
 
     def cut(self, text: str) -> str:
         """``text`` with each value replaced by :data:`REDACTED`, longest first."""
@@ -430,3 +448,140 @@ def _strings(value: Any) -> Iterator[str]:
             stack.extend(v.values())
         elif isinstance(v, list):
             stack.extend(v)
+
+
+# --------------------------------------------------------------------------------------------
+# Known secrets cut out of tables (captured incident data may quote one)
+# --------------------------------------------------------------------------------------------
+
+
+def _cut_value(cutter: _Cutter, value: Any) -> Any:
+    """``value`` with the cutter's values cut: text, bytes (as UTF-8), and the strings of lists,
+    tuples and dicts (a listing's ``events``); other values unchanged."""
+    if isinstance(value, str):
+        return cutter.cut(value)
+    if isinstance(value, bytes | bytearray):
+        out = bytes(value)
+        for v in cutter.values:
+            out = out.replace(v.encode("utf-8", "surrogatepass"), REDACTED.encode())
+        return out
+    if isinstance(value, list | tuple):
+        return type(value)(_cut_value(cutter, v) for v in value)
+    if isinstance(value, dict):
+        return {_cut_value(cutter, k): _cut_value(cutter, v) for k, v in value.items()}
+    return value
+
+
+def _holds(cutter: _Cutter, value: Any) -> bool:
+    return _cut_value(cutter, value) != value
+
+
+def _hits(cutter: _Cutter, array: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
+    """Where a text or binary Arrow array holds one of the cutter's values (a boolean numpy
+    array), or None when nowhere. Vectorised: one pass per distinct start of a value (the
+    secrets of a file share ``whsec_``), then the few cells holding a start are checked whole."""
+    import numpy as np  # start-up: the CLI imports this module for scrub
+    import pyarrow as pa  # start-up: as above
+    import pyarrow.compute as pc  # start-up: as above
+
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    binary = pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type)
+    starts = {v[:MIN_SENSITIVE_LEN] for v in cutter.values}
+    found = None
+    for start in starts:
+        needle = start.encode("utf-8", "surrogatepass") if binary else start
+        try:
+            hit = pc.match_substring(array, needle)
+        except (pa.ArrowInvalid, UnicodeEncodeError):  # a value Arrow cannot look for
+            hit = pa.array([x is not None for x in array.to_pylist()], pa.bool_())
+        found = hit if found is None else pc.or_(found, hit)
+    if found is None:
+        return None
+    # a null cell holds nothing (fill_null(False) would build a scalar, which imports pandas)
+    found = pc.and_kleene(found, pc.is_valid(found))
+    if not pc.any(found).as_py():
+        return None
+    rows = np.flatnonzero(np.asarray(found.to_numpy(zero_copy_only=False)))
+    cells = array.take(pa.array(rows)).to_pylist()
+    out = np.zeros(len(array), dtype=bool)
+    out[rows] = [_holds(cutter, x) for x in cells]
+    return out if out.any() else None
+
+
+def _text_like(typ: pa.DataType) -> bool:
+    import pyarrow as pa  # start-up: the CLI imports this module for scrub
+
+    t = pa.types
+    return t.is_string(typ) or t.is_large_string(typ) or t.is_binary(typ) or t.is_large_binary(typ)
+
+
+def cut_secrets(frame: pd.DataFrame, also: Iterable[str] = ()) -> pd.DataFrame:
+    """``frame`` with every known secret value cut out of its text and bytes cells.
+
+    The values are those registered with :func:`register_sensitive` (every secret of a
+    secrets file read in this process, the API key) and ``also``, each in its plain, ``repr``
+    and JSON-escaped forms, replaced by :data:`REDACTED`. Text columns are searched at once
+    (Arrow), one pass per value; only the cells that hold one are rewritten. Object columns
+    (bytes bodies, lists) are searched cell by cell. ``frame`` itself is returned when no cell
+    holds a value (no copy).
+
+    >>> import pandas as pd
+    >>> register_sensitive("whsec_doctest_cut")
+    >>> f = pd.DataFrame({"url": ["https://x/?k=whsec_doctest_cut", "ok"], "n": [1, 2]})
+    >>> cut_secrets(f)["url"].tolist()
+    ['https://x/?k=[redacted]', 'ok']
+    """
+    import numpy as np  # start-up: the CLI imports this module for scrub
+    import pandas as pd  # start-up: as above
+    import pyarrow as pa  # start-up: as above
+
+    cutter = _Cutter(also)
+    if not cutter.values or frame.empty:
+        return frame
+    out = frame
+    for i, (_name, s) in enumerate(frame.items()):
+        if s.dtype == object:
+            hit = np.fromiter((_holds(cutter, v) for v in s.tolist()), bool, len(s))
+        elif isinstance(s.dtype, pd.StringDtype) or (
+            isinstance(s.dtype, pd.ArrowDtype) and _text_like(s.dtype.pyarrow_dtype)
+        ):
+            found = _hits(cutter, pa.array(s.array))
+            if found is None:
+                continue
+            hit = found
+        else:
+            continue
+        if not hit.any():
+            continue
+        if out is frame:
+            out = frame.copy()
+        rows = np.flatnonzero(hit)
+        column = out.iloc[:, i].copy()
+        column.iloc[rows] = [_cut_value(cutter, v) for v in s.iloc[rows].tolist()]
+        out.isetitem(i, column.array)
+    return out
+
+
+def cut_secrets_arrow(table: pa.Table, also: Iterable[str] = ()) -> pa.Table:
+    """An Arrow table with every known secret value cut out of its text and binary columns,
+    as :func:`cut_secrets` does (schema and metadata kept); ``table`` itself when none holds
+    one."""
+    import pyarrow as pa  # start-up: the CLI imports this module for scrub
+    import pyarrow.compute as pc  # start-up: as above
+
+    cutter = _Cutter(also)
+    if not cutter.values:
+        return table
+    for i, field in enumerate(table.schema):
+        if not _text_like(field.type):
+            continue
+        column = table.column(i).combine_chunks()
+        found = _hits(cutter, column)
+        if found is None:
+            continue
+        mask = pa.array(found)
+        shown = pc.filter(column, mask).to_pylist()
+        cut = pa.array([_cut_value(cutter, v) for v in shown], field.type)
+        table = table.set_column(i, field, pc.replace_with_mask(column, mask, cut))
+    return table

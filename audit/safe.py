@@ -1,6 +1,6 @@
 """Safe output of attacker-controlled values (incident URLs, subjects, delivery ids).
 
-Three defences, one place:
+Four defences, one place:
 
 * CSV cells that a spreadsheet would run as a formula get a leading apostrophe (OWASP "CSV
   injection"): a text cell that starts with tab or carriage return, or whose first character
@@ -8,6 +8,11 @@ Three defences, one place:
   (``-1.5``, ``+3``) and does not start with tab or CR is left alone, and so are numeric
   columns. :func:`write_csv` is the one CSV writer: it quotes every text cell, so a CR, LF or
   any other line break stays inside its cell.
+* Control and invisible characters in CSV cells are shown as their code (``\\u202e``), as the
+  HTML report shows them (:func:`audit.report.markup.esc`): control characters but tab and line
+  breaks (NUL, ESC, DEL, C1) and every format character (Unicode category Cf: bidi overrides
+  such as U+202E that make ``evil.example`` read as something else, zero-width spaces, U+FEFF).
+  :data:`SHOWN_AS_CODE` is the table.
 * URLs in reports are defanged (``hxxps://evil[.]example/...``) so that nobody clicks them:
   every dot, including the ideographic and full-width forms a browser reads as one, is ``[.]``.
 * HTML escaping is left to the renderer (nbconvert/pandas ``to_html`` escape by default);
@@ -35,9 +40,11 @@ __all__ = [
     "DOTS",
     "FORMULA_PREFIXES",
     "LINK_SCHEMES",
+    "SHOWN_AS_CODE",
     "defang",
     "neutralise_cell",
     "neutralise_frame",
+    "shown_as_code",
     "write_csv",
     "write_csv_rows",
 ]
@@ -71,16 +78,44 @@ _LINK_SCHEME = re.compile(rf"(?<![a-z0-9+.\-])(?:{LINK_SCHEMES}):", re.IGNORECAS
 _ANY_SCHEME = re.compile(r"([a-z][a-z0-9+.-]*):", re.IGNORECASE)
 
 
+def _format_characters() -> str:
+    """Every character of category Cf (all lie in planes 0, 1 and 14)."""
+    planes = (*range(0x20000), *range(0xE0000, 0xE1000))
+    return "".join(chr(c) for c in planes if unicodedata.category(chr(c)) == "Cf")
+
+
+def _code(c: int) -> str:
+    return f"\\u{c:04x}" if c <= 0xFFFF else f"\\U{c:08x}"
+
+
+_CONTROLS = [c for c in (*range(0x20), *range(0x7F, 0xA0)) if c not in (9, 10, 13)]
+#: ``str.translate`` table of the characters a CSV cell shows as their code: control characters
+#: but tab and line breaks (NUL, ESC, DEL, C1) and every format character (category Cf).
+SHOWN_AS_CODE = {c: _code(c) for c in (*_CONTROLS, *map(ord, _format_characters()))}
+# The same characters as one RE2 class (pyarrow), to find the cells to translate at once.
+_CODED_RE2 = "[" + "".join(f"\\x{{{c:x}}}" for c in sorted(SHOWN_AS_CODE)) + "]"
+
+
+def shown_as_code(text: str) -> str:
+    r"""``text`` with control and invisible format characters as their code (as in HTML).
+
+    >>> shown_as_code("\u202eelpmaxe" + chr(27) + "[31m"), shown_as_code("a\tb\nc")
+    ('\\u202eelpmaxe\\u001b[31m', 'a\tb\nc')
+    """
+    return text.translate(SHOWN_AS_CODE)
+
+
 def neutralise_cell(value: object) -> object:
-    """Prefix a string that a spreadsheet would evaluate with ``'``; other values unchanged.
+    """Prefix a string that a spreadsheet would evaluate with ``'``, after showing its control
+    and invisible characters as codes (:func:`shown_as_code`); other values unchanged.
 
     >>> neutralise_cell('=HYPERLINK("http://x")')
     '\\'=HYPERLINK("http://x")'
     >>> neutralise_cell("  @SUM(1+1)"), neutralise_cell("-1.5"), neutralise_cell("inc_1")
     ("'  @SUM(1+1)", '-1.5', 'inc_1')
     """
-    if isinstance(value, str) and "\x00" in value:  # a reader may cut the cell there
-        value = value.replace("\x00", "\\u0000")
+    if isinstance(value, str):  # NUL too: a reader may cut the cell there
+        value = value.translate(SHOWN_AS_CODE)
     if isinstance(value, str) and _LIVE.match(value) and not _NUMBER.fullmatch(value):
         return "'" + value
     return value
@@ -94,12 +129,19 @@ def neutralise_frame(df: pd.DataFrame) -> pd.DataFrame:
         if s.dtype == object:
             out[col] = s.map(lambda v: neutralise_cell(v if isinstance(v, str) else _text(v)))
         elif pd.api.types.is_string_dtype(s):
-            if s.str.contains("\x00", regex=False).any():  # a reader may cut the cell there
-                s = out[col] = s.str.replace("\x00", "\\u0000", regex=False)
+            coded = _coded(s)  # NUL too: a reader may cut the cell there
+            if coded.any():
+                s = out[col] = s.mask(coded, s[coded].map(shown_as_code, na_action="ignore"))
             live = _live(s)
             if live.any():
                 out[col] = s.mask(live, "'" + s)
     return out
+
+
+def _coded(s: pd.Series) -> np.ndarray:
+    """True where a text cell holds a character of :data:`SHOWN_AS_CODE`."""
+    found = pc.match_substring_regex(pa.array(s, type=pa.large_string()), pattern=_CODED_RE2)
+    return np.array(pc.fill_null(found, False), dtype=bool)
 
 
 def _live(s: pd.Series) -> np.ndarray:

@@ -428,6 +428,8 @@ FINDINGS = Table(
         _c("remediation", "str", "what to do", nullable=False),
         _c("period_start", "time", "the period checked, start", nullable=False),
         _c("period_end", "time", "the period checked, end (exclusive)", nullable=False),
+        _c("spec_ref", "str", "the rule's section of the spec, e.g. spec 5.2", nullable=False),
+        _c("docs_ref", "str", "its entry in docs, e.g. docs/controls.md#sig-01", nullable=False),
     ),
 )
 """One row per control and resource (``run_controls``)."""

@@ -1082,3 +1082,107 @@ def test_counts_keep_negative_zero_apart_as_its_text_does():
     from audit.findings.controls.base import counts
 
     assert counts(pd.Series([-0.0, 0.0, -0.0, float("nan")])) == {"(none)": 1, "-0.0": 2, "0.0": 1}
+
+
+# --------------------------------------------------------------------------------------------
+# Capped lists carry their true total; every finding links its rule and its docs entry
+# --------------------------------------------------------------------------------------------
+
+
+def _totals_hold(evidence: dict) -> None:
+    """Every ``<name>_total`` stands beside its list, which is no longer than it."""
+    for key, total in evidence.items():
+        if key.endswith("_total"):
+            shown = evidence[key.removesuffix("_total")]
+            assert len(shown) == min(total, 20), key
+
+
+def test_a_capped_list_of_events_and_incidents_carries_its_true_total():
+    # 25 events, each failed once and never retried (lost); e23 and e24 belong to the incidents
+    # of e00 and e01, so 23 distinct incidents. Counted by hand from the rows built here.
+    rows = [
+        row(
+            1000 * n,
+            event_id=f"e{n:02}",
+            event=CHANGED if n >= 23 else CREATED,
+            incident=f"i{n % 23:02}",
+            status=503,
+        )
+        for n in range(25)
+    ]
+    f = one(run(analysis(rows), only="DLV-03"), "DLV-03")
+    ev = f["evidence"]
+    assert f["status"] == "fail" and ev["by_outcome"] == {"lost": 25}
+    assert ev["examples"] == [f"e{n:02}" for n in range(20)]  # oldest first, cut at 20
+    assert ev["examples_total"] == 25
+    assert ev["incidents"] == [f"i{n:02}" for n in range(20)]
+    assert ev["incidents_total"] == 23
+    _totals_hold(ev)
+
+
+def test_a_capped_list_of_deliveries_carries_its_true_total():
+    # 30 forged requests accepted with 204: 30 rows behind the 20 examples.
+    rows = [row(10 * n, event_id=f"x{n}", verdict="signature_mismatch") for n in range(30)]
+    ev = one(run(analysis(rows), only="SIG-01"), "SIG-01")["evidence"]
+    assert (ev["accepted_2xx"], len(ev["examples"]), ev["examples_total"]) == (30, 20, 30)
+    assert ev["example_records_total"] == 30 and len(ev["example_records"]) == 20
+    _totals_hold(ev)
+
+
+def test_an_uncut_list_says_its_total_too():
+    ev = one(run(analysis([row(0), row(9000, event_id="e3", status=503)]), only="DLV-03"), "DLV-03")
+    assert ev["evidence"]["examples"] == ["e3"] and ev["evidence"]["examples_total"] == 1
+
+
+def test_tkd_03_wait_mapping_carries_its_total():
+    rows = [r for n in range(22) for r in incident(f"w{n:02}", 100 + n, status="approval_required")]
+    ev = one(run(analysis(rows), only="TKD-03"), "TKD-03")["evidence"]
+    # created 100..121 h after T0, as_of at 240 h: waits of 140..119 h, all over 24 h.
+    assert (len(ev["wait_h"]), ev["wait_h_total"], ev["examples_total"]) == (20, 22, 22)
+    assert ev["wait_h"]["w00"] == pytest.approx(140.0, abs=0.01)
+
+
+def test_every_list_of_the_demo_findings_keeps_its_totals(demo):
+    findings, truth = demo
+    for text in findings["evidence"]:
+        _totals_hold(json.loads(text))
+    dlv_03 = one(findings, "DLV-03")["evidence"]
+    planted = truth["receiver_outage"]["exhausted"] + truth["stale_secret"]["exhausted"]
+    # one event per subscription and event id; the list names distinct event ids
+    assert dlv_03["examples_total"] == len({e["event_id"] for e in planted})
+    assert len(dlv_03["examples"]) == min(20, dlv_03["examples_total"])
+
+
+#: The section numbers of the service's webhook spec (incident-service-webhooks.md, headings).
+SPEC_SECTIONS = {
+    *"123456789",
+    *("2.1", "2.2", "2.3", "3.1", "3.2", "5.1", "5.2"),
+    *(f"4.{n}" for n in range(1, 8)),
+}
+
+
+def test_every_control_links_a_section_of_the_spec_and_its_docs_entry():
+    doc = (Path(__file__).parents[1] / "docs" / "controls.md").read_text(encoding="utf-8")
+    for cid, control in load_catalogue().items():
+        assert control.spec_ref.startswith("spec "), cid
+        sections = [s.split()[0] for s in control.spec_ref.removeprefix("spec ").split(", ")]
+        assert set(sections) <= SPEC_SECTIONS, cid
+        assert control.docs_ref == f"docs/controls.md#{cid.lower()}"
+        assert f"\n### {cid}\n" in doc  # GitHub's anchor of a heading "### SIG-01" is sig-01
+
+
+def test_findings_carry_the_links_of_their_control():
+    f = run(analysis([row(0)]))
+    cat = load_catalogue()
+    assert list(f["spec_ref"]) == [cat[c].spec_ref for c in f["check_id"]]
+    assert one(f, "SIG-01")["docs_ref"] == "docs/controls.md#sig-01"
+    assert one(f, "SIG-01")["spec_ref"] == "spec 5.2 rules 4-5"
+
+
+def test_the_catalogue_refuses_an_empty_link(tmp_path):
+    entry = {k: "x" for k in ("id", "title", "rationale", "remediation", "spec_ref")}
+    entry |= {"severity": "low", "parameters": {}, "docs_ref": ""}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps([entry]))
+    with pytest.raises(InputError, match="'docs_ref' must be a non-empty string"):
+        load_catalogue(path)

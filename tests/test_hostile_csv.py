@@ -30,6 +30,7 @@ from audit.safe import (
     CSV_DATE_FORMAT,
     neutralise_cell,
     neutralise_frame,
+    shown_as_code,
     write_csv,
 )
 from tests.builders import write_jsonl, write_secrets
@@ -204,9 +205,11 @@ def test_every_line_break_is_quoted(brk, tmp_path):
     write_csv(pd.DataFrame({"a": [f"x{brk}y"], "b": [-1.5]}), path)
     with open(path, encoding="utf-8", newline="") as f:
         raw = f.read()
-    assert f'"x{brk}y"' in raw
+    # VT, FF and NEL are control characters too: shown as their code, as the HTML shows them
+    cell = f"x{brk}y" if brk in ("\r", "\n", "\r\n", "\u2028", "\u2029") else f"x\\u{ord(brk):04x}y"
+    assert f'"{cell}"' in raw
     with open(path, newline="", encoding="utf-8") as f:
-        assert list(csv.reader(f)) == [["a", "b"], [f"x{brk}y", "-1.5"]]
+        assert list(csv.reader(f)) == [["a", "b"], [cell, "-1.5"]]
 
 
 def test_no_module_or_notebook_writes_csv_around_the_one_writer():
@@ -232,7 +235,7 @@ def test_any_text_round_trips_as_one_inert_cell(tmp_path_factory, cells):
         rows = list(csv.reader(f))
     assert rows[0] == ["text", "n"] and len(rows) == len(cells) + 1
     for original, (read, n) in zip(cells, rows[1:], strict=True):
-        shown = original.replace("\x00", "\\u0000")  # a NUL is shown as its code
+        shown = shown_as_code(original)  # control and format characters as their code
         assert read in (shown, "'" + shown) and not live(read)
         assert n.isdigit()
 

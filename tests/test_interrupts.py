@@ -220,7 +220,9 @@ def test_a_worker_that_died_is_one_line_not_an_internal_error(tmp_path, monkeypa
 
     monkeypatch.setattr(audit.cli.data, "verdict_table", broken, raising=False)
     monkeypatch.setattr("audit.ingest.verdicts.verdict_table", broken)
-    log = write_jsonl(tmp_path / "a.jsonl", [{"received_at": 1790812800, "headers": {}}])
+    log = write_jsonl(
+        tmp_path / "a.jsonl", [{"received_at": 1790812800, "headers": {}, "body": "{}"}]
+    )
     secrets = write_secrets(tmp_path / "s.json", {"wh_1": [{"secret": "whsec_abcdefgh"}]})
     code = main(["verify", str(log), "--secrets", str(secrets), "--out", str(tmp_path / "v.pq")])
     err = capsys.readouterr().err

@@ -9,7 +9,8 @@ import unicodedata
 import pytest
 
 from audit.report.markup import esc, text
-from audit.report.views import _evidence
+from audit.report.templating import render
+from audit.report.views import evidence
 
 
 @pytest.mark.parametrize(
@@ -56,19 +57,26 @@ def test_text_defangs_each_url_wherever_it_stands(value, expected):
     assert text(value) == expected
 
 
-def test_joined_evidence_defangs_each_value_and_keeps_the_numbers():
-    html = _evidence(
+def test_evidence_defangs_each_value_and_keeps_the_numbers():
+    ev = evidence(
         {
             "examples": ["www.evil-wait.example", "inc_j7go9sz10i", "https://inc.evil.example/<b>"],
             "awaiting_h": {"https://inc.evil.example/x": 581.51, "inc_pg8fmoqun4": 532.08},
         }
     )
-    assert html == (
-        "<b>examples</b>: www[.]evil-wait[.]example, inc_j7go9sz10i, "
-        "hxxps://inc[.]evil[.]example/&lt;b&gt;<br>"
-        "<b>awaiting_h</b>: {&quot;hxxps://inc[.]evil[.]example/x&quot;: 581.51, "
-        "&quot;inc_pg8fmoqun4&quot;: 532.08}"
-    )
+    card = dict(status="fail", severity="high", check_id="TKD-03", title="t", resource="r")
+    card |= dict(reason="r", remediation="r", evidence=ev, links=[], refs=[], uid="u1")
+    html = render("report_findings.j2", cards=[card])
+    items = [
+        "www[.]evil-wait[.]example",
+        "inc_j7go9sz10i",
+        "hxxps://inc[.]evil[.]example/&lt;b&gt;",
+    ]
+    assert all(f"<li>{i}</li>" in html for i in items)
+    # a mapping of hours: the keys as headers (defanged), the values as hours and minutes
+    assert "<th>hxxps://inc[.]evil[.]example/x</th><th>inc_pg8fmoqun4</th>" in html
+    assert "24 d 6 h" in html and "22 d 4 h" in html
+    assert "evil.example" not in html and "<b>" not in html.replace("<b class", "")
 
 
 @pytest.mark.parametrize(

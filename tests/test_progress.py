@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import audit.cli.report as report_cli
 from audit.cli import main
 from audit.demo import simulate
 from audit.ingest.signatures import sign
@@ -344,3 +345,15 @@ def test_simulate_without_progress_writes_the_same_bytes(tmp_path):
     b = simulate(tmp_path / "b", days=7, incidents=20, progress=Progress())
     for x, y in zip(a.captures, b.captures, strict=True):
         assert x.read_bytes() == y.read_bytes()
+
+
+def test_demo_draws_the_simulation_on_a_terminal(tmp_path, monkeypatch):
+    def no_report(*args, **kwargs):  # the simulation is what is drawn; the report is not run
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report_cli, "run_report", no_report)
+    code, err = _run(["demo", "--out", str(tmp_path / "demo")], monkeypatch, terminal=True)
+    assert code == 3  # stopped where the report would start
+    assert err.startswith("\raudit: simulate: ")
+    drawn = err.split("\n")[0].split("\r")[-1]
+    assert drawn.startswith("audit: simulate: ") and " records" in drawn

@@ -400,6 +400,65 @@ def test_html_and_xml_escape_hostile_text():
     assert "<script>" in root.find("testsuite/testcase/failure").get("message")
 
 
+def _checks_in_order(page: str) -> list[str]:
+    table = page.split("<h2>Every check</h2>", 1)[1]
+    return re.findall(r"<td><code>([a-z_]+)</code></td>", table)
+
+
+def test_the_probe_page_puts_failures_first_most_severe_first_with_a_summary():
+    checks = [
+        CheckResult("valid_accepted", True, "2xx", 204, 12.5, "answered 204", "evt_1", "d1"),
+        CheckResult("uppercase_hex_accepted", False, "2xx", 401, 4.0, "answered 401", "e2", "d2"),
+        CheckResult("missing_signature_rejected", False, "401", 200, 3.0, "accepted (200)"),
+        CheckResult("old_secret_rejected", None, "401", None, None, "no previous secret"),
+    ]
+    page = probe_html(_result(checks=checks))
+    # PRB-06 is critical, PRB-02 low: failures first, the critical one first; then the skip
+    assert _checks_in_order(page) == [
+        "missing_signature_rejected",
+        "uppercase_hex_accepted",
+        "old_secret_rejected",
+        "valid_accepted",
+    ]
+    assert page.index("<h2>Failed checks</h2>") < page.index("<h2>Every check</h2>")
+    cards = page.split("<h2>Failed checks</h2>", 1)[1].split("<h2>Every check</h2>", 1)[0]
+    assert cards.index("PRB-06") < cards.index("PRB-02") and "PRB-01" not in cards
+    assert '<section class="verdict fail">' in page and "2 of 4 checks failed" in page
+    summary = page.split("Failing by severity", 1)[1].split("</p>", 1)[0]
+    summary = re.sub(r'<span class="sym"[^>]*>[^<]*</span> ?', "", summary)  # the symbols
+    assert re.findall(r'<span class="badge ([a-z ]+)">([A-Z]+ [0-9]+)</span>', summary) == [
+        ("critical", "CRITICAL 1"),
+        ("high zero", "HIGH 0"),  # grey
+        ("medium zero", "MEDIUM 0"),
+        ("low", "LOW 1"),
+    ]
+
+
+def test_the_probe_page_says_what_was_sent_and_what_came_back_in_human_units():
+    r = _result(
+        started_at=datetime(2026, 11, 1, 12, 0, 3, 123456, tzinfo=UTC),
+        finished_at=datetime(2026, 11, 1, 12, 0, 4, 654321, tzinfo=UTC),
+    )
+    page = probe_html(r)
+    assert "2026-11-01 12:00:03 UTC to 2026-11-01 12:00:04 UTC (1.5 s)" in page
+    assert "123456" not in page and "+00:00" not in page
+    card = page.split("<h2>Failed checks</h2>", 1)[1].split("<h2>Every check</h2>", 1)[0]
+    assert "<code>POST http://127.0.0.1:1/hook</code>: no signature header" in card
+    assert "HTTP 200 in 3 ms" in card and "accepted (200)" in card
+    assert "Reject any request without the signature header" in card  # the remediation
+    assert "HTTP 204 in 12 ms" in page and "delivery d1" in page
+    assert "nothing sent (skipped)" in page and "slowest answer 12 ms" in page
+
+
+def test_the_probe_page_uses_the_reports_stylesheet_and_loads_nothing():
+    from audit.report.markup import CSS
+
+    page = probe_html(_result())
+    assert CSS in page
+    assert "<script" not in page and "src=" not in page and "<link" not in page
+    assert "default-src 'none'" in page
+
+
 def test_cli_probe_writes_outputs_without_secrets(tmp_path, secrets_file, capsys):
     out = tmp_path / "probe-out"
     with serve_asgi(receiver_app(secrets_file, tmp_path / "c", subscription_id=SUB)) as url:

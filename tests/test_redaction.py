@@ -317,3 +317,138 @@ def test_the_docs_list_the_words_of_the_rule():
     text = (Path(__file__).resolve().parents[1] / "docs" / "client.md").read_text()
     for word in sorted(METADATA_WORDS | KEY_QUALIFIERS):
         assert f"`{word}`" in text, word
+
+
+# --------------------------------------------------------------------------------------------
+# Known secrets cut from incident data in every output (issue 36, point 11)
+# --------------------------------------------------------------------------------------------
+
+
+def _leaky_demo(folder: Path) -> tuple[Path, Path, Path, str]:
+    """A week of demo data plus two requests that quote wh_siem's secret: a valid delivery
+    whose incident data (id, URL, subject) holds it, and a forged request (accepted with 204)
+    with it in a header, the delivery id and the body. (captures, secrets, snapshots, secret)"""
+    from audit.demo.simulate import simulate
+    from audit.ingest.signatures import sign
+
+    sim = simulate(folder, days=7, incidents=20)
+    secret = json.loads(sim.secrets.read_text())["wh_siem"][0]["secret"]
+    received = datetime(2026, 10, 3, 12, 0, tzinfo=UTC)
+    ts = str(int(received.timestamp()))
+    data = {
+        "incidentId": f"inc_{secret}",
+        "clientId": "cl_demo",
+        "status": "approval_required",
+        "url": f"https://evil.example/login?k={secret}",
+        "domain": "evil.example",
+        "subject": f"pasted {secret} here",
+        "timestamp": "2026-10-03T11:59:50Z",
+    }
+    event = {"id": "evt_leak", "event": "incident.created"}
+    event |= {"timestamp": "2026-10-03T11:59:50Z", "data": data}
+    body = json.dumps(event)
+    headers = {
+        "content-type": "application/json",
+        "x-phishfort-event": "incident.created",
+        "x-phishfort-timestamp": ts,
+        "x-phishfort-delivery-id": "dlv_leak",
+        "x-phishfort-signature": sign(secret, ts, body.encode()),
+    }
+    valid = {"received_at": received.isoformat(), "headers": headers, "body": body}
+    valid |= {"subscription_id": "wh_siem", "response_status": 204, "response_ms": 40}
+    forged_body = json.dumps({"id": f"evt_{secret}", "event": "incident.created", "data": data})
+    forged_headers = headers | {
+        "x-phishfort-signature": "sha256=" + "0" * 64,
+        "x-phishfort-delivery-id": f"dlv_{secret}",
+        "x-forwarded-note": secret,
+    }
+    forged = {"received_at": "2026-10-03T12:05:00Z", "headers": forged_headers}
+    forged |= {"body": forged_body, "subscription_id": "wh_siem", "response_status": 204}
+    forged["response_ms"] = 12
+    with open(sim.captures[0].parent / "leak.jsonl", "w", encoding="utf-8") as f:
+        f.write(json.dumps(valid) + "\n" + json.dumps(forged) + "\n")
+    return sim.captures[0].parent, sim.secrets, sim.snapshots[0].parent, secret
+
+
+def _files_holding(root: Path, secret: str) -> list[str]:
+    """Every file under ``root`` whose bytes hold ``secret``, or a Parquet file one of whose
+    values (decompressed, read back) holds it."""
+    import pyarrow.parquet as pq
+
+    needle = secret.encode()
+    found = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        if needle in path.read_bytes():
+            found.append(str(path.relative_to(root)))
+        elif path.suffix == ".parquet":
+            values = pq.read_table(path).to_pylist()
+            if needle in repr(values).encode() or secret in repr(values):
+                found.append(f"{path.relative_to(root)} (values)")
+    return found
+
+
+def test_no_file_of_the_run_folder_holds_a_secret_quoted_in_incident_data(tmp_path, capsys):
+    captures, secrets, snapshots, secret = _leaky_demo(tmp_path / "demo")
+    out = tmp_path / "reports"
+    argv = ["report", str(captures), "--secrets", str(secrets), "--subscriptions", str(snapshots)]
+    code = main([*argv, "--period", "2026-10-01..2026-10-08", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1, err  # the demo's planted failures
+    (run,) = [p for p in out.rglob("manifest.json")]
+    names = {p.name for p in run.parent.rglob("*")}
+    assert {"incidents.parquet", "not_valid_requests.parquet", "findings.json"} <= names
+    assert {"report.html", "findings.csv", "findings.ocsf.json"} <= names
+    # The two requests were read: their (cut) ids are in the tables.
+    import pandas as pd
+
+    incidents = pd.read_parquet(next(run.parent.rglob("incidents.parquet")))
+    assert f"inc_{REDACTED}" in set(incidents["incident_id"])
+    not_valid = pd.read_parquet(next(run.parent.rglob("not_valid_requests.parquet")))
+    assert f"dlv_{REDACTED}" in set(not_valid["delivery_id"])
+    assert _files_holding(out, secret) == []
+    assert secret not in err
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_verify_and_analyze_outputs_hold_no_quoted_secret(tmp_path, capsys, suffix):
+    captures, secrets, _snapshots, secret = _leaky_demo(tmp_path / "demo")
+    log = captures / "leak.jsonl"
+    out = tmp_path / "out"
+    assert (
+        main(["verify", str(log), "--secrets", str(secrets), "--out", str(out / f"v{suffix}")]) == 0
+    )
+    fmt = suffix.removeprefix(".")
+    argv = ["analyze", str(log), "--secrets", str(secrets), "--out", str(out / "tables")]
+    assert main([*argv, "--format", fmt]) == 0
+    assert secret not in capsys.readouterr().out
+    assert (out / "tables" / f"incidents{suffix}").is_file()
+    assert _files_holding(out, secret) == []
+
+
+def test_cut_secrets_cuts_text_bytes_and_lists_and_leaves_the_rest():
+    import pandas as pd
+    import pyarrow as pa
+
+    from audit.redaction import cut_secrets, cut_secrets_arrow
+
+    value = "whsec_cut_unit_test_value"
+    frame = pd.DataFrame(
+        {
+            "text": pd.Series([f"a {value} b", "whsec_ but not it", None], dtype="str"),
+            "body": [value.encode() + b"!", b"x", None],
+            "events": [[value, "incident.created"], [], ["e"]],
+            "n": [1, 2, 3],
+        }
+    )
+    out = cut_secrets(frame, also=[value])
+    assert out["text"].tolist()[:2] == [f"a {REDACTED} b", "whsec_ but not it"]
+    assert out["body"].tolist()[:2] == [REDACTED.encode() + b"!", b"x"]
+    assert out["events"].tolist()[0] == [REDACTED, "incident.created"]
+    assert out["n"].tolist() == [1, 2, 3] and str(out["text"].dtype) == str(frame["text"].dtype)
+    assert frame["text"].iloc[0] == f"a {value} b"  # the input is not changed
+    clean = frame.iloc[1:]
+    assert cut_secrets(clean, also=[value]) is clean  # nothing to cut: no copy
+    table = pa.table({"t": [value, "ok"], "b": pa.array([b"1" + value.encode(), None])})
+    cut = cut_secrets_arrow(table, also=[value])
+    assert cut.to_pydict() == {"t": [REDACTED, "ok"], "b": [b"1" + REDACTED.encode(), None]}
+    assert cut.schema == table.schema

@@ -1,6 +1,6 @@
-"""The report's kernel: started ahead of the analyses (imports done, then moved into the run
-folder), replaced when it died, shut down however the run ends; socket folders of killed runs
-swept."""
+"""The report's kernel: this interpreter's ipykernel over Unix sockets, started by papermill in
+the run folder (``run_dir="."``), shut down at once after the rendering; socket folders of
+killed runs swept."""
 
 from __future__ import annotations
 
@@ -15,20 +15,15 @@ import time
 import nbformat
 import pytest
 
-import audit.report.pipeline as pipeline
+import audit.report.render as render_module
 from audit.errors import ReportError
 from audit.report import parse_period, run_report
-from audit.report.kernel import WarmKernel, kernel_manager_class, sweep_kernel_folders
+from audit.report.kernel import kernel_manager_class, sweep_kernel_folders
 from audit.report.render import render
 from tests.test_reports import hostile  # noqa: F401  (fixture)
 
-#: Prints whether the report's modules were imported before the notebook's first cell, and
-#: the kernel's working folder.
-PROBE = (
-    "import os, sys\n"
-    "print('imports', 'warm' if 'audit.report.views' in sys.modules else 'cold', "
-    "'cwd', os.getcwd())"
-)
+#: Prints the notebook's run_dir parameter and the kernel's working folder.
+PROBE = "import os\nprint('run_dir', run_dir, 'cwd', os.getcwd())"
 
 
 def _notebook(path):
@@ -56,72 +51,75 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def started(monkeypatch) -> list[tuple[int, str]]:
-    """(pid, socket folder) of every warm kernel the pipeline starts."""
-    got: list[tuple[int, str]] = []
+def managers(monkeypatch) -> list:
+    """Every kernel manager rendering starts, and each ``now`` its shutdowns were asked with."""
+    got: list = []
+    real = kernel_manager_class()
 
-    class Recorded(WarmKernel):
-        def __init__(self):
-            super().__init__()
-            got.append((self.km.provisioner.pid, self.km._audit_folder))
+    class Recorded(real):  # type: ignore[misc, valid-type]  # a class made at run time
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.nows: list[bool] = []
+            got.append(self)
 
-    monkeypatch.setattr(pipeline, "WarmKernel", Recorded)
+        async def shutdown_kernel(self, now=False, restart=False):
+            self.nows.append(now)
+            self.pid_seen = self.provisioner.pid if self.provisioner else None
+            return await super().shutdown_kernel(now=now, restart=restart)
+
+    monkeypatch.setattr(render_module, "kernel_manager_class", lambda: Recorded)
     return got
 
 
-@pytest.mark.slow
-def test_the_notebook_runs_on_the_kernel_started_before_the_analyses(
-    hostile,  # noqa: F811
-    tmp_path,
-    started,
-):
-    logs, secrets = hostile
-    result = run_report(
-        [logs],
-        secrets_path=secrets,
-        period=parse_period("2026-10"),
-        out_dir=tmp_path / "r",
-        notebook=_notebook(tmp_path / "probe.ipynb"),
-    )
-    tmp = result.run_dir.with_name(f".tmp-{result.run_dir.name}")  # where it ran
-    assert f"imports warm cwd {tmp}" in result.html.read_text()
-    [(pid, folder)] = started
-    assert not _alive(pid) and not os.path.exists(folder)  # shut down, sockets removed
-
-
-@pytest.mark.slow
-def test_a_dead_warm_kernel_is_replaced_by_a_fresh_one(tmp_path):
-    kernel = WarmKernel()
-    pid, folder = kernel.km.provisioner.pid, kernel.km._audit_folder
-    os.kill(pid, 9)
-    while _alive(pid):
-        time.sleep(0.05)
+def test_the_notebook_runs_in_the_run_folder_and_names_no_path(tmp_path, managers):
+    """``run_dir="."`` and the kernel working in the run folder: the notebook left there names
+    no path, and after the rendering the kernel is shut down at once (papermill has every
+    output; a shutdown request made it free its objects one by one: 0.5 s at 1M) and its
+    socket folder removed."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    html = render(_notebook(tmp_path / "probe.ipynb"), run_dir, title="t", timeout_s=60,
-                  kernel=kernel)  # fmt: skip
-    assert f"imports cold cwd {run_dir}" in html.read_text()
-    assert kernel.km is None and not os.path.exists(folder)
+    html = render(_notebook(tmp_path / "probe.ipynb"), run_dir, title="t", timeout_s=60)
+    assert f"run_dir . cwd {run_dir}" in html.read_text()
+    assert str(tmp_path) not in "".join(
+        c.source for c in nbformat.read(run_dir / "report.ipynb", as_version=4).cells
+    )
+    [km] = managers
+    assert km.nows and all(km.nows)
+    assert not _alive(km.pid_seen) and not os.path.exists(km._audit_folder)
 
 
-@pytest.mark.slow
-def test_the_warm_kernel_is_shut_down_when_the_run_fails(
-    hostile,  # noqa: F811
-    tmp_path,
-    monkeypatch,
-    started,
+def test_a_kernel_that_cannot_start_fails_the_rendering_in_one_line_and_leaves_no_socket_folder(
+    tmp_path, monkeypatch
 ):
+    from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
+    async def no_process(self, cmd, **kw):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(LocalProvisioner, "launch_kernel", no_process)
+    ours = f"{tempfile.gettempdir()}/audit-kernel-{os.getpid()}-*"
+    before = set(glob.glob(ours))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with pytest.raises(ReportError, match="Too many open files") as got:
+        render(_notebook(tmp_path / "probe.ipynb"), run_dir, title="t", timeout_s=60)
+    assert "\n" not in str(got.value)
+    assert set(glob.glob(ours)) == before
+
+
+def test_a_broken_html_conversion_leaves_the_findings_and_says_why(hostile, tmp_path, monkeypatch):  # noqa: F811
+    def broken():
+        raise RuntimeError("template broken")
+
+    monkeypatch.setattr(render_module, "_exporter", broken)
     logs, secrets = hostile
-
-    def compute(*_a, **_k):
-        raise ReportError("the analyses failed")
-
-    monkeypatch.setattr(pipeline, "compute", compute)
-    with pytest.raises(ReportError, match="the analyses failed"):
-        run_report([logs], secrets_path=secrets, period=parse_period("2026-10"),
-                   out_dir=tmp_path / "r")  # fmt: skip
-    [(pid, folder)] = started
-    assert not _alive(pid) and not os.path.exists(folder)
+    result = run_report(
+        [logs], secrets_path=secrets, period=parse_period("2026-10"), out_dir=tmp_path / "r"
+    )
+    assert result.rendering_failed and result.exit_code in (1, 2)
+    assert result.message.startswith("rendering failed: HTML conversion failed: RuntimeError")
+    assert (result.run_dir / "findings.json").is_file()
+    assert result.manifest["failure"]["stage"] == "rendering"
 
 
 def test_socket_folders_of_killed_runs_are_swept(tmp_path):
@@ -151,60 +149,6 @@ def test_socket_folders_of_killed_runs_are_swept(tmp_path):
     assert left == sorted({*made, f"audit-kernel-{dead}-file"} - {f"audit-kernel-{dead}-old"})
 
 
-@pytest.mark.slow
-def test_ctrl_c_while_the_warm_kernel_is_taken_shuts_it_down(tmp_path, monkeypatch):
-    from jupyter_client.asynchronous import AsyncKernelClient
-
-    kernel = WarmKernel()
-    pid, folder = kernel.km.provisioner.pid, kernel.km._audit_folder
-
-    async def interrupted(self, timeout=None):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(AsyncKernelClient, "get_shell_msg", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        kernel.take(tmp_path, 30)
-    assert kernel.km is None and not _alive(pid) and not os.path.exists(folder)
-
-
-@pytest.mark.slow
-def test_a_warm_kernel_that_dies_before_it_answers_is_given_up_at_once(tmp_path, monkeypatch):
-    """The kernel is found alive, then dies before it answers the move into the run folder:
-    it is given up within seconds (and rendering starts a fresh one), not after the timeout."""
-    kernel = WarmKernel()
-    km = kernel.km
-    pid, folder = km.provisioner.pid, km._audit_folder
-    real = type(km).is_alive
-    asked = []
-
-    async def alive_then_real(self):
-        asked.append(1)
-        return True if len(asked) == 1 else await real(self)
-
-    monkeypatch.setattr(type(km), "is_alive", alive_then_real)
-    os.kill(pid, 9)
-    while _alive(pid):
-        time.sleep(0.05)
-    started = time.monotonic()
-    assert kernel.take(tmp_path, 120) is None
-    assert time.monotonic() - started < 10 and len(asked) >= 2
-    assert kernel.km is None and not os.path.exists(folder)
-
-
-def test_a_kernel_that_cannot_start_leaves_no_socket_folder(monkeypatch):
-    from jupyter_client.provisioning.local_provisioner import LocalProvisioner
-
-    async def no_process(self, cmd, **kw):
-        raise OSError(24, "Too many open files")
-
-    monkeypatch.setattr(LocalProvisioner, "launch_kernel", no_process)
-    ours = f"{tempfile.gettempdir()}/audit-kernel-{os.getpid()}-*"
-    before = set(glob.glob(ours))
-    kernel = WarmKernel()
-    assert kernel.km is None and set(glob.glob(ours)) == before
-    kernel.close()  # nothing to do, no error
-
-
 def test_the_sweep_leaves_a_folder_whose_lock_is_held(tmp_path):
     """A live run in another PID namespace (a container sharing /tmp) has a pid that looks
     dead here: its held lock keeps its folder."""
@@ -219,66 +163,6 @@ def test_the_sweep_leaves_a_folder_whose_lock_is_held(tmp_path):
     finally:
         os.close(lock)  # the run ends without cleaning up (killed)
     assert sweep_kernel_folders(str(tmp_path)) == [folder] and not folder.exists()
-
-
-def test_a_preload_that_fails_leaves_rendering_to_say_why(hostile, tmp_path, monkeypatch):  # noqa: F811
-    """The import-and-template thread swallows its error; rendering meets it and reports it."""
-    import threading
-
-    import audit.report.render as render_module
-
-    def broken():
-        raise RuntimeError("template broken")
-
-    monkeypatch.setattr(render_module, "_exporter", broken)
-    seen: list = []
-    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args))
-    logs, secrets = hostile
-    result = run_report(
-        [logs], secrets_path=secrets, period=parse_period("2026-10"), out_dir=tmp_path / "r"
-    )
-    assert seen == []  # no error escaped the thread
-    assert result.rendering_failed and result.exit_code in (1, 2)
-    assert result.message.startswith("rendering failed: HTML conversion failed: RuntimeError")
-    assert (result.run_dir / "findings.json").is_file()
-
-
-def test_the_preload_imports_requests_in_the_calling_thread():
-    """Found in a clean clone (the demo's stderr test failed one run in two): requests adds its
-    filter for urllib3's SOCKS notice while it is imported; imported in the preload thread, the
-    main thread's `catch_warnings` blocks could undo it and the notice reached stderr."""
-    code = (
-        "import sys, threading\n"
-        "from audit.report.render import preload\n"
-        "assert 'requests' not in sys.modules\n"
-        "threading.Thread.start = lambda self: None  # the thread itself never runs\n"
-        "preload()\n"
-        "print('requests' in sys.modules)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "True"
-
-
-def test_after_a_rendering_the_kernel_is_shut_down_at_once(tmp_path):
-    """Papermill has every output by then: no shutdown request for the kernel to free its
-    memory object by object first (0.5 s at 1M deliveries)."""
-    kernel = WarmKernel()
-    km, pid = kernel.km, kernel.km.provisioner.pid
-    calls = []
-    real = km.shutdown_kernel
-
-    async def shutdown_kernel(now=False, restart=False):
-        calls.append(now)
-        return await real(now=now, restart=restart)
-
-    km.shutdown_kernel = shutdown_kernel
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    html = render(_notebook(tmp_path / "probe.ipynb"), run_dir, title="t", timeout_s=60,
-                  kernel=kernel)  # fmt: skip
-    assert "imports warm" in html.read_text()
-    assert calls == [True] and not _alive(pid)
 
 
 @pytest.mark.slow

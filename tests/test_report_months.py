@@ -78,7 +78,6 @@ NOTHING_JUDGED = {
     ("case", "records", "sig01"),
     [
         ("zero records", [], "skip"),
-        ("all unreadable", ["not json", '{"received_at": 1', "\x00\x01"], "skip"),
         ("all forged, answered 401", _forged(3), "pass"),
     ],
 )
@@ -97,6 +96,21 @@ def test_quiet_and_hostile_months_report_with_skips(tmp_path, capsys, case, reco
     assert code == 0  # nothing failed
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["rendering"]["status"] == "ok" and manifest["exit_status"] == 0
+
+
+def test_a_log_with_no_readable_record_is_refused_and_nothing_is_written(tmp_path, capsys):
+    """Every line unreadable: no capture log at all (a damaged file, a wrong path); the report
+    is refused in one line naming it, exit 3, instead of a green report on nothing."""
+    logs = write_jsonl(tmp_path / "log.jsonl", ["not json", '{"received_at": 1', "\x00\x01"])
+    secrets = write_secrets(tmp_path / "secrets.json", {"wh_1": FRESH})
+    out = tmp_path / "r"
+    args = ["report", str(logs), "--secrets", str(secrets), "--period", "2026-10"]
+    code = main([*args, "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 3
+    assert err.startswith(f"audit: error: {logs}: holds no capture record (3 line(s), none ")
+    assert err.count("\n") == 1
+    assert not out.exists()
 
 
 def test_forged_requests_accepted_fail_sig01_and_exit_1(tmp_path, capsys):

@@ -16,7 +16,7 @@ import pytest
 
 from audit.cli import main
 from audit.errors import ParameterError, ReportError
-from audit.report import build_index, figures, parse_period, run_report
+from audit.report import build_index, parse_period, run_report
 from audit.report.pipeline import lock, mark_stale
 from tests.test_reports import hostile  # noqa: F401  (fixture)
 
@@ -164,13 +164,13 @@ def test_html_has_header_title_remediation_and_a_trend_on_the_next_period(
     title = re.search(r"<title>(.*?)</title>", page, re.S)[1]
     assert "Webhook delivery compliance report" in title and "2026-10" in title and run_id in title
     for field in ("Client", "Period", "Judged as of", "Run id", "Generated at",
-                  "Toolkit version", "Input files"):  # fmt: skip
+                  "Toolkit version", "Inputs"):  # fmt: skip
         assert f"<dt>{field}</dt>" in page
     assert f"<dd>{run_id}</dd>" in page and "2026-11-01 00:00 UTC" in page
     findings = json.loads((october.run_dir / "findings.json").read_text())
     failing = [f for f in findings if f["status"] == "fail"]
     assert failing
-    cards = re.split(r"<div class=.finding.>", page)[1:]
+    cards = re.split(r"<div class=.finding [a-z]+. id=", page)[1:]
     assert len(cards) == len(failing)
     for f in failing:
         card = next(c for c in cards if f["finding_uid"] in c)
@@ -218,7 +218,12 @@ def test_bad_params_are_one_line_and_create_no_run_folder(tmp_path, capsys, para
     path.write_text(params)
     out = tmp_path / "r"
     code = main(_args(logs, secrets, out, "--params", str(path)))
-    err = capsys.readouterr().err
+    # an empty log is noted as such (a quiet day?); the error is the one other line
+    err = "".join(
+        f"{line}\n"
+        for line in capsys.readouterr().err.splitlines()
+        if not line.startswith("audit: note: ")
+    )
     assert code == 3 and len(err.strip().splitlines()) == 1, err
     assert err.startswith("audit: error: ") and message in err
     assert "internal error" not in err
@@ -297,11 +302,8 @@ def test_stale_tmp_folders_are_marked_failed_and_indexed_without_dead_links(tmp_
     stale = tmp_path / "2026-10" / ".tmp-20261101T060000Z-abcdef"
     (stale / "tables").mkdir(parents=True)
     (stale / "findings.csv").write_text("x\n")
-    (stale / ".figures").mkdir()  # a run killed while it rendered
-    (stale / ".figures" / "takedown.html").write_text("<p>kept</p>")
     moved = mark_stale(tmp_path, "20261201T060000Z-123456")
     assert [p.name for p in moved] == ["20261101T060000Z-abcdef.failed"]
-    assert not (moved[0] / ".figures").exists()
     assert not list(tmp_path.glob("*/.tmp-*"))
     manifest = json.loads((moved[0] / "manifest.json").read_text())
     assert "interrupted" in manifest["message"] and manifest["exit_status"] == 3
@@ -312,350 +314,331 @@ def test_stale_tmp_folders_are_marked_failed_and_indexed_without_dead_links(tmp_
         assert (tmp_path / href).is_file(), href
 
 
-@pytest.mark.parametrize("blob", [b"{not json", b"\xff\xfe\x00garbage", b"[1, 2]"])
-def test_an_unreadable_manifest_is_listed_and_breaks_nothing(tmp_path, blob):
-    good = tmp_path / "2026-09" / "20261001T060000Z-aaaaaa"
-    good.mkdir(parents=True)
-    (good / "manifest.json").write_text(
-        json.dumps({"run_id": good.name, "period": {"label": "2026-09"}, "exit_status": 0,
-                    "started": "2026-10-01T06:00:00+00:00", "findings": {"status": {"pass": 3}}})
-    )  # fmt: skip
-    (good / "report.html").write_text("<html></html>")
-    bad = tmp_path / "2026-10" / "20261101T060000Z-bbbbbb"
-    bad.mkdir(parents=True)
-    (bad / "manifest.json").write_bytes(blob)
-    page = build_index(tmp_path).read_text()
-    assert "unreadable manifest" in page and bad.name in page
-    assert f'href="2026-09/{good.name}/report.html"' in page
-    assert "PASS 3" in page
-
-
-@pytest.mark.parametrize("where", ["aside", "thread"])
-def test_the_frames_are_freed_before_the_notebook_renders(hostile, tmp_path, monkeypatch, where):  # noqa: F811
-    """The kernel reads the run folder; the parent must not hold the analysis beside it (at
-    1M deliveries 1.7 GB, as much as the kernel itself). With the figures drawn aside, the
-    kernel reads none of the large tables, which go once written, while it runs."""
+def test_the_frames_are_freed_before_the_notebook_renders(hostile, tmp_path, monkeypatch):  # noqa: F811
+    """The kernel reads the run folder; the report process must not hold the analysis beside
+    it (at 1M deliveries 1.7 GB, as much as the kernel itself)."""
     import gc
-    import time
     import weakref
 
-    import audit.ingest.side as side
     import audit.report.pipeline as pipeline
 
     logs, secrets = hostile
     alive = {}
     real_compute = pipeline.compute
-    if where == "thread":
-        monkeypatch.setattr(side, "aside", lambda fn, rerun=True: None)
 
-    def compute(inputs, params, period, **kw):
-        computed = real_compute(inputs, params, period, **kw)
+    def compute(inputs, params, period):
+        computed = real_compute(inputs, params, period)
         alive["deliveries"] = weakref.ref(computed.analysis.deliveries)
         alive["tables"] = weakref.ref(computed.tables["deliveries"])
         return computed
 
-    def fake_render(nb_path, run_dir, *, title, timeout_s, kernel=None, ahead=(), drawn_from=None):
+    def fake_render(nb_path, run_dir, *, title, timeout_s):
         gc.collect()
         alive["at render"] = {k: ref() is not None for k, ref in list(alive.items())}
-        for _ in range(200):  # the late writes end meanwhile
-            gc.collect()
-            alive["soon"] = {k: alive[k]() is not None for k in ("deliveries", "tables")}
-            if not any(alive["soon"].values()):
-                break
-            time.sleep(0.05)
         (run_dir / "report.html").write_text("<html></html>", encoding="utf-8")
 
     monkeypatch.setattr(pipeline, "compute", compute)
     monkeypatch.setattr(pipeline, "render", fake_render)
     result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
     assert result.exit_code == 1 and result.html is not None
-    assert alive["soon"] == {"deliveries": False, "tables": False}
-    if where == "thread":
-        assert alive["at render"] == {"deliveries": False, "tables": False}
+    assert alive["at render"] == {"deliveries": False, "tables": False}
 
 
-@pytest.mark.parametrize("where", ["aside", "thread"])
-def test_figures_a_late_kernel_kept_are_not_renamed_into_the_run(
-    hostile,  # noqa: F811
-    tmp_path,
-    monkeypatch,
-    where,
-):
-    """A cell that timed out may keep drawing until the kernel is shut down, after the figures'
-    folder was first removed: the run folder is renamed into place without it. The packaged
-    notebook's figures are drawn ahead: by a forked process from the moment the tables exist
-    (``aside``), or, where no process may be forked, by a thread while the kernel runs."""
-    import audit.ingest.side as side
-    import audit.report.pipeline as pipeline
-    from audit.report.drawing import FOLDER
-
-    logs, secrets = hostile
-    given = {}
-    if where == "thread":
-        monkeypatch.setattr(side, "aside", lambda fn, rerun=True: None)
-
-    def late_render(nb_path, run_dir, *, title, timeout_s, kernel=None, ahead=(), drawn_from=None):
-        given["ahead"], given["drawn"] = ahead, drawn_from
-        given["folder"] = (run_dir / FOLDER).is_dir()
-        (run_dir / FOLDER).mkdir(exist_ok=True)
-        (run_dir / FOLDER / "takedown.html").write_text("<p>late</p>")
-        raise ReportError("notebook execution failed: CellTimeoutError")
-
-    monkeypatch.setattr(pipeline, "render", late_render)
-    result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
-    assert result.rendering_failed and not (result.run_dir / FOLDER).exists()
-    if where == "aside":  # the figures' folder made and being filled before rendering
-        assert given == {"ahead": (), "drawn": None, "folder": True}
-    else:
-        assert given["ahead"] == figures.FIGURES and not given["folder"]  # drawn in a thread,
-        assert set(given["drawn"].tables) >= {"deliveries", "takedown_km"}  # from the frames
-    _run(tmp_path, logs, secrets, out_dir=tmp_path / "r2", notebook=DATA / "broken_report.ipynb")
-    assert given == {"ahead": (), "drawn": None, "folder": False}  # a template: none
+def _fake_render(nb_path, run_dir, *, title, timeout_s):
+    (run_dir / "report.html").write_text("<html><body>report</body></html>", encoding="utf-8")
 
 
-def test_a_figures_folder_that_cannot_be_made_only_costs_the_figures_drawn_aside(
-    hostile,  # noqa: F811
-    tmp_path,
-    monkeypatch,
-):
-    """Found in review: a link planted where the figures' folder goes ended the run with
-    "File exists" (exit 3, findings lost). The child is stopped and the run goes on as without
-    it; the link is never followed."""
-    import audit.report.drawing as drawing
-    import audit.report.pipeline as pipeline
-
-    real = drawing.figures_folder
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-
-    def planted(run_dir):
-        (run_dir / drawing.FOLDER).symlink_to(elsewhere)
-        return real(run_dir)
-
-    monkeypatch.setattr(pipeline, "figures_folder", planted)
-    logs, secrets = hostile
-    result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
-    assert result.exit_code == 1 and len(result.manifest["findings"]["status"])
-    assert (result.run_dir / "findings.json").is_file()
-    # The kernel drew every figure, outside the link (second review: the thread's own
-    # folder failed on it, and the link stayed in the run folder).
-    assert result.manifest["rendering"] == {"status": "ok"} and result.html is not None
-    assert not os.path.lexists(result.run_dir / drawing.FOLDER)
-    assert list(elsewhere.iterdir()) == []
+# --- a failed run says why ----------------------------------------------------------------------
 
 
-def test_a_link_planted_at_the_tables_lock_only_costs_the_late_writes(
-    hostile,  # noqa: F811
-    tmp_path,
-    monkeypatch,
-):
-    """Found in review: a link at ``.figures/tables.lock`` ended the run with a raw "Too many
-    levels of symbolic links" (findings lost). The tables only the figures read are written
-    before rendering then; the link is never followed."""
-    import audit.report.drawing as drawing
-    import audit.report.pipeline as pipeline
+def _enospc_on(name: str, monkeypatch) -> list[str]:
+    """Make the run folder's CSV writer fail on ``name`` as a full disk does; the names it
+    was asked to write."""
+    import errno
 
-    real = drawing.figures_folder
-    victim = tmp_path / "victim"
-    victim.write_text("keep")
-
-    def planted(run_dir):
-        folder = real(run_dir)
-        (folder / drawing.TABLES_LOCK).symlink_to(victim)
-        return folder
-
-    monkeypatch.setattr(pipeline, "figures_folder", planted)
-    logs, secrets = hostile
-    result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
-    assert result.exit_code == 1 and result.manifest["rendering"] == {"status": "ok"}
-    for name in ("deliveries", "events"):
-        assert len(pd.read_parquet(result.run_dir / "tables" / f"{name}.parquet"))
-    assert victim.read_text() == "keep"
-
-
-def test_nothing_is_written_into_a_failed_run_once_its_lock_is_released(
-    hostile,  # noqa: F811
-    tmp_path,
-    monkeypatch,
-):
-    """Found in review: a ^C while the late writes ran left their thread writing; the next run
-    marked the folder failed, then the thread made ``tables/`` again and wrote into it."""
-    import threading
-    import time
-
-    import audit.report.pipeline as pipeline
     import audit.report.rundir as rundir
 
-    real = rundir.write_tables
-    ended = []
+    real, asked = rundir.write_csv, []
 
-    def slow(tables, folder, **kw):
-        if tables and set(tables) <= set(rundir.FIGURE_ONLY_TABLES):  # the late writes
-            time.sleep(1.0)
-        out = real(tables, folder, **kw)
-        ended.append(time.monotonic())
-        return out
+    def full_disk(frame, path):
+        asked.append(path.name)
+        if path.name == name:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(frame, path)
+
+    monkeypatch.setattr(rundir, "write_csv", full_disk)
+    return asked
+
+
+def test_a_full_disk_marks_the_run_failed_with_its_cause(hostile, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """Found in review (issue 36): a run that failed on a full disk was labelled "interrupted"
+    by the next run. Its folder is now <run id>.failed at once, its manifest saying where and
+    why it failed; the CLI says so in one line, exit 3; a later run keeps that cause."""
+    import audit.report.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "render", _fake_render)
+    asked = _enospc_on("incidents.csv", monkeypatch)
+    logs, secrets = hostile
+    out = tmp_path / "r"
+    assert main(_args(logs, secrets, out)) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No space left on device" in err[0] and "marked failed" in err[0]
+    assert "incidents.csv" in asked
+    [failed] = (out / "2026-10").iterdir()
+    assert failed.name.endswith(".failed")
+    manifest = json.loads((failed / "manifest.json").read_text())
+    assert manifest["failure"]["stage"] == "writing the run folder"
+    assert manifest["failure"]["cause"].startswith("No space left on device")
+    assert manifest["exit_status"] == 3
+    monkeypatch.undo()
+    monkeypatch.setattr(pipeline, "render", _fake_render)
+    later = _run(tmp_path, logs, secrets, out_dir=out)
+    assert later.exit_code == 1
+    again = json.loads((failed / "manifest.json").read_text())
+    assert again["failure"] == manifest["failure"]  # not relabelled "interrupted"
+
+
+def test_on_a_full_disk_the_partial_tables_make_room_for_the_cause(hostile, tmp_path, monkeypatch):  # noqa: F811
+    import errno
+
+    import audit.report.pipeline as pipeline
+
+    _enospc_on("incidents.csv", monkeypatch)
+    real, calls = pipeline.write_json, []
+
+    def full_until_freed(path, data):
+        calls.append(path.parent / "tables")
+        if (path.parent / "tables").exists():
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(path, data)
+
+    monkeypatch.setattr(pipeline, "write_json", full_until_freed)
+    logs, secrets = hostile
+    with pytest.raises(ReportError, match="No space left on device"):
+        _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
+    [failed] = (tmp_path / "r" / "2026-10").iterdir()
+    assert failed.name.endswith(".failed") and not (failed / "tables").exists()
+    assert len(calls) == 2
+    manifest = json.loads((failed / "manifest.json").read_text())
+    assert "No space left on device" in manifest["failure"]["cause"]
+
+
+def test_ctrl_c_while_rendering_marks_the_run_failed_and_releases_the_lock(
+    hostile,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    import audit.report.pipeline as pipeline
 
     def interrupted(*_a, **_k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(rundir, "write_tables", slow)
     monkeypatch.setattr(pipeline, "render", interrupted)
     logs, secrets = hostile
     out = tmp_path / "r"
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path, logs, secrets, out_dir=out)
-    returned = time.monotonic()
-    assert not [t for t in threading.enumerate() if t.name == "audit-late"]
-    assert ended and max(ended) <= returned
+    [failed] = (out / "2026-10").iterdir()
+    manifest = json.loads((failed / "manifest.json").read_text())
+    assert failed.name.endswith(".failed")
+    assert manifest["failure"] == {"stage": "rendering", "cause": "interrupted (KeyboardInterrupt)"}
     with lock(out):  # released
         pass
 
 
-def test_the_tables_only_the_figures_read_are_written_beside_the_rendering(
+def test_a_stale_folder_keeps_a_recorded_cause(tmp_path):
+    recorded = tmp_path / "2026-10" / ".tmp-20261101T060000Z-aaaaaa"
+    recorded.mkdir(parents=True)
+    failure = {"stage": "writing the run folder", "cause": "No space left on device"}
+    (recorded / "manifest.json").write_text(json.dumps({"run_id": "x", "failure": failure}))
+    silent = tmp_path / "2026-10" / ".tmp-20261101T070000Z-bbbbbb"
+    silent.mkdir()
+    (silent / "manifest.json").symlink_to("/dev/zero")  # never read
+    moved = mark_stale(tmp_path, "20261201T060000Z-123456")
+    got = {p.name: json.loads((p / "manifest.json").read_text()) for p in moved}
+    assert got["20261101T060000Z-aaaaaa.failed"]["failure"] == failure
+    assert got["20261101T070000Z-bbbbbb.failed"]["failure"] == {
+        "stage": "unknown",
+        "cause": "interrupted (no cause recorded)",
+    }
+
+
+# --- what the run folder holds ---------------------------------------------------------------
+
+
+def test_every_listed_table_is_written_whole_as_csv_and_parquet(hostile, tmp_path, monkeypatch):  # noqa: F811
+    import csv
+
+    import audit.report.pipeline as pipeline
+    from audit.report.rundir import PARQUET_ONLY
+
+    monkeypatch.setattr(pipeline, "render", _fake_render)
+    logs, secrets = hostile
+    result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
+    folder = result.run_dir / "tables"
+    names = {p.stem for p in folder.glob("*.parquet")}
+    assert {"not_valid_requests", "incidents", "waiting_on_client", "undelivered_events"} <= names
+    for name in sorted(names - set(PARQUET_ONLY)):
+        frame = pd.read_parquet(folder / f"{name}.parquet")
+        with open(folder / f"{name}.csv", newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+        assert rows[0] == list(frame.columns) and len(rows) == len(frame) + 1, name
+    assert not [n for n in PARQUET_ONLY if (folder / f"{n}.csv").exists()]
+    # every table the report lists (and may cut) is there as CSV
+    listed = {
+        "verdict_counts",
+        "not_valid_requests",
+        "latency",
+        "event_outcomes",
+        "undelivered_events",
+        "success_by_subscription",
+        "success_by_event",
+        "off_schedule_attempts",
+        "retried_after_success",
+        "takedown_summary",
+        "waiting_on_client",
+        "subscriptions_latest",
+        "inputs",
+        "incidents",
+        "subscriptions",
+    }
+    assert {p.stem for p in folder.glob("*.csv")} >= listed
+
+
+def test_the_manifest_says_what_the_period_covered_and_what_was_skipped(
     hostile,  # noqa: F811
     tmp_path,
     monkeypatch,
 ):
-    """With the figures drawn aside, the tables only they read are written while the notebook
-    runs; a failure to write them (a full disk) fails the run, as for the CSV copies, and no
-    run folder is renamed into place."""
-    import audit.report.rundir as rundir
-    from audit.errors import OutputError
-    from audit.ingest.load import default_workers
+    """Known answers: the hostile month's two requests (5 and 6 October), a file of another
+    name in the captures folder, and the newest listing snapshot's own time."""
+    import audit.report.pipeline as pipeline
 
-    if default_workers() < 2:
-        pytest.skip("the figures are drawn aside on two CPUs only")
-    real = rundir.write_tables
-    late = []
-
-    def full_disk(tables, folder, **kw):
-        if kw.get("make", True):  # written before rendering
-            return real(tables, folder, **kw)
-        late.append(sorted(tables))
-        if "events" in tables:
-            raise OutputError(
-                f"{folder / 'events.parquet'}: cannot write (No space left on device)"
-            )
-        return real(tables, folder, **kw)
-
-    monkeypatch.setattr(rundir, "write_tables", full_disk)
+    monkeypatch.setattr(pipeline, "render", _fake_render)
     logs, secrets = hostile
-    out = tmp_path / "r"
-    with pytest.raises(OutputError, match=r"events\.parquet: cannot write \(No space"):
-        _run(tmp_path, logs, secrets, out_dir=out)
-    assert late == [sorted(rundir.FIGURE_ONLY_TABLES)]
-    assert all(p.name.startswith(".tmp-") for p in (out / "2026-10").iterdir())
-    monkeypatch.setattr(rundir, "write_tables", real)
-    result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "ok")
-    for name in rundir.FIGURE_ONLY_TABLES:  # written whole, before the rename
-        assert len(pd.read_parquet(result.run_dir / "tables" / f"{name}.parquet"))
+    folder = tmp_path / "captures"
+    folder.mkdir()
+    os.replace(logs, folder / "receiver.jsonl")
+    (folder / "notes.txt").write_text("not a capture log\n")
+    snapshot = DATA / "snapshots"
+    result = run_report(
+        [folder],
+        secrets_path=secrets,
+        snapshots=[snapshot],
+        period=parse_period("2026-10"),
+        out_dir=tmp_path / "r",
+    )
+    m = json.loads((result.run_dir / "manifest.json").read_text())
+    assert m["coverage"]["deliveries"] == 2 and m["coverage"]["valid"] == 2
+    assert m["coverage"]["first_received"].startswith("2026-10-05T10:00:30")
+    assert m["coverage"]["last_received"].startswith("2026-10-06T10:00:30")
+    assert m["skipped_inputs"] == [
+        {"path": str(folder / "notes.txt"), "reason": "not a capture log name"}
+    ]
+    assert m["snapshots"]["newest_taken_at"].startswith("2026-01-03T00:00:00")
 
 
-def test_csv_copies_are_written_beside_the_rendering_and_their_failure_fails_the_run(
+def test_no_skipped_input_is_an_empty_list(hostile, tmp_path, monkeypatch):  # noqa: F811
+    import audit.report.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "render", _fake_render)
+    logs, secrets = hostile
+    m = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r").manifest
+    assert m["skipped_inputs"] == [] and m["snapshots"] == {"newest_taken_at": None}
+
+
+@pytest.mark.slow
+def test_the_run_folders_notebook_runs_again_with_papermill(hostile, tmp_path):  # noqa: F811
+    """The notebook left in the run folder names no temporary path: after the folder is
+    renamed into place (and moved elsewhere), papermill runs it again as it is."""
+    logs, secrets = hostile
+    result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r")
+    assert result.html is not None, result.message
+    text = (result.run_dir / "report.ipynb").read_text(encoding="utf-8")
+    assert ".tmp-" not in text  # the inputs' paths are named, the run folder's never
+    moved = tmp_path / "elsewhere"
+    os.replace(result.run_dir, moved)
+    again = subprocess.run(
+        [sys.executable, "-m", "papermill", "report.ipynb", str(tmp_path / "again.ipynb")],
+        cwd=moved,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    rerun = nbformat.read(tmp_path / "again.ipynb", as_version=4)
+    errors = [o for c in rerun.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert errors == [] and len(rerun.cells) > 10
+
+
+# --- --pdf ------------------------------------------------------------------------------------
+
+
+def _pdf_args(hostile, tmp_path):  # noqa: F811
+    logs, secrets = hostile
+    return _args(logs, secrets, tmp_path / "r", "--pdf")
+
+
+def test_pdf_without_chromium_says_so_in_one_line_and_keeps_the_exit_code(
     hostile,  # noqa: F811
     tmp_path,
     monkeypatch,
+    capsys,
 ):
-    import audit.report.rundir as rundir
-    from audit.errors import OutputError
+    import audit.report.pipeline as pipeline
 
-    real = rundir.write_csv
-    written = []
-
-    def full_disk(frame, path):
-        written.append(path.name)
-        if path.name == "incidents.csv":
-            raise OutputError(f"{path}: cannot write (No space left on device)")
-        return real(frame, path)
-
-    monkeypatch.setattr(rundir, "write_csv", full_disk)
-    logs, secrets = hostile
-    out = tmp_path / "r"
-    with pytest.raises(OutputError, match="No space left"):
-        _run(tmp_path, logs, secrets, out_dir=out)
-    assert "incidents.csv" in written
-    left = [p.name for p in (out / "2026-10").iterdir()]
-    assert all(name.startswith(".tmp-") for name in left)  # no run renamed into place
-    monkeypatch.setattr(rundir, "write_csv", real)
-    result = _run(tmp_path, logs, secrets, out_dir=tmp_path / "ok")
-    for name in rundir.CSV_TABLES:  # every CSV copy there, each the table it copies
-        if (result.run_dir / "tables" / f"{name}.parquet").is_file():
-            csv_text = (result.run_dir / "tables" / f"{name}.csv").read_text()
-            frame = pd.read_parquet(result.run_dir / "tables" / f"{name}.parquet")
-            assert csv_text.count("\n") >= len(frame) + 1, name
+    monkeypatch.setattr(pipeline, "render", _fake_render)
+    monkeypatch.setattr(pipeline, "find_chromium", lambda: None)
+    assert main(_pdf_args(hostile, tmp_path)) == 1  # the findings' exit code
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "audit: --pdf: no Chromium found (chromium, chromium-browser, google-chrome on PATH);"
+        " report.pdf not written"
+    ]
+    [run] = (tmp_path / "r" / "2026-10").iterdir()
+    assert not (run / "report.pdf").exists()
+    assert json.loads((run / "manifest.json").read_text())["pdf"]["status"] == "skipped"
 
 
-def test_the_csv_copies_are_written_while_the_late_parquet_files_are(tmp_path, monkeypatch):
-    """At the end of a rendering both cores are free: the CSV copies no longer wait for the
-    Parquet files of the tables only the figures read (a thread each); a failure of either is
-    still raised by ``wait``."""
-    import threading
+def test_a_pdf_that_fails_keeps_the_exit_code_and_is_recorded(
+    hostile,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+    capsys,
+):
+    import audit.report.pipeline as pipeline
 
-    import audit.report.rundir as rundir
+    def fails(html, pdf):
+        raise ReportError(f"Chromium exited 1 printing {html}")
 
-    started = threading.Event()
-    real_csv, real_tables = rundir.write_csv, rundir.write_tables
-
-    def csv(frame, path):
-        started.set()
-        return real_csv(frame, path)
-
-    def parquet(tables, folder, **kw):
-        assert started.wait(30), "the CSV copies waited for the Parquet files"
-        return real_tables(tables, folder, **kw)
-
-    monkeypatch.setattr(rundir, "write_csv", csv)
-    monkeypatch.setattr(rundir, "write_tables", parquet)
-    frame = pd.DataFrame({"incident_id": ["inc_1", "=HYPERLINK(1)"], "n": [1, 2]})
-    folder = tmp_path / "tables"
-    folder.mkdir()
-    tables = {"deliveries": frame, "incidents": frame}
-    rundir.LateWrites(tables, folder, parquet=["deliveries"]).wait()
-    pd.testing.assert_frame_equal(pd.read_parquet(folder / "deliveries.parquet"), frame)
-    assert "'=HYPERLINK(1)" in (folder / "incidents.csv").read_text()
-
-    def full(tables, folder, **kw):
-        raise rundir.OutputError(f"{folder}: cannot write (No space left on device)")
-
-    monkeypatch.setattr(rundir, "write_tables", full)
-    writes = rundir.LateWrites({"deliveries": frame}, folder, parquet=["deliveries"])
-    with pytest.raises(rundir.OutputError, match="No space left"):
-        writes.wait()
+    monkeypatch.setattr(pipeline, "render", _fake_render)
+    monkeypatch.setattr(pipeline, "find_chromium", lambda: "/usr/bin/chromium")
+    monkeypatch.setattr(pipeline, "print_pdf", fails)
+    assert main(_pdf_args(hostile, tmp_path)) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    [run] = (tmp_path / "r" / "2026-10").iterdir()
+    assert line == (
+        f"audit: --pdf: Chromium exited 1 printing {run / 'report.html'}; report.pdf not written"
+    )
+    pdf = json.loads((run / "manifest.json").read_text())["pdf"]
+    assert pdf["status"] == "failed" and ".tmp-" not in pdf["reason"]
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="per-thread priority is Linux's")
-def test_the_late_writes_run_behind_the_figures_process(tmp_path, monkeypatch):
-    """The late Parquet files (by a pool of threads) and the CSV copies are written at a
-    lower CPU priority (nice 10): the figures' process, which the kernel waits for, takes the
-    core first. The caller's own priority is unchanged."""
-    import os
-    import threading
+def test_pdf_is_written_beside_the_html(hostile, tmp_path, monkeypatch, capsys):  # noqa: F811
+    import audit.report.pipeline as pipeline
 
-    import audit.report.rundir as rundir
+    printed = []
 
-    def nice() -> int:
-        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    def prints(html, pdf):
+        printed.append(html.name)
+        pdf.write_bytes(b"%PDF-1.4 fake")
 
-    before, seen = nice(), {}
-    real_csv = rundir.write_csv
-
-    def csv(frame, path):
-        seen["csv"] = nice()
-        return real_csv(frame, path)
-
-    def parquet(self, path, **kw):
-        seen["parquet"] = nice()
-        return real_parquet(self, path, **kw)
-
-    real_parquet = pd.DataFrame.to_parquet
-    monkeypatch.setattr(rundir, "write_csv", csv)
-    monkeypatch.setattr(pd.DataFrame, "to_parquet", parquet)
-    frame = pd.DataFrame({"incident_id": ["inc_1"], "n": [1]})
-    folder = tmp_path / "tables"
-    folder.mkdir()
-    rundir.LateWrites(
-        {"deliveries": frame, "incidents": frame}, folder, parquet=["deliveries"]
-    ).wait()
-    assert seen == {"csv": max(before, 10), "parquet": max(before, 10)}
-    assert nice() == before
+    monkeypatch.setattr(pipeline, "render", _fake_render)
+    monkeypatch.setattr(pipeline, "find_chromium", lambda: "/usr/bin/chromium")
+    monkeypatch.setattr(pipeline, "print_pdf", prints)
+    assert main(_pdf_args(hostile, tmp_path)) == 1
+    out = capsys.readouterr()
+    [run] = (tmp_path / "r" / "2026-10").iterdir()
+    assert printed == ["report.html"] and (run / "report.pdf").read_bytes().startswith(b"%PDF")
+    assert f"pdf:       {run / 'report.pdf'}" in out.out and out.err == ""
+    assert json.loads((run / "manifest.json").read_text())["pdf"] == {"status": "ok"}

@@ -15,7 +15,7 @@ import pytest
 from audit.cli import main
 from audit.errors import ParameterError
 from audit.ingest.signatures import sign
-from audit.report import build_index, figures, parse_period
+from audit.report import figures, parse_period
 from audit.report.rundir import open_run
 from tests.builders import write_jsonl, write_secrets
 
@@ -223,24 +223,6 @@ def test_bad_input_is_exit_3_with_one_line(tmp_path, capsys):
         ["report", str(secrets), "--secrets", str(secrets), "--period", "2026-13"], capsys
     )
     assert code == 3 and "month must be" in err
-
-
-def test_index_lists_runs_newest_first(tmp_path):
-    for label, started in [
-        ("2026-09", "2026-10-01T06:00:00+00:00"),
-        ("2026-10", "2026-11-01T06:00:00+00:00"),
-    ]:
-        d = tmp_path / label / f"run-{label}"
-        d.mkdir(parents=True)
-        m = {
-            "run_id": f"run-{label}",
-            "period": {"label": label},
-            "started": started,
-            "exit_status": 0,
-        }
-        (d / "manifest.json").write_text(json.dumps(m))
-    page = build_index(tmp_path).read_text()
-    assert page.index("run-2026-10") < page.index("run-2026-09")
 
 
 @pytest.mark.slow

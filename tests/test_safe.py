@@ -76,3 +76,48 @@ def test_a_nul_in_a_csv_cell_is_shown_as_its_code(tmp_path, dtype):
     assert b"\x00" not in raw
     with path.open(newline="", encoding="utf-8") as f:
         assert [r["name"] for r in csv.DictReader(f)] == ["nul\\u0000byte", "'=\\u0000x"]
+
+
+# -- control and bidi characters shown as codes in CSV cells, as in HTML (issue 36, point 11) --
+
+
+@pytest.mark.parametrize("dtype", ["str", object])
+def test_csv_cells_show_control_and_bidi_characters_as_codes(tmp_path, dtype):
+    import csv as csv_module
+
+    from audit.safe import write_csv
+
+    cells = [
+        "evil\u202eelpmaxe.com",  # RLO: reads reversed
+        "red\x1b[31malert",  # ESC: drives a terminal
+        "=cmd\u200b|x",  # a formula with a zero-width space
+        "a\tb\nc\r\nd",  # tab and line breaks stay (inside the quoted cell)
+        "nul\x00cut",
+        "\x85c1 and \x7f",
+        None,
+    ]
+    frame = pd.DataFrame({"text": pd.Series(cells, dtype=dtype), "n": range(len(cells))})
+    path = tmp_path / "t.csv"
+    write_csv(frame, path)
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv_module.reader(f))[1:]
+    assert [r[0] for r in rows] == [
+        "evil\\u202eelpmaxe.com",
+        "red\\u001b[31malert",
+        "'=cmd\\u200b|x",
+        "a\tb\nc\r\nd",
+        "nul\\u0000cut",
+        "\\u0085c1 and \\u007f",
+        "",
+    ]
+    raw = path.read_text(encoding="utf-8")
+    assert not any(ch in raw for ch in "\u202e\x1b\u200b\x00\x85\x7f")
+
+
+def test_codes_are_those_the_html_report_shows():
+    from audit.report.markup import esc
+    from audit.safe import shown_as_code
+
+    text = "".join(chr(c) for c in (*range(0x20), *range(0x7F, 0xA0), 0x202E, 0x2066, 0xFEFF))
+    text += "\U000e0001 plain é 日本"
+    assert shown_as_code(text) == esc(text).replace("&amp;", "&")

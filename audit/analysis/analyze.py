@@ -44,6 +44,7 @@ from audit.ingest.store import WRITTEN, Store, ingest, reverify
 from audit.ingest.verdicts import read_logs
 from audit.ingest.verification import VERDICT_COLUMNS
 from audit.ingest.workers import threads
+from audit.redaction import cut_secrets
 from audit.safe import write_csv
 from audit.spec import (
     CLIENT_WAIT_STATUSES,
@@ -166,6 +167,7 @@ def write_table(out: Path | Stage, name: str, table: pd.DataFrame, fmt: str) -> 
     """Write one table as :meth:`Analysis.write` does (into a folder or a
     :class:`~audit.atomic.Stage`); return its paths."""
     path = out / f"{name}.{fmt}"
+    table = cut_secrets(table)  # known secrets out: captured incident data may quote one
     if fmt == "csv":
         write_csv(table, path)
         return [path]

@@ -11,6 +11,7 @@ import click
 from audit.analysis.analyze import analyze as analyze_logs
 from audit.analysis.store_analysis import ROWS_PER_PASS, analyze_store
 from audit.cli.params import STORE_OPTION, TEXT_PATH, NonEmptyPath, check_out_folder, need_logs
+from audit.ingest.capture_check import check_captures
 from audit.ingest.query import store_inputs
 from audit.ingest.store import WRITTEN, reverify
 from audit.spec import DEFAULT_HEADER_PREFIX, DELIVERY_TIMEOUT_S
@@ -76,6 +77,8 @@ def analyze(
     if rows_per_pass is not None and store_dir is None:
         raise click.UsageError("--rows-per-pass needs --store.")
     check_out_folder(out)  # before the work, not after
+    for note in check_captures(logs, header_prefix=header_prefix):  # refused: nothing written
+        click.echo(f"audit: note: {note}", err=True)
     if store_dir is not None:
         if not logs and secrets_path is not None:  # written only when the secrets changed
             again = reverify(store_dir, secrets_path, header_prefix=header_prefix)

@@ -17,6 +17,7 @@ from audit.cli.params import (
 from audit.cli.store import QUIET, check_table_path, write_table
 from audit.demo import SimulationResult
 from audit.demo import simulate as simulate_demo
+from audit.ingest.capture_check import check_captures
 from audit.ingest.store import WRITTEN, ingest, reverify
 from audit.ingest.verdicts import verdict_table, verdicts_by_name
 from audit.ingest.verification import VERDICT_COLUMNS, verdict_count_rows
@@ -76,6 +77,8 @@ def verify(
     if secrets_path is None and (logs or store_dir is None):
         raise click.UsageError("Missing option '--secrets'.")
     check_table_path(out)  # before the work, not after
+    for note in check_captures(logs, header_prefix=header_prefix):  # refused: nothing written
+        click.echo(f"audit: note: {note}", err=True)
     if store_dir is not None:
         from audit.ingest.file_records import file_rows  # start-up: pandas, only for --store
         from audit.ingest.query import load_deliveries  # start-up: pandas, only for --store

@@ -21,8 +21,10 @@ from audit.cli.params import (
 )
 from audit.demo import simulate as simulate_demo
 from audit.findings.catalogue import SEVERITIES
+from audit.ingest.capture_check import check_captures
 from audit.ingest.secrets import secret_values
 from audit.paths import read_regular
+from audit.progress import on_terminal
 from audit.redaction import refuse_known_secrets
 from audit.report import ReportResult, parse_period, read_params, run_report
 
@@ -46,7 +48,8 @@ def demo(ctx: click.Context, out: Path, seed: int, quiet: bool) -> int:
     data = out / "data"
     if (data / "truth.json").is_file():  # an earlier demo's data: regenerate, same bytes
         shutil.rmtree(data)
-    result = simulate_demo(data, seed=seed)
+    with on_terminal("audit: simulate", quiet=quiet) as progress:
+        result = simulate_demo(data, seed=seed, progress=progress)
     print_simulation(result)
     period = parse_period(json.loads(result.truth.read_text())["period"]["start"][:7])
     report = run_report(
@@ -77,7 +80,13 @@ def _print_report(report: ReportResult) -> None:
         click.echo(f"run:       {report.run_dir}")
     if report.html is not None:
         click.echo(f"report:    {report.html}")
+    if report.pdf is not None:
+        click.echo(f"pdf:       {report.pdf}")
     click.echo(f"index:     {report.index}")
+    printed = report.manifest.get("pdf")
+    if isinstance(printed, dict) and printed.get("status") != "ok" and not report.skipped:
+        # one line on stderr; the exit code stays that of the findings
+        click.echo(f"audit: --pdf: {printed.get('reason')}; report.pdf not written", err=True)
 
 
 def _refuse_secrets_in(path: Path | None, secrets_path: str, what: str) -> None:
@@ -156,6 +165,12 @@ def _strings(obj: object, seen: set[int]) -> list[str]:
     type=NonEmptyPath(dir_okay=False, path_type=Path),
     help="Render this notebook instead of the packaged one (it gets one parameter, run_dir).",
 )
+@click.option(
+    "--pdf",
+    "pdf",
+    is_flag=True,
+    help="Also print the report to report.pdf (needs a Chromium on PATH).",
+)
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 def report(
     logs: tuple[str, ...],
@@ -169,19 +184,23 @@ def report(
     skip_if_exists: bool,
     timeout_s: int,
     notebook: Path | None,
+    pdf: bool,
     quiet: bool,
     store_dir: Path | None,
 ) -> int:
     """Run the compliance report for a period: notebook, HTML, findings, manifest, index.
 
     Exit codes: 0 no failing finding at or above --fail-on, 1 failing findings, 2 a control
-    errored, 3 bad input or a runtime failure.
+    errored, 3 bad input or a runtime failure. --pdf never changes them: without a Chromium,
+    or when printing fails, it says so on stderr and in the manifest.
     """
     need_logs(logs, store_dir)
     check_out_folder(out)
     when = parse_period(period, today=datetime.now(UTC).date())  # the only wall-clock read
     _refuse_secrets_in(params_path, secrets_path, "parameters file")
     _refuse_secrets_in(mutes_path, secrets_path, "mutes file")
+    for note in check_captures(logs):  # a log holding no capture record: refused, nothing written
+        click.echo(f"audit: note: {note}", err=True)
     result = run_report(
         list(logs),
         secrets_path=secrets_path,
@@ -197,6 +216,7 @@ def report(
         progress=None if quiet else _progress,
         store=store_dir,
         notice=_progress,  # what was written to the store is told even with --quiet
+        pdf=pdf,
     )
     _print_report(result)
     return result.exit_code

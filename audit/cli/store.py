@@ -16,8 +16,10 @@ from audit.cli.params import (
     check_out_folder,
 )
 from audit.errors import ParameterError
+from audit.ingest.capture_check import check_captures
 from audit.ingest.store import ingest as ingest_logs
 from audit.progress import on_terminal
+from audit.redaction import cut_secrets, cut_secrets_arrow
 from audit.spec import DEFAULT_HEADER_PREFIX
 
 if TYPE_CHECKING:
@@ -52,6 +54,8 @@ def write_table(df: pd.DataFrame | pa.Table, path: Path) -> None:
     """
     suffix = check_table_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    # Known secrets out (captured incident data may quote one): ``verify --out``'s ids, detail.
+    df = cut_secrets_arrow(df) if isinstance(df, pa.Table) else cut_secrets(df)
     if suffix == ".csv":
         from audit.safe import write_csv  # start-up: pandas, only for CSV (Parquet goes without)
 
@@ -82,6 +86,8 @@ def ingest(
     Files already in the store are skipped; a grown log adds only its new lines; a changed
     file is re-ingested; records are verified again when the secrets file changed.
     """
+    for note in check_captures(logs, header_prefix=header_prefix):  # refused: nothing written
+        click.echo(f"audit: note: {note}", err=True)
     with on_terminal("audit: ingest", quiet=quiet) as progress:
         r = ingest_logs(
             logs, secrets_path, store_dir, header_prefix=header_prefix, progress=progress

@@ -1,8 +1,9 @@
 """The catalogue of controls (``controls.json`` beside this module) and parameter validation.
 
-The catalogue is the one place a control's id, title, severity, rationale, remediation and
-parameters (default and inclusive range) are stated; the runner, the mutes and the report read
-them from here.
+The catalogue is the one place a control's id, title, severity, rationale, remediation,
+parameters (default and inclusive range) and links (``spec_ref``: the rule's section of the
+service's webhook spec, ``docs_ref``: its entry in ``docs/controls.md``) are stated; the
+runner, the mutes and the report read them from here.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ __all__ = [
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 
 _CATALOGUE_KEYS = frozenset({"id", "title", "severity", "rationale", "remediation", "parameters"})
+#: Links an entry may give (the probe's catalogue has none): non-empty strings when given.
+_LINK_KEYS = frozenset({"spec_ref", "docs_ref"})
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,10 @@ class Control:
     parameters: Mapping[str, float]
     #: Inclusive ``(min, max)`` of each parameter; a bound the file leaves out is infinite.
     ranges: Mapping[str, tuple[float, float]] = field(default_factory=lambda: MappingProxyType({}))
+    #: The rule's section of the service's webhook spec, e.g. ``"spec 5.2 rules 4-5"``.
+    spec_ref: str = ""
+    #: The entry in the docs, e.g. ``"docs/controls.md#sig-01"`` (a file and an anchor).
+    docs_ref: str = ""
 
 
 _PARAMETER_KEYS = frozenset({"default", "min", "max"})
@@ -72,11 +79,11 @@ def _parameter(name: str, spec: object, at: str) -> tuple[float, tuple[float, fl
 def _catalogue_entry(item: object, at: str) -> Control:
     if not isinstance(item, dict):
         raise InputError(f"{at}: must be an object")
-    if set(item) != _CATALOGUE_KEYS:
+    if not _CATALOGUE_KEYS <= set(item) <= _CATALOGUE_KEYS | _LINK_KEYS:
         missing = sorted(_CATALOGUE_KEYS - set(item))
-        extra = sorted(set(item) - _CATALOGUE_KEYS)
+        extra = sorted(set(item) - _CATALOGUE_KEYS - _LINK_KEYS)
         raise InputError(f"{at}: missing field(s) {missing}, unknown field(s) {extra}")
-    for key in sorted(_CATALOGUE_KEYS - {"parameters"}):
+    for key in sorted((_CATALOGUE_KEYS - {"parameters"}) | (_LINK_KEYS & set(item))):
         if not isinstance(item[key], str) or not item[key].strip():
             raise InputError(f"{at}: {key!r} must be a non-empty string")
     if item["severity"] not in SEVERITIES:
@@ -95,6 +102,8 @@ def _catalogue_entry(item: object, at: str) -> Control:
         remediation=item["remediation"],
         parameters=MappingProxyType({name: d for name, (d, _) in parsed.items()}),
         ranges=MappingProxyType({name: r for name, (_, r) in parsed.items()}),
+        spec_ref=item.get("spec_ref", ""),
+        docs_ref=item.get("docs_ref", ""),
     )
 
 
@@ -115,15 +124,17 @@ def load_catalogue(path: str | Path | None = None) -> dict[str, Control]:
     ------
     InputError
         One line naming the file and the entry: not a JSON list of objects, a missing or
-        unknown field, a duplicate id, an unknown severity (critical, high, medium, low,
-        info), a parameter without a number as default, with a default outside its
-        ``min``/``max``, or used by two controls.
+        unknown field, an empty ``spec_ref`` or ``docs_ref`` (both optional), a duplicate id,
+        an unknown severity (critical, high, medium, low, info), a parameter without a number
+        as default, with a default outside its ``min``/``max``, or used by two controls.
 
     Examples
     --------
     >>> cat = load_catalogue()
     >>> cat["SIG-03"].severity, dict(cat["SIG-03"].parameters)
     ('medium', {'max_skew_p99_s': 60})
+    >>> cat["SIG-01"].spec_ref, cat["SIG-01"].docs_ref
+    ('spec 5.2 rules 4-5', 'docs/controls.md#sig-01')
     """
     where = "audit/findings/controls.json" if path is None else str(path)
     try:

@@ -206,6 +206,8 @@ def run_controls(
                     "remediation": control.remediation,
                     "period_start": start,
                     "period_end": end,
+                    "spec_ref": control.spec_ref,
+                    "docs_ref": control.docs_ref,
                 }
             )
     findings = _frame(rows)

@@ -9,23 +9,25 @@ Nothing written holds a secret or a signature: only ids, statuses, times and one
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import re
 import xml.etree.ElementTree as ET
+from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from audit.atomic import write_json_atomic, write_text_atomic
 from audit.findings import FINDING_COLUMNS, finding_uid
-from audit.findings.catalogue import Control, load_catalogue
+from audit.findings.catalogue import SEVERITIES, Control, load_catalogue
 from audit.findings.controls.base import evidence_json
-from audit.receiver.probe import ProbeResult
+from audit.receiver.probe import USER_AGENT, CheckResult, ProbeResult
 from audit.receiver.probe_plan import check_by_id
+from audit.report.templating import render
 from audit.safe import write_csv
 
 __all__ = ["findings_frame", "junit_xml", "probe_catalogue", "probe_html", "write_outputs"]
@@ -83,6 +85,8 @@ def findings_frame(result: ProbeResult) -> pd.DataFrame:
                 "remediation": control.remediation,
                 "period_start": start,
                 "period_end": end,
+                "spec_ref": control.spec_ref,
+                "docs_ref": control.docs_ref,
             }
         )
     return pd.DataFrame(rows, columns=list(FINDING_COLUMNS))
@@ -135,43 +139,104 @@ def junit_xml(result: ProbeResult) -> str:
     )
 
 
-_CSS = """
-body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
-table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}
-.pass{color:#17692e}.fail{color:#b00020;font-weight:bold}.skip{color:#777}
-"""
+#: Severities, most severe first (the page's order and its summary's).
+_SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+_STATUS_RANK = {"fail": 0, "skip": 1, "pass": 2}
+
+
+def _when(t: datetime) -> str:
+    """A time as people read it: to the second, in UTC (no microseconds)."""
+    return f"{t.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _ms(ms: float | None) -> str:
+    """``12 ms``, ``1,204 ms``, ``under 1 ms``; "not recorded" when no time was taken.
+
+    >>> _ms(1204.4), _ms(0.2), _ms(None)
+    ('1,204 ms', 'under 1 ms', 'not recorded')
+    """
+    if ms is None:
+        return "not recorded"
+    return "under 1 ms" if ms < 0.5 else f"{ms:,.0f} ms"
+
+
+def _duration(seconds: float) -> str:
+    """``1.5 s``, ``2 min 5 s``.
+
+    >>> _duration(1.46), _duration(0.01), _duration(125.2)
+    ('1.5 s', 'under 0.1 s', '2 min 5 s')
+    """
+    if seconds < 0.05:
+        return "under 0.1 s"
+    whole = round(seconds)
+    return f"{seconds:.1f} s" if whole < 60 else f"{whole // 60} min {whole % 60} s"
+
+
+def _check_view(result: ProbeResult, c: CheckResult, order: int) -> dict[str, Any]:
+    """What the page shows of one check: what was sent, what came back, the verdict."""
+    plan = check_by_id(c.id)
+    control = probe_catalogue()[plan.finding_id]
+    status = _status(c.passed)
+    sent = c.id != "within_timeout" and c.passed is not None
+    if c.id == "within_timeout":
+        answer = f"slowest answer {_ms(c.ms)}" if c.ms is not None else "no answer to judge"
+    elif c.passed is None:
+        answer = "nothing sent (skipped)"
+    elif c.status is None:
+        answer = f"no answer (gave up after {_ms(c.ms)})"
+    else:
+        answer = f"HTTP {c.status} in {_ms(c.ms)}"
+    return {
+        "order": order,
+        "id": c.id,
+        "finding": control.id,
+        "title": control.title,
+        "severity": control.severity,
+        "status": status,
+        "sends": plan.sends,
+        "request": f"POST {result.target}" if sent else "",
+        "event_id": c.event_id or "",
+        "delivery_id": c.delivery_id or "",
+        "expected": c.expected,
+        "answer": answer,
+        "detail": c.detail,
+        "rationale": control.rationale,
+        "remediation": control.remediation if status == "fail" else "",
+    }
 
 
 def probe_html(result: ProbeResult) -> str:
-    """A small self-contained HTML page (no script, no remote resource); every value escaped."""
-    e = html.escape
-    catalogue = probe_catalogue()
-    rows = []
-    for c in result.checks:
-        control = catalogue[check_by_id(c.id).finding_id]
-        status = _status(c.passed)
-        ms = "" if c.ms is None else f"{c.ms:.0f}"
-        rows.append(
-            f"<tr><td>{e(control.id)}</td><td>{e(c.id)}</td><td class='{status}'>{status}</td>"
-            f"<td>{e(control.severity)}</td><td>{e(c.expected)}</td>"
-            f"<td>{'' if c.status is None else c.status}</td><td>{ms}</td><td>{e(c.detail)}</td>"
-            f"<td>{e(control.remediation) if status == 'fail' else ''}</td></tr>"
-        )
-    failed = sum(c.passed is False for c in result.checks)
-    verdict = "all checks passed" if failed == 0 else f"{failed} check(s) failed"
-    return (
-        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
-        "style-src 'unsafe-inline'\">"
-        f"<title>audit probe: {e(result.target)}</title><style>{_CSS}</style></head><body>"
-        f"<h1>Receiver conformance probe</h1><p>Target <code>{e(result.target)}</code>, "
-        f"subscription <code>{e(result.subscription_id)}</code>, "
-        f"{e(result.started_at.isoformat())} to {e(result.finished_at.isoformat())}: "
-        f"<strong>{e(verdict)}</strong>.</p>"
-        "<table><tr><th>finding</th><th>check</th><th>result</th><th>severity</th>"
-        "<th>expected</th><th>status</th><th>ms</th><th>detail</th><th>remediation</th></tr>"
-        + "".join(rows)
-        + "</table></body></html>\n"
+    """The probe's page (``templates/html/probe.html.j2``, the report's stylesheet): a verdict
+    and a summary by severity, then every check, failures first and most severe first, each
+    with what was sent (method, URL with its query redacted, what the request varies, the
+    event and delivery ids) and what came back (status, time). Self-contained: no script, no
+    remote resource; every value escaped."""
+    checks = [_check_view(result, c, n) for n, c in enumerate(result.checks)]
+    checks.sort(
+        key=lambda v: (_STATUS_RANK[v["status"]], _SEVERITY_RANK.get(v["severity"], 99), v["order"])
+    )
+    failing = [v for v in checks if v["status"] == "fail"]
+    by_severity = {s: sum(v["severity"] == s for v in failing) for s in SEVERITIES}
+    shown = tuple(s for s in SEVERITIES if s != "info" or by_severity[s])
+    by_status = {k: sum(v["status"] == k for v in checks) for k in ("fail", "pass", "skip")}
+    seconds = (result.finished_at - result.started_at).total_seconds()
+    return render(
+        "probe.html.j2",
+        target=result.target,
+        subscription=result.subscription_id,
+        started=_when(result.started_at),
+        finished=_when(result.finished_at),
+        duration=_duration(max(seconds, 0.0)),
+        timeout=f"{result.timeout_s:g} s",
+        user_agent=USER_AGENT,
+        passed=result.passed,
+        failing=len(failing),
+        total=len(checks),
+        severity=by_severity,
+        severity_order=shown,
+        status=by_status,
+        failures=failing,
+        checks=checks,
     )
 
 

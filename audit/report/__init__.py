@@ -2,7 +2,7 @@
 
 ``run_report`` computes the findings in this process, writes the run folder, and has
 papermill render the packaged notebook (``notebooks/compliance_report.ipynb``, package data)
-with one parameter, ``run_dir``. See ``docs/report.md``.
+with one parameter, ``run_dir="."``, in the run folder. See ``docs/report.md``.
 
 The names below load on first use (PEP 562): the notebook's kernel imports
 ``audit.report.views`` and ``audit.report.figures`` without paying for the pipeline (DuckDB's

@@ -1,58 +1,51 @@
 """The report's computation, in process: analyses, controls and run-folder tables of a period.
 
 :func:`compute` is the step between loading (:func:`audit.report.inputs.load_inputs`) and
-publishing (:func:`audit.report.pipeline.run_report`); notebooks call it through
+writing the run folder (:func:`audit.report.rundir.write_run`); notebooks call it through
 :func:`audit.report.explore.explore`.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
+from typing import Any
 
 import pandas as pd
 
 from audit.analysis.analyze import Analysis, run_analyses
 from audit.findings import run_controls
-from audit.ingest.query import SIDE_SHARE
-from audit.ingest.side import aside_if_room, cancelled_on_error
 from audit.memory import release_free_memory
+from audit.redaction import cut_secrets
 from audit.report.inputs import Inputs
 from audit.report.params import Period, ReportParams
-from audit.report.tables import report_tables
+from audit.report.tables import in_period, report_tables
 
-__all__ = ["Computed", "compute"]
+__all__ = ["Computed", "compute", "coverage"]
 
 
 @dataclass(frozen=True)
 class Computed:
-    """The analyses, the findings and the report tables of one period (in memory)."""
+    """The analyses, the findings and the report tables of one period (in memory).
+
+    ``coverage``: what the period received (:func:`coverage`); ``snapshots``: the newest
+    listing snapshot used (``newest_taken_at``, ISO 8601, or None without one).
+    """
 
     analysis: Analysis
     findings: pd.DataFrame
     tables: dict[str, pd.DataFrame]
     notes: list[str] = field(default_factory=list)
+    coverage: dict[str, Any] = field(default_factory=dict)
+    snapshots: dict[str, Any] = field(default_factory=dict)
 
 
-def compute(
-    inputs: Inputs,
-    params: ReportParams,
-    period: Period,
-    *,
-    on_tables: Callable[[dict[str, pd.DataFrame]], None] | None = None,
-) -> Computed:
-    """Analyses and controls as of ``params.as_of`` (warnings become report notes).
+def compute(inputs: Inputs, params: ReportParams, period: Period) -> Computed:
+    """Analyses, report tables and controls as of ``params.as_of``, one after the other in
+    this process (warnings become report notes).
 
     Listing snapshots fetched after ``as_of`` are left out, like records received after it.
     ``inputs`` hands its deliveries over (:meth:`Inputs.hand_over_deliveries`) to be freed.
-    ``on_tables`` is called with the report tables the figures read as soon as they exist
-    (:data:`audit.report.tables.FIGURE_TABLES`; the pipeline starts drawing the figures then).
-
-    The controls run meanwhile in a forked process when this one may fork
-    (:func:`audit.ingest.side.aside_if_room`), else here after the tables: the same findings,
-    and the same warnings (issued here when the findings are taken).
     """
     subs = inputs.subscriptions
     if not subs.empty:
@@ -69,8 +62,8 @@ def compute(
             takedown=inputs.takedown,
         )
         release_free_memory()
-        controls = partial(
-            run_controls,
+        tables = report_tables(analysis, period, evidence=inputs.evidence)
+        findings = run_controls(
             analysis,
             period_start=period.start,
             period_end=period.end,
@@ -78,16 +71,56 @@ def compute(
             secrets_age=inputs.secrets_age,
             mutes=inputs.mutes,
         )
-        # The controls run in a forked process while this one builds the report tables: the
-        # other core is idle here ("Nineteenth pass" of docs/scale.md, in git history).
-        checking = aside_if_room(controls, share=SIDE_SHARE)
-        with cancelled_on_error(checking):
-            tables = report_tables(analysis, period, evidence=inputs.evidence, on_drawn=on_tables)
-            findings = controls() if checking is None else checking.result()
         release_free_memory()  # the controls' cuts of the deliveries
     notes = list(dict.fromkeys(str(w.message).splitlines()[0] for w in caught))
     tables["inputs"] = _mark_late_snapshots(inputs, params.as_of)
-    return Computed(analysis, findings, tables, notes)
+    # Known secrets out of every table and finding: captured incident data may quote one.
+    tables, findings = {n: cut_secrets(t) for n, t in tables.items()}, cut_secrets(findings)
+    newest = subs["fetched_at"].max() if not subs.empty else None
+    return Computed(
+        analysis,
+        findings,
+        tables,
+        notes,
+        coverage=coverage(analysis.deliveries, tables.get("verdict_counts"), period),
+        snapshots={"newest_taken_at": _iso(newest)},
+    )
+
+
+def coverage(
+    deliveries: pd.DataFrame, verdicts: pd.DataFrame | None, period: Period
+) -> dict[str, Any]:
+    """What the period received: ``deliveries`` (requests in the period, every verdict, as
+    the verdict counts count them), ``valid``, and the first and last ``received_at`` in the
+    period (ISO 8601, None when nothing was received).
+
+    >>> from audit.report.params import parse_period
+    >>> d = pd.DataFrame({"received_at": pd.to_datetime(
+    ...     ["2026-09-30T23:00Z", "2026-10-02T08:00Z", "2026-10-03T09:30Z"])})
+    >>> v = pd.DataFrame({"verdict": ["valid", "signature_mismatch"], "count": [1, 1]})
+    >>> coverage(d, v, parse_period("2026-10"))["last_received"]
+    '2026-10-03T09:30:00+00:00'
+    """
+    counts = (
+        verdicts.set_index("verdict")["count"]
+        if verdicts is not None and {"verdict", "count"} <= set(verdicts.columns)
+        else pd.Series(dtype="int64")
+    )
+    times = deliveries["received_at"] if "received_at" in deliveries else pd.Series(dtype=object)
+    inside = times[in_period(times, period)] if len(times) else times
+    return {
+        "deliveries": int(counts.sum()),
+        "valid": int(counts.get("valid", 0)),
+        "first_received": _iso(inside.min()) if len(inside) else None,
+        "last_received": _iso(inside.max()) if len(inside) else None,
+    }
+
+
+def _iso(t: object) -> str | None:
+    """A time as ISO 8601 text; None for a missing one."""
+    if t is None or t is pd.NaT or (isinstance(t, float) and t != t):
+        return None
+    return pd.Timestamp(t).isoformat()  # type: ignore[arg-type]  # a time pandas gave
 
 
 def _mark_late_snapshots(inputs: Inputs, as_of: pd.Timestamp) -> pd.DataFrame:

@@ -6,12 +6,11 @@ the run folder, cut to the period where the tables say so.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from audit.report.drawing import shared
+from audit.report.drawing import styled
 from audit.report.format import HTML
 from audit.report.params import Period
 from audit.report.rundir import RunData
@@ -21,22 +20,17 @@ from audit.spec import schedule_text
 if TYPE_CHECKING:  # annotations only
     from matplotlib.figure import Figure
 
-    from audit.report.compute import Computed
-
 __all__ = [
     "FIGURES",
     "clock_skew",
     "daily_failures",
-    "drawn_tables",
-    "in_memory",
     "latency",
     "retry_delays",
     "takedown",
     "verdicts",
 ]
 
-#: The figures, in the order the packaged report shows them (:mod:`audit.report.drawing` draws
-#: them from the last while the kernel goes from the first).
+#: The figures, in the order the packaged report shows them.
 FIGURES = ("verdicts", "clock_skew", "daily_failures", "latency", "retry_delays", "takedown")
 
 
@@ -59,41 +53,8 @@ _DRAWN = (
 )
 
 
-#: The tables (and of the wide ones, the columns) the figures read.
-_READ = {
-    "deliveries": _DRAWN,
-    "events": ("is_test", "emission_latency_s", "first_received_at"),
-    "verdict_counts": None,
-    "latency": None,
-    "off_schedule_attempts": None,
-    "takedown_km": None,
-    "takedown_durations": None,
-    "takedown_km_all": None,
-}
-
-
-def drawn_tables(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """What the figures read of a run's tables, as copies: a :class:`RunData` of them draws
-    the figures of the run folder those tables are written to, while the run's frames go."""
-    out: dict[str, pd.DataFrame] = {}
-    for name, columns in _READ.items():
-        if name in tables:
-            frame = tables[name]
-            keep = list(frame.columns) if columns is None else [c for c in columns if c in frame]
-            out[name] = frame[keep].copy()
-    return out
-
-
-def in_memory(run_dir: Path, manifest: dict[str, Any], computed: Computed) -> RunData:
-    """A :class:`~audit.report.rundir.RunData` of what the figures read of a run's computed
-    tables (copies, :func:`drawn_tables`), for :class:`~audit.report.ahead.DrawingAhead` to
-    draw the figures of ``run_dir`` from while the run's other frames go."""
-    return RunData(
-        manifest=dict(manifest),
-        findings=computed.findings,
-        run_dir=run_dir,
-        tables=drawn_tables(computed.tables),
-    )
+#: The events columns the figures draw or cut by.
+_EVENTS_DRAWN = ("is_test", "emission_latency_s", "first_received_at")
 
 
 def _period(run: RunData) -> Period | None:
@@ -125,7 +86,7 @@ def _period_events(run: RunData) -> pd.DataFrame:
     """The drawn columns of the run's events first received in its period, as the report's
     tables count them (``audit.report.tables.report_tables``: an events table from a store
     also holds the events of the day before, read for retry inference)."""
-    e = run.table("events", _READ["events"])
+    e = run.table("events", _EVENTS_DRAWN)
     period = _period(run)
     if e.empty or period is None or "first_received_at" not in e:
         return e
@@ -134,8 +95,7 @@ def _period_events(run: RunData) -> pd.DataFrame:
 
 def _embed(fig: Figure, alt: str, caption: str | None = None) -> HTML:
     """The figure as HTML (:func:`audit.report.plotting.embed`). matplotlib is imported when a
-    figure is drawn: the report's kernel takes most figures drawn by another process and need
-    not import it (0.3 s)."""
+    figure is drawn (0.3 s), not when this module is."""
     from audit.report.plotting import embed  # start-up: matplotlib only where a figure is drawn
 
     return embed(fig, alt, caption)
@@ -151,7 +111,7 @@ def _nothing(run: RunData, what: str) -> HTML | None:
     return None
 
 
-@shared
+@styled
 def verdicts(run: RunData) -> HTML:
     """Bars of requests per signature verdict."""
     from audit.plotting import plot_verdict_counts  # start-up: matplotlib, as in _embed
@@ -164,7 +124,7 @@ def verdicts(run: RunData) -> HTML:
     )
 
 
-@shared
+@styled
 def clock_skew(run: RunData) -> HTML:
     """Scatter over the period of receipt time minus signed timestamp, by verdict."""
     if (note := _nothing(run, "Clock skew")) is not None:
@@ -179,7 +139,7 @@ def clock_skew(run: RunData) -> HTML:
     )
 
 
-@shared
+@styled
 def daily_failures(run: RunData) -> HTML:
     """Daily share of failed delivery attempts."""
     if (note := _nothing(run, "Daily failure rate")) is not None:
@@ -192,7 +152,7 @@ def daily_failures(run: RunData) -> HTML:
     )
 
 
-@shared
+@styled
 def latency(run: RunData) -> HTML:
     """Acknowledgement and emission latency distributions."""
     if (note := _nothing(run, "Latency")) is not None:
@@ -211,7 +171,7 @@ def latency(run: RunData) -> HTML:
     )
 
 
-@shared
+@styled
 def retry_delays(run: RunData) -> HTML:
     """Observed delays between attempts against the published schedule."""
     if (note := _nothing(run, "Retry delays")) is not None:
@@ -226,7 +186,7 @@ def retry_delays(run: RunData) -> HTML:
     )
 
 
-@shared
+@styled
 def takedown(run: RunData) -> HTML:
     """Kaplan-Meier small multiples by incident class."""
     from audit.report.plotting import takedown_panels  # start-up: matplotlib, as in _embed

@@ -1,29 +1,39 @@
-"""Readable tables: human column labels with units, rounded values, escaped cells.
+"""Readable values and tables: human units, rounded numbers, cells for the templates.
 
 :func:`table` takes a frame and a column spec ``{column: (label, kind)}``; kinds are ``text``,
 ``url`` (defanged), ``label`` (an enum value, ``_`` shown as a space), ``file`` (its name;
 the full path is in the appendix), ``hash``, ``int``, ``float``, ``pct`` (a share 0-1),
 ``s``/``ms``/``h`` (durations, in hours and minutes), ``time`` (UTC) and
-``status``/``severity`` (badges).
+``status``/``severity`` (badges). It renders ``templates/html/table.j2`` (autoescaped).
+:func:`human` formats one evidence value by its key's unit.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from pathlib import PurePath
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from audit.report.markup import badge, esc, text
+from audit.report.templating import render
 from audit.safe import defang
 
-if TYPE_CHECKING:
-    from pandas._libs.tslibs.nattype import NaTType
-
-__all__ = ["HTML", "duration", "percent", "table"]
+__all__ = [
+    "HTML",
+    "MISSING",
+    "Cell",
+    "cell",
+    "duration",
+    "human",
+    "number",
+    "percent",
+    "table",
+    "when",
+]
 
 Spec = Mapping[str, tuple[str, str]]
 
@@ -35,6 +45,9 @@ class HTML:
         self.body = body
 
     def _repr_html_(self) -> str:
+        return self.body
+
+    def __html__(self) -> str:  # markupsafe: already HTML, not escaped again by a template
         return self.body
 
     def __str__(self) -> str:
@@ -73,58 +86,159 @@ def percent(share: float) -> str:
     >>> [percent(x) for x in (0.0, 0.00039, 0.0503, 0.978, 1.0)]
     ['0%', '0.04%', '5.0%', '97.8%', '100%']
     """
+    if math.isnan(share):
+        return MISSING
     if share == 0 or share == 1:
         return f"{share:.0%}"
     return f"{share:.2%}" if abs(share) < 0.01 else f"{share:.1%}"
 
 
-def _cell(value: object, kind: str) -> tuple[str, bool]:
-    """(HTML, numeric?) for one cell."""
+#: What a missing value reads as (never ``None``, ``NaN`` or ``NaT``).
+MISSING = "not recorded"
+
+
+class Cell(NamedTuple):
+    """One formatted value for a template: ``kind`` says how the template shows it.
+
+    ``text`` (attacker-controlled: escaped, URLs and hosts defanged), ``plain`` (our own
+    formatting: escaped), ``uid`` (monospace), ``badge`` (a status or severity) or
+    ``missing`` (greyed).
+    """
+
+    value: str
+    kind: str = "text"
+    numeric: bool = False
+
+
+def number(value: float) -> str:
+    """A number for people: thousands separators, no scientific notation, 3 significant
+    digits below 1000.
+
+    >>> [number(x) for x in (4815, 3610.4, 12.3456, 0.005029, 1e-9, 2.5e12)]
+    ['4,815', '3,610', '12.3', '0.00503', '0.000000001', '2,500,000,000,000']
+    """
+    v = float(value)
+    if math.isnan(v) or math.isinf(v):
+        return MISSING
+    if v == int(v) or abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return str(np.format_float_positional(v, precision=3, fractional=False, trim="-"))
+
+
+def when(value: object) -> str:
+    """An instant as ``YYYY-MM-DD HH:MM UTC``; :data:`MISSING` when absent, the text as it is
+    when it is no time.
+
+    >>> when("2026-10-16T15:00:00+02:00"), when(None), when("soon")
+    ('2026-10-16 13:00 UTC', 'not recorded', 'soon')
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    try:
+        ts = pd.Timestamp(value)  # type: ignore[arg-type]  # any value: errors caught below
+    except (ValueError, TypeError):
+        return str(value)
+    if pd.isna(ts):
+        return MISSING
+    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+    return f"{ts:%Y-%m-%d %H:%M} UTC"
+
+
+_ISO = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d")
+#: Key endings that give an evidence value its unit, and the factor to seconds.
+_UNITS = (("_ms", 1e-3), ("_s", 1.0), ("_h", 3600.0), ("_days", 86400.0))
+
+
+def unit_of(key: str) -> float | None:
+    """Seconds per unit named by a key's ending (``_ms``, ``_s``, ``_h``, ``_days``), or None.
+
+    >>> unit_of("max_wait_h"), unit_of("ack_ms"), unit_of("events")
+    (3600.0, 0.001, None)
+    """
+    for ending, factor in _UNITS:
+        if key.endswith(ending):
+            return factor
+    return None
+
+
+def human(key: str, value: object, *, seconds: float | None = None, share: bool = False) -> str:
+    """One evidence value for people, by its key: a duration for ``*_h``/``*_s``/``*_ms``/
+    ``*_days`` (or ``seconds`` per unit given by the caller), a percentage for ``*rate`` or
+    ``*share`` (or ``share``), a UTC time for an ISO 8601 text, thousands separators,
+    ``yes``/``no``, and :data:`MISSING` for a missing value.
+
+    >>> [human(k, v) for k, v in (("max_wait_h", 3610.4), ("rate", 0.005029),
+    ...  ("events", 4851), ("valid_from", None), ("small_sample", True),
+    ...  ("fetched_at", "2026-10-16T15:00:00+00:00"), ("ack_p50_ms", 42.0))]
+    ['150 d 10 h', '0.50%', '4,851', 'not recorded', 'yes', '2026-10-16 15:00 UTC', '42 ms']
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int | float):
+        factor = seconds if seconds is not None else unit_of(key)
+        if share or key.endswith(("rate", "share")):
+            return percent(float(value))
+        if factor is not None:
+            return duration(float(value) * factor)
+        return number(value)
+    s = str(value)
+    return when(s) if _ISO.match(s) else s
+
+
+def cell(value: object, kind: str) -> Cell:
+    """One table cell of ``kind`` (see the module's docstring)."""
     if isinstance(value, list | tuple | np.ndarray):
         value = ", ".join(map(str, list(value)))
     elif isinstance(value, np.generic):
         value = value.item()
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
-        return "", False
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return Cell(MISSING, "missing")
     if kind in ("status", "severity"):
-        return badge(str(value)), False
+        return Cell(str(value), "badge")
     if kind == "time":
-        # NaT for a missing time; a cell that is no time raises, as pandas does
-        ts: pd.Timestamp | NaTType = pd.Timestamp(value)  # type: ignore[arg-type]  # any cell
-        return (esc(f"{ts:%Y-%m-%d %H:%M}") if not pd.isna(ts) else ""), False
-    if kind in ("s", "ms", "h"):
-        try:
-            v = float(value)  # type: ignore[arg-type]  # any cell: TypeError caught below
-        except (TypeError, ValueError):
-            return text(value), False
-        factor = {"s": 1.0, "ms": 1e-3, "h": 3600.0}[kind]
-        return esc(duration(v * factor)), True
-    if kind == "pct":
-        try:
-            return esc(percent(float(value))), True  # type: ignore[arg-type]  # as for "s"
-        except (TypeError, ValueError):
-            return text(value), False
+        t = when(value)
+        if t == MISSING:
+            return Cell(MISSING, "missing")
+        if t == str(value) or not t.endswith(" UTC"):  # no time: the cell's text, defanged
+            return Cell(t)
+        return Cell(t.removesuffix(" UTC"), "plain")
+    numeric = _number_cell(value, kind)
+    if numeric is not None:
+        return numeric
     if kind == "url":  # a domain has no scheme: defang it anyway
-        return esc(defang(str(value))), False
+        return Cell(str(defang(str(value))), "plain")
     if kind == "label":
-        return text(str(value).replace("_", " ")), False
+        return Cell(str(value).replace("_", " "))
     if kind == "file":
-        return text(PurePath(str(value)).name), False
+        return Cell(PurePath(str(value)).name)
     if kind == "hash":
-        return f"<span class='uid'>{esc(value)}</span>", False
-    if kind == "int":
-        try:
-            return esc(f"{int(value):,}"), True  # type: ignore[call-overload]  # as for "s"
-        except (TypeError, ValueError):
-            return text(value), False
-    if kind == "float":
-        try:
-            return esc(f"{float(value):,.2f}"), True  # type: ignore[arg-type]  # as for "s"
-        except (TypeError, ValueError):
-            return text(value), False
+        return Cell(str(value), "uid")
     if isinstance(value, bool):
-        return ("yes" if value else "no"), False
-    return text(value), False
+        return Cell("yes" if value else "no", "plain")
+    return Cell(str(value))
+
+
+def _number_cell(value: object, kind: str) -> Cell | None:
+    """A numeric kind's cell, the value as text when it is no number, None for other kinds."""
+    if kind not in ("s", "ms", "h", "pct", "int", "float"):
+        return None
+    try:
+        v = float(value)  # type: ignore[arg-type]  # any cell: TypeError caught below
+    except (TypeError, ValueError):
+        return Cell(str(value))
+    if math.isnan(v):
+        return Cell(MISSING, "missing")
+    if kind in ("s", "ms", "h"):
+        shown = duration(v * {"s": 1.0, "ms": 1e-3, "h": 3600.0}[kind])
+    elif kind == "pct":
+        shown = percent(v)
+    elif kind == "int":
+        shown = f"{int(v):,}"
+    else:
+        shown = number(v)
+    return Cell(shown, "plain", True)
 
 
 def table(
@@ -135,29 +249,34 @@ def table(
     max_rows: int = 25,
     full: str | None = None,
     empty: str | None = None,
+    missing: str = MISSING,
 ) -> HTML:
-    """An HTML table of the ``spec`` columns present in ``df``; cut after ``max_rows`` rows
-    with a pointer to the full file ``full`` (relative to the run folder).
+    """An HTML table of the ``spec`` columns present in ``df``, cut after ``max_rows`` rows;
+    a cut table says "Showing the first N of TOTAL rows" and, with ``full`` (a table's name),
+    links ``tables/<full>.csv`` and ``tables/<full>.parquet`` (the whole table, beside the
+    report). A missing value reads ``missing``. Tables of 7 columns or more are ``wide``
+    (they wrap, and print smaller).
 
-    >>> str(table(pd.DataFrame({"n": [1234]}), {"n": ("Records", "int")}, caption="C"))[:68]
-    '<table class="audit"><caption>C</caption><thead><tr><th>Records</th>'
+    >>> html = str(table(pd.DataFrame({"n": [1234]}), {"n": ("Records", "int")}, caption="C"))
+    >>> "<th>Records</th>" in html, "<td class=\\"num\\">1,234</td>" in html
+    (True, True)
     """
     if df is None or df.empty:
-        return HTML(f"<p class='note'>{esc(caption)}: {esc(empty or 'none')}.</p>")
+        return HTML(render("table.j2", caption=caption, empty=empty or "none", rows=[]))
     cols = [c for c in spec if c in df.columns]
-    head = "".join(f"<th>{esc(spec[c][0])}</th>" for c in cols)
     rows = []
     for rec in df.head(max_rows)[cols].itertuples(index=False, name=None):
-        cells = []
-        for value, col in zip(rec, cols, strict=True):
-            body, numeric = _cell(value, spec[col][1])
-            cells.append(f"<td class='num'>{body}</td>" if numeric else f"<td>{body}</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    more = ""
-    if len(df) > max_rows:
-        where = f" in <code>{esc(full)}</code>" if full else ""
-        more = f"<p class='note'>First {max_rows} of {len(df):,} rows; all of them{where}.</p>"
+        row = [cell(value, spec[col][1]) for value, col in zip(rec, cols, strict=True)]
+        rows.append([c._replace(value=missing) if c.kind == "missing" else c for c in row])
     return HTML(
-        f'<table class="audit"><caption>{esc(caption)}</caption><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table>{more}"
+        render(
+            "table.j2",
+            caption=caption,
+            headers=[spec[c][0] for c in cols],
+            rows=rows,
+            total=len(df),
+            full=full,
+            wide=len(cols) >= 7,
+            empty=empty or "none",
+        )
     )

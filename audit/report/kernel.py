@@ -1,15 +1,10 @@
-"""The kernel that runs a report notebook, and one started ahead of time.
+"""The kernel that runs a report notebook.
 
 The kernel is this interpreter's ipykernel (``sys.executable -m ipykernel_launcher``, whatever
-kernelspecs the user has installed) and talks to us over IPC (Unix sockets in a private
+kernelspecs the user has installed) and talks to papermill over IPC (Unix sockets in a private
 folder) rather than TCP on localhost: nothing listens on a port, and ipykernel has no reason
-to print its "running over TCP without encryption" warning.
-
-:class:`WarmKernel` starts that kernel, with the report's imports, when a run begins: its
-start-up (about 2 s, on the core the analyses leave idle) then overlaps the analyses instead of
-following them. At rendering it moves into the run folder and papermill runs the notebook on
-it; a warm kernel that died or does not answer is dropped and papermill starts a fresh one, as
-it would have without it.
+to print its "running over TCP without encryption" warning. Papermill starts it when the
+notebook is rendered (:func:`audit.report.render.render`) and shuts it down after.
 """
 
 from __future__ import annotations
@@ -21,21 +16,13 @@ import stat
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from queue import Empty
 from typing import Any
 
 from audit.atomic import abandoned
 
-__all__ = ["WARM_IMPORTS", "WarmKernel", "kernel_manager_class", "sweep_kernel_folders"]
-
-#: Executed at kernel start-up (``IPKernelApp.exec_lines``): what the packaged notebook's
-#: first cells import. Importing a module twice is free, so a custom notebook loses nothing.
-WARM_IMPORTS = (
-    "from IPython.display import display",
-    "import audit.report.figures, audit.report.views",
-)
+__all__ = ["QUIET_ENV", "kernel_manager_class", "sweep_kernel_folders"]
 
 #: debugpy (loaded by ipykernel) warns about frozen modules on Python 3.11+: noise for a
 #: batch kernel that never debugs.
@@ -133,6 +120,17 @@ def kernel_manager_class() -> type[Any]:
                 os.close(self._audit_lock)
                 self._audit_lock = None
 
+        # jupyter_client types start_kernel as its synchronous base class's; here, as in its
+        # AsyncKernelManager, it is a coroutine
+        async def start_kernel(self, **kwargs):  # type: ignore[override]  # see above
+            """Start the kernel; when it cannot start, nothing of ours stays behind (the
+            socket folder and its lock)."""
+            try:
+                return await super().start_kernel(**kwargs)
+            except BaseException:
+                self.audit_discard()
+                raise
+
         def client(self, **kwargs):
             """A client, remembered so that shutting the kernel down closes its sockets
             (nbclient leaves them open on a kernel it did not start)."""
@@ -218,99 +216,3 @@ def sweep_kernel_folders(root: str | None = None) -> list[Path]:
                 shutil.rmtree(p)
                 gone.append(p)
     return gone
-
-
-class WarmKernel:
-    """A report kernel started now, for a notebook rendered later.
-
-    Use as a context manager (the kernel is shut down on leaving, however the run ends), or
-    call :meth:`close`. A kernel that cannot start does not fail the run: ``km`` stays None and
-    rendering starts its own (only an interrupt, such as Ctrl-C, goes on up, after cleaning up).
-    """
-
-    def __init__(self) -> None:
-        from jupyter_core.utils import run_sync  # start-up: as jupyter_client (kernel only)
-
-        self._run_sync: Callable[..., Any] = run_sync
-        #: The kernel manager (``kernel_manager_class()``), None when none is running.
-        self.km: Any = None
-        km = None
-        try:
-            km = kernel_manager_class()(kernel_name="python3")
-            run_sync(km.start_kernel)(
-                env={**os.environ, **QUIET_ENV},
-                extra_arguments=[f"--IPKernelApp.exec_lines={line}" for line in WARM_IMPORTS],
-            )
-            self.km = km
-        except BaseException as e:  # a fresh kernel at rendering reports its own error
-            if km is not None:
-                self._shutdown(km, now=True)
-            if not isinstance(e, Exception):
-                raise
-
-    def __enter__(self) -> WarmKernel:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def take(self, cwd: Path, timeout_s: float) -> Any:
-        """The kernel manager, ready and working in ``cwd``, for papermill's ``km``; None
-        (and the kernel shut down) when it died or does not answer within ``timeout_s``."""
-        km = self.km
-        if km is None:
-            return None
-        kc = None
-        try:
-            if not self._run_sync(km.is_alive)():
-                raise RuntimeError("the warm kernel died")
-            kc = km.client()
-            # Only the shell channel: its request waits in the socket until the kernel serves
-            # it, so the reply itself says the kernel is ready (papermill's own client then
-            # waits for it to answer on both channels: ``ReadyClient``).
-            kc.start_channels(iopub=False, stdin=False, hb=False, control=False)
-            code = f"import os as _os; _os.chdir({str(cwd)!r}); del _os"
-            msg_id = kc.execute(code, silent=True, store_history=False)
-            deadline = time.monotonic() + timeout_s
-            while True:  # a ready kernel answers a chdir at once
-                try:
-                    reply = self._run_sync(kc.get_shell_msg)(timeout=1)
-                except Empty:  # still starting (its imports), or dead: asked each second
-                    if time.monotonic() > deadline or not self._run_sync(km.is_alive)():
-                        raise RuntimeError("the warm kernel does not answer") from None
-                    continue
-                if reply["parent_header"].get("msg_id") == msg_id:
-                    break
-            if reply["content"]["status"] != "ok":
-                raise RuntimeError("the warm kernel could not enter the run folder")
-        except BaseException as e:  # Ctrl-C included: never leave the kernel behind
-            self.km = None
-            self._shutdown(km, now=True)
-            if not isinstance(e, Exception):
-                raise
-            return None
-        finally:
-            if kc is not None:
-                kc.stop_channels()
-        return km
-
-    def close(self) -> None:
-        """Shut the kernel down at once and remove its socket folder.
-
-        At once (nbclient's ``shutdown_kernel="immediate"``), also after a rendering: papermill
-        has every output by then, and the kernel has nothing to save. A shutdown request made
-        the kernel free its objects one by one before it exited: 0.5 s at 1M deliveries,
-        against 0.1 s.
-        """
-        km, self.km = self.km, None
-        if km is not None:
-            self._shutdown(km, now=True)
-
-    def _shutdown(self, km: Any, *, now: bool) -> None:
-        try:
-            if km.has_kernel:
-                self._run_sync(km.shutdown_kernel)(now=now)
-        except Exception:  # a kernel already gone, or one that never started
-            pass
-        finally:
-            km.audit_discard()  # the socket folder and its lock, whatever happened above

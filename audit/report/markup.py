@@ -15,16 +15,18 @@ from importlib.resources import files
 from audit.safe import DOTS, LINK_SCHEMES, defang
 from audit.spec import EVENTS
 
-__all__ = ["CSS", "badge", "badges", "defang_text", "esc", "text"]
+__all__ = ["CSS", "SYMBOLS", "badge", "badges", "defang_text", "esc", "text"]
 
-_SYMBOL = {
+#: The symbol of each status, severity and trend kind: a distinct one for each severity (the
+#: badge's word says it too), so a badge reads without colour.
+SYMBOLS = {
     "fail": "✗",
     "error": "!",
     "pass": "✓",
     "skip": "–",
     "info": "i",
     "muted": "∅",
-    "critical": "▲",
+    "critical": "◆",
     "high": "▲",
     "medium": "■",
     "low": "▼",
@@ -32,6 +34,7 @@ _SYMBOL = {
     "resolved": "✓",
     "persisting": "=",
 }
+_SYMBOL = SYMBOLS
 
 CSS = (files("audit.report") / "templates" / "html" / "style.css").read_text(encoding="utf-8")
 """The one stylesheet (``templates/html/style.css``), inlined in every page."""
@@ -125,15 +128,17 @@ def text(value: object) -> str:
 
 
 def badge(kind: str, label: str | None = None, count: int | None = None) -> str:
-    """A badge: colour for the eye, a symbol and a word for everyone else.
+    """A badge: colour for the eye, a symbol and a word for everyone else; a zero count is
+    grey (class ``zero``). The templates' ``badge`` macro (``macros.j2``) draws the same.
 
-    >>> badge("fail", count=3)
-    '<span class="badge fail">✗ FAIL 3</span>'
+    >>> badge("fail", count=3), badge("high", count=0)
+    ('<span class="badge fail">✗ FAIL 3</span>', '<span class="badge high zero">▲ HIGH 0</span>')
     """
     word = (label or kind).upper()
-    tail = f" {count}" if count is not None else ""
+    tail = f" {count:,}" if count is not None else ""
     symbol = _SYMBOL.get(kind, "")
-    return f'<span class="badge {esc(kind)}">{esc(symbol)} {esc(word)}{tail}</span>'.replace(
+    zero = " zero" if count == 0 else ""
+    return f'<span class="badge {esc(kind)}{zero}">{esc(symbol)} {esc(word)}{tail}</span>'.replace(
         '"> ', '">'
     )
 

@@ -1,17 +1,26 @@
-"""The report pipeline, one way: check -> load -> analyse -> findings -> run folder -> render.
+"""The report pipeline, one way: check -> load -> analyse -> findings -> run folder -> render
+-> index, each step a function, one after the other in this process.
 
-1. Parameters, period and notebook are checked (:mod:`audit.report.params`): nothing is
-   written for a bad one.
-2. :func:`~audit.report.inputs.load_inputs` reads the files once; :func:`compute` runs the
-   analyses and the controls in this process (pure).
-3. Under a lock on ``DIR/.lock`` the run folder is written to ``<period>/.tmp-<run id>``:
-   findings, trend, tables, manifest. The exit code comes from the findings in memory.
-4. Papermill renders the notebook with the one parameter ``run_dir``; nbconvert makes the
-   HTML. If that fails, the findings and the exit code stand and the manifest (and the index)
-   say "rendering failed".
-5. The folder is renamed into place and the index rebuilt.
+1. :func:`~audit.report.params.check_params` and
+   :func:`~audit.report.params.check_notebook`: nothing is written for a bad one.
+2. :func:`~audit.report.inputs.load_inputs` reads the files once (input paths a folder walk
+   skipped are kept for the manifest).
+3. :func:`~audit.report.compute.compute` runs the analyses, the report tables and the controls
+   (pure); :func:`exit_code` decides the exit code from the findings in memory.
+4. Under a lock on ``DIR/.lock``, :func:`~audit.report.rundir.write_run` writes the run folder
+   to ``<period>/.tmp-<run id>``: findings, trend, every table (Parquet and CSV), manifest.
+   The frames are then let go.
+5. :func:`~audit.report.render.render` runs the notebook in the run folder (it reads the
+   folder only) and makes the HTML. If that fails, the findings and the exit code stand and
+   the manifest says "rendering failed". With ``pdf``, ``report.pdf`` is printed from the
+   HTML (:mod:`audit.report.pdf`); a missing Chromium or a failed print is recorded, never
+   fatal.
+6. The folder is renamed into place and :func:`~audit.report.index.build_index` rebuilds the
+   index.
 
-Temporary folders left by a killed run become ``<run id>.failed`` (``docs/report.md``).
+A run that fails after the folder was started (a full disk, an error writing, Ctrl-C) records
+``failure`` (stage and cause) in its manifest and becomes ``<run id>.failed``; a folder left
+by a killed run becomes one at the next run (:func:`mark_stale`, ``docs/report.md``).
 """
 
 from __future__ import annotations
@@ -21,8 +30,10 @@ import errno
 import json
 import os
 import secrets
+import shutil
 import stat
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,21 +42,18 @@ from typing import Any
 
 import pandas as pd
 
-from audit.errors import ParameterError, ReportError
+from audit.errors import AuditError, ParameterError, ReportError
 from audit.findings import SEVERITIES
-from audit.ingest.side import Pending
 from audit.locks import try_lock_file, unlock_file
 from audit.memory import release_free_memory
-from audit.report.ahead import drawing_aside
+from audit.paths import PathWarning, read_regular
 from audit.report.compute import Computed, compute
-from audit.report.drawing import figures_folder, remove_figures_folder
-from audit.report.figures import FIGURES, in_memory
 from audit.report.index import build_index, scan_runs
 from audit.report.inputs import Inputs, load_inputs
-from audit.report.kernel import WarmKernel
-from audit.report.params import Period, check_notebook, check_params, default_notebook
-from audit.report.render import preload, render
-from audit.report.rundir import LateWrites, RunData, versions, write_json, write_run
+from audit.report.params import Period, check_notebook, check_params
+from audit.report.pdf import find_chromium, print_pdf
+from audit.report.render import render
+from audit.report.rundir import versions, write_json, write_run
 
 __all__ = [
     "EXIT_CONTROL_ERROR",
@@ -56,7 +64,9 @@ __all__ = [
     "ReportResult",
     "compute",
     "exit_code",
+    "failure_cause",
     "lock",
+    "mark_stale",
     "run_report",
     "versions",
 ]
@@ -87,7 +97,7 @@ def lock(out_dir: Path) -> Iterator[None]:
     with os.fdopen(fd, "r+b") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ReportError(f"{path}: is not a regular file")
-        # audit.locks' own: a forked child (the figures drawn aside) closes its copy
+        # audit.locks' own: a forked worker closes its copy
         if not try_lock_file(f):
             raise ReportError(f"{out_dir}: another report run holds the lock")
         try:
@@ -96,9 +106,20 @@ def lock(out_dir: Path) -> Iterator[None]:
             unlock_file(f)
 
 
+#: What a folder left by a killed run says when it recorded no cause.
+NO_CAUSE = "interrupted (no cause recorded)"
+
+#: The most bytes of a stale folder's manifest read for its recorded failure.
+_MANIFEST_LIMIT = 1 << 20
+
+
 def mark_stale(root: Path, by_run: str) -> list[Path]:
     """Rename ``<period>/.tmp-<id>`` folders of killed runs to ``<id>.failed`` (under the lock,
-    no other run can be writing them) with a manifest saying so; return the new paths."""
+    no other run can be writing them) with a manifest saying so; return the new paths.
+
+    A ``failure`` the run recorded in its manifest before it died is kept; else the failure
+    is ``interrupted (no cause recorded)``.
+    """
     moved = []
     for tmp in sorted(root.glob("*/.tmp-*")):
         if not tmp.is_dir() or tmp.is_symlink():
@@ -107,18 +128,51 @@ def mark_stale(root: Path, by_run: str) -> list[Path]:
         final = tmp.with_name(f"{run_id}.failed")
         if final.exists():
             final = tmp.with_name(f"{run_id}-{secrets.token_hex(2)}.failed")
+        failure = _recorded_failure(tmp / "manifest.json") or {
+            "stage": "unknown",
+            "cause": NO_CAUSE,
+        }
         manifest = {
             "run_id": run_id,
             "period": {"label": tmp.parent.name},
             "exit_status": EXIT_RUNTIME,
             "started": "",
-            "message": f"interrupted before it finished; marked failed by run {by_run}",
+            "failure": failure,
+            "message": f"failed ({failure['cause']}); marked failed by run {by_run}",
         }
         write_json(tmp / "manifest.json", manifest)
-        remove_figures_folder(tmp)  # audit.report.drawing's, if killed
         os.replace(tmp, final)
         moved.append(final)
     return moved
+
+
+def _recorded_failure(path: Path) -> dict[str, str] | None:
+    """The ``failure`` a killed run's manifest recorded, or None (no manifest, or one that is
+    not a small regular file of JSON with a failure of two strings)."""
+    try:
+        manifest = json.loads(read_regular(path, limit=_MANIFEST_LIMIT, what="manifest"))
+        got = manifest["failure"]
+        failure = {"stage": str(got["stage"])[:200], "cause": str(got["cause"])[:400]}
+    except (AuditError, OSError, ValueError, RecursionError, TypeError, KeyError):
+        return None
+    return failure if failure["cause"] else None
+
+
+def failure_cause(error: BaseException) -> str:
+    """One line saying why a run failed, for its manifest's ``failure``.
+
+    >>> failure_cause(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    'No space left on device'
+    >>> failure_cause(KeyboardInterrupt())
+    'interrupted (KeyboardInterrupt)'
+    """
+    if isinstance(error, KeyboardInterrupt | SystemExit):
+        return f"interrupted ({type(error).__name__})"
+    if isinstance(error, OSError) and not isinstance(error, AuditError) and error.strerror:
+        where = f" ({error.filename})" if error.filename else ""
+        return f"{error.strerror}{where}"
+    first = (str(error).splitlines() or [""])[0].strip()
+    return (first or type(error).__name__)[:400]
 
 
 def exit_code(findings: pd.DataFrame, fail_on: str) -> int:
@@ -144,6 +198,7 @@ class ReportResult:
     message: str = ""
     skipped: bool = False
     rendering_failed: bool = False
+    pdf: Path | None = None
 
 
 def _completed(root: Path, period: Period) -> Path | None:
@@ -191,6 +246,7 @@ def run_report(
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     store: str | os.PathLike[str] | None = None,
     notice: Progress | None = None,
+    pdf: bool = False,
 ) -> ReportResult:
     """Compute the findings of a period, write the run folder, render the report, index it.
 
@@ -200,7 +256,10 @@ def run_report(
     ``progress`` receives one line per long stage. With ``store`` (an evidence store folder),
     ``logs`` (may be empty) are ingested into it, its records verified again where the secrets
     changed, and the period is read from the store; ``notice`` (default ``progress``) receives
-    what that did to the store (:attr:`~audit.report.inputs.Inputs.notes`).
+    what that did to the store (:attr:`~audit.report.inputs.Inputs.notes`). With ``pdf``, the
+    rendered report is also printed to ``report.pdf`` through a headless Chromium
+    (:mod:`audit.report.pdf`); the manifest's ``pdf`` says whether it was, and why not (that
+    never changes the exit code).
 
     Returns a :class:`ReportResult` whose ``exit_code`` is 0 (no failing finding at or above
     ``fail_on``), 1 (failing findings), 2 (a control errored). Bad input raises an
@@ -223,19 +282,22 @@ def run_report(
             skipped=True,
         )
     started, t0 = clock(), time.monotonic()
-    inputs = load_inputs(
-        list(logs),
-        secrets_path=secrets_path,
-        snapshots=list(snapshots),
-        mutes_path=mutes_path,
-        header_prefix=checked.header_prefix,
-        client_id=checked.client_id,
-        store=store,
-        start=period.start,
-        end=period.end,
-        as_of=checked.as_of,
-        clock_start=checked.clock_start,
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PathWarning)
+        inputs = load_inputs(
+            list(logs),
+            secrets_path=secrets_path,
+            snapshots=list(snapshots),
+            mutes_path=mutes_path,
+            header_prefix=checked.header_prefix,
+            client_id=checked.client_id,
+            store=store,
+            start=period.start,
+            end=period.end,
+            as_of=checked.as_of,
+            clock_start=checked.clock_start,
+        )
+    skipped = _reissued(caught)
     for note in inputs.notes:
         (notice or say)(note)
     d = _deliveries(inputs)
@@ -245,144 +307,167 @@ def run_report(
         f"{int((d['verdict'] == 'unreadable').sum())} unreadable{_history(inputs, period)})"
     )
     del d  # compute takes the frame over, to free it
+    computed = compute(inputs, checked, period)
+    del inputs
+    code = exit_code(computed.findings, fail_on)
+    failing = int((computed.findings["status"] == "fail").sum())
+    say(f"analyses and controls done: {len(computed.findings)} findings, {failing} failing")
     run_id = f"{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     tmp = root / period.label / f".tmp-{run_id}"
-    figures = nb_path == default_notebook()  # the packaged notebook's figures are drawn ahead
-    # The process drawing them, forked once the tables exist (None: a thread draws them).
-    aside: list[Pending[list[str]] | None] = [None]
-
-    def draw_aside(tables: dict[str, pd.DataFrame]) -> None:
-        pending = aside[0] = drawing_aside(tmp, period, tables) if figures else None
-        if pending is not None:  # stopped however the run ends
-            stopping.callback(pending.cancel)
-
-    # The notebook's kernel starts now, with its imports, on the core the analyses leave idle
-    # (the load before used both); it is shut down however the run ends.
-    with WarmKernel() as kernel, contextlib.ExitStack() as stopping:
-        computed = compute(inputs, checked, period, on_tables=draw_aside)
-        code = exit_code(computed.findings, fail_on)
-        failing = int((computed.findings["status"] == "fail").sum())
-        say(f"analyses and controls done: {len(computed.findings)} findings, {failing} failing")
-        preloading = preload()  # beside the run folder's writing
-        with lock(root), contextlib.ExitStack() as inside:  # stopped before its release
-            if (pending := aside[0]) is not None:
-                inside.callback(pending.cancel)
-            mark_stale(root, run_id)
+    with lock(root):
+        mark_stale(root, run_id)
+        run = _Run(root=root, tmp=tmp, t0=t0, clock=clock)
+        try:
             tmp.mkdir(parents=True)
-            # The child leaves the figures it drew in their folder; the tables only they read
-            # are written while the notebook runs.
-            drawn_in, figures = _figures_folder(tmp, aside, figures)
-            manifest, csvs = write_run(
-                tmp, period, checked, computed, code, nb_path, started, drawn_in
+            manifest = run.manifest = write_run(
+                tmp,
+                period,
+                checked,
+                computed,
+                code=code,
+                nb_path=nb_path,
+                started=started,
+                skipped_inputs=skipped,
             )
-            inside.callback(csvs.cancel)  # nothing is written into the folder after the lock
-            # The notebook reads the run folder: the frames go before it runs (at 1M, 1.7 GB
-            # beside the kernel's 0.6-1.8 GB), but copies of what the figures read (150 MB at
-            # 1M) when no child process draws them already.
-            drawn = in_memory(tmp, manifest, computed) if figures and not aside[0] else None
-            del inputs, computed
+            # The notebook reads the run folder: the frames go before it runs.
+            del computed
             release_free_memory()
-            preloading.join()
-            return _render_run(
-                _Rendering(
-                    root=root,
-                    tmp=tmp,
-                    nb_path=nb_path,
-                    timeout_s=timeout_s,
-                    t0=t0,
-                    say=say,
-                    clock=clock,
-                    kernel=kernel,
-                    drawn=drawn,
-                    csvs=csvs,
-                    aside=aside[0],
-                ),
-                manifest,
-                code,
-            )
+            run.stage = "rendering"
+            say("rendering the report")
+            message = _render(run, nb_path, timeout_s)
+            if pdf:
+                run.stage = "printing the PDF"
+                say("printing the report to PDF")
+                manifest["pdf"] = _print(tmp, final_name=run_id)
+            run.stage = "finishing the run folder"
+            manifest["ended"] = clock().isoformat()
+            manifest["duration_s"] = round(time.monotonic() - t0, 3)
+            write_json(tmp / "manifest.json", manifest)
+            final = tmp.with_name(run_id)
+            os.replace(tmp, final)
+        except BaseException as e:  # Ctrl-C included: the folder says why it failed
+            failed = _fail(run, e)
+            if not isinstance(e, Exception):
+                raise
+            raise ReportError(
+                f"the run failed while {run.stage}: {failure_cause(e)}"
+                f" (run folder marked failed: {failed})"
+            ) from None
+        index = build_index(root)
+    html, printed = final / "report.html", final / "report.pdf"
+    return ReportResult(
+        code,
+        final,
+        html if html.is_file() else None,
+        index,
+        manifest,
+        message,
+        False,
+        bool(message),
+        printed if pdf and printed.is_file() else None,
+    )
 
 
-def _figures_folder(
-    tmp: Path, aside: list[Pending[list[str]] | None], ahead: bool
-) -> tuple[Path | None, bool]:
-    """Make the figures' folder for the child drawing them (``aside[0]``): (the folder, whether
-    figures are still drawn ahead). If it cannot be made (something is there already), the
-    child is stopped and none is drawn ahead: the kernel draws them all, outside that folder."""
-    pending = aside[0]
-    if pending is None:
-        return None, ahead
-    try:
-        return figures_folder(tmp), ahead
-    except OSError:
-        pending.cancel()
-        aside[0] = None
-        return None, False
+def _reissued(caught: Sequence[warnings.WarningMessage]) -> list[dict[str, str]]:
+    """Issue again the warnings caught while loading (the skipped paths still reach stderr);
+    return the skipped input paths of the :class:`~audit.paths.PathWarning` among them as
+    ``{"path", "reason"}`` records."""
+    skipped: list[dict[str, str]] = []
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if isinstance(w.message, PathWarning):
+            for entry in getattr(w.message, "skipped", ()):
+                path, _, reason = str(entry).rpartition(" (")
+                skipped.append(
+                    {"path": path or str(entry), "reason": reason.removesuffix(")") or "skipped"}
+                )
+    return skipped
 
 
-@dataclass(frozen=True)
-class _Rendering:
-    """A run folder written under the run lock, to render, rename into place and index.
-
-    ``tmp``: the folder (``<period>/.tmp-<run id>``) under ``root``; ``t0``: when the run
-    started (``time.monotonic``); ``kernel``: the kernel started ahead; ``drawn``: the frames
-    this process draws the figures from meanwhile (:func:`~audit.report.figures.in_memory`);
-    ``aside``: the process drawing them instead
-    (:func:`~audit.report.ahead.drawing_aside`), stopped after rendering; ``csvs``: the
-    tables' CSV copies being written meanwhile, waited for before the rename.
-    """
+@dataclass
+class _Run:
+    """A run folder being written under the run lock: ``tmp`` (``<period>/.tmp-<run id>``)
+    under ``root``; ``t0``: when the run started (``time.monotonic``); ``stage``: what it is
+    doing (for a failure); ``manifest``: once written."""
 
     root: Path
     tmp: Path
-    nb_path: Path
-    timeout_s: int
     t0: float
-    say: Progress
     clock: Callable[[], datetime]
-    kernel: WarmKernel | None = None
-    drawn: RunData | None = None
-    csvs: LateWrites | None = None
-    aside: Pending[list[str]] | None = None
+    stage: str = "writing the run folder"
+    manifest: dict[str, Any] | None = None
 
 
-def _render_run(run: _Rendering, manifest: dict[str, Any], code: int) -> ReportResult:
-    """Render the notebook into the run folder, rename it into place, rebuild the index; the
-    run's ``manifest`` is completed and written again, ``code`` is its exit code."""
-    tmp, say = run.tmp, run.say
-    final = tmp.with_name(manifest["run_id"])
-    say("rendering the report")
-    message, failed = "", False
+def _render(run: _Run, nb_path: Path, timeout_s: int) -> str:
+    """Render the notebook into the run folder; the manifest's ``rendering`` says how it went.
+    Returns "" or the one-line message of a failed rendering (the findings stand)."""
+    manifest = run.manifest if run.manifest is not None else {}
     try:
-        # Drawn here from ``drawn``, else by the child (or by the kernel: a custom notebook).
-        ahead: Sequence[str] = FIGURES if run.drawn is not None else ()
-        render(
-            run.nb_path,
-            tmp,
-            title=_title(manifest),
-            timeout_s=run.timeout_s,
-            kernel=run.kernel,
-            ahead=ahead,
-            drawn_from=run.drawn,
-        )
-        manifest["rendering"] = {"status": "ok"}
-    except ReportError as e:
-        message, failed = f"rendering failed: {e}".replace(str(tmp), str(final)), True
-        manifest["rendering"] = {"status": "failed", "message": message}
-    if run.aside is not None:  # done (the kernel has every figure), or drawing for nothing
-        run.aside.cancel()
-    # Again, now that the kernel is gone: a cell that timed out may have kept drawing after the
-    # figures' folder was first removed.
-    remove_figures_folder(tmp)
-    if run.csvs is not None:
-        run.csvs.wait()  # an error writing them fails the run, as before rendering
-    manifest["ended"] = run.clock().isoformat()
-    manifest["duration_s"] = round(time.monotonic() - run.t0, 3)
-    write_json(tmp / "manifest.json", manifest)
-    os.replace(tmp, final)
-    index = build_index(run.root)
-    html = final / "report.html"
-    return ReportResult(
-        code, final, html if html.is_file() else None, index, manifest, message, False, failed
+        render(nb_path, run.tmp, title=_title(manifest), timeout_s=timeout_s)
+    except ReportError as e:  # the paths it names are those of the folder renamed into place
+        cause = str(e).replace(str(run.tmp), str(run.tmp.with_name(manifest["run_id"])))
+        manifest["rendering"] = {"status": "failed", "message": f"rendering failed: {cause}"}
+        manifest["failure"] = {"stage": "rendering", "cause": cause}
+        return f"rendering failed: {cause}"
+    manifest["rendering"] = {"status": "ok"}
+    return ""
+
+
+#: The manifest's ``pdf`` reason when no Chromium is installed.
+NO_CHROMIUM = "no Chromium found (chromium, chromium-browser, google-chrome on PATH)"
+
+
+def _print(folder: Path, *, final_name: str) -> dict[str, str]:
+    """Print ``folder/report.html`` to ``folder/report.pdf``: the manifest's ``pdf``
+    (``status`` ok, skipped or failed, and a ``reason`` when not ok); paths named in a reason
+    are those of the folder once renamed ``final_name``."""
+    if not (folder / "report.html").is_file():
+        return {"status": "skipped", "reason": "the report was not rendered"}
+    if find_chromium() is None:
+        return {"status": "skipped", "reason": NO_CHROMIUM}
+    try:
+        print_pdf(folder / "report.html", folder / "report.pdf")
+    except Exception as e:  # ReportError, or anything else: the findings stand either way
+        why = failure_cause(e).replace(str(folder), str(folder.with_name(final_name)))
+        return {"status": "failed", "reason": why}
+    return {"status": "ok"}
+
+
+def _fail(run: _Run, error: BaseException) -> Path:
+    """Record why the run failed (``failure``: stage and cause) in its manifest, as far as it
+    can still be written, rename the folder ``<run id>.failed`` and rebuild the index; return
+    the folder. On a full disk the partial tables are removed first if the manifest cannot be
+    written otherwise."""
+    tmp, run_id = run.tmp, run.tmp.name.removeprefix(".tmp-")
+    failure = {"stage": run.stage, "cause": failure_cause(error)}
+    manifest = dict(run.manifest or {})
+    manifest.update(
+        {
+            "run_id": run_id,
+            "exit_status": EXIT_RUNTIME,
+            "failure": failure,
+            "message": f"failed while {failure['stage']}: {failure['cause']}",
+            "ended": run.clock().isoformat(),
+            "duration_s": round(time.monotonic() - run.t0, 3),
+        }
     )
+    manifest.setdefault("period", {"label": tmp.parent.name})
+    manifest.setdefault("started", "")
+    for attempt in range(2):
+        try:
+            write_json(tmp / "manifest.json", manifest)
+            break
+        except OSError:
+            if attempt == 0:  # a full disk: the partial tables make room for the cause
+                shutil.rmtree(tmp / "tables", ignore_errors=True)
+    final = tmp.with_name(f"{run_id}.failed")
+    try:
+        os.replace(tmp, final)
+    except OSError:  # left as it is: the next run marks it failed, with the cause recorded
+        return tmp
+    with contextlib.suppress(Exception):
+        build_index(run.root)
+    return final
 
 
 def _title(manifest: dict[str, Any]) -> str:

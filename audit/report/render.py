@@ -1,56 +1,27 @@
-"""Render a run folder: papermill runs the notebook with ``run_dir``, nbconvert makes the HTML.
+"""Render a run folder: papermill runs the notebook in it, nbconvert makes the HTML.
 
-The kernel (:mod:`audit.report.kernel`) is this interpreter's ipykernel over Unix sockets,
-started here or ahead of time (:class:`~audit.report.kernel.WarmKernel`). Real kernel errors
-still reach stderr and fail the rendering.
+The notebook gets one parameter, ``run_dir="."``, and runs with the run folder as its working
+directory, so the ``report.ipynb`` it leaves there names no path: ``cd <run folder> &&
+papermill report.ipynb out.ipynb`` runs it again, wherever the folder was moved. The kernel
+(:mod:`audit.report.kernel`) is this interpreter's ipykernel over Unix sockets. Real kernel
+errors reach stderr and fail the rendering.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-import threading
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from audit.errors import ReportError
-from audit.report.ahead import DrawingAhead
-from audit.report.kernel import QUIET_ENV, WarmKernel, kernel_manager_class
+from audit.report.kernel import QUIET_ENV, kernel_manager_class
 from audit.report.params import DEFAULT_NOTEBOOK, default_notebook
-from audit.report.rundir import RunData
 
-__all__ = ["DEFAULT_NOTEBOOK", "TEMPLATE_DIR", "default_notebook", "preload", "render", "to_html"]
+__all__ = ["DEFAULT_NOTEBOOK", "TEMPLATE_DIR", "default_notebook", "render", "to_html"]
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
-
-
-def preload() -> threading.Thread:
-    """Import papermill and nbconvert and convert an empty notebook, in a daemon thread.
-
-    A report run starts it when its analyses are done, while it writes the run folder (Parquet
-    encoding releases the GIL), so the 0.6 s of imports and template compiling that rendering
-    would otherwise pay is mostly done meanwhile. Not earlier: the 42 MiB of those modules would
-    then add to the analyses' peak. Any error is left for rendering to meet (and report).
-    """
-
-    def work() -> None:
-        with contextlib.suppress(Exception):
-            import nbformat  # start-up: nbformat, papermill: imported here to be ready later
-            import papermill  # start-up: its 0.6 s of imports paid meanwhile  # noqa: F401
-
-            _exporter().from_notebook_node(nbformat.v4.new_notebook())
-
-    # requests (papermill's) silences urllib3's SOCKS notice with a filter it adds while it is
-    # imported; imported in the thread, that filter could be undone by a `catch_warnings` block
-    # ending in this thread meanwhile, and the notice reach stderr. Here it costs 0.05 s.
-    with contextlib.suppress(ImportError):
-        import requests  # start-up: papermill's, imported here for its filter  # noqa: F401
-    thread = threading.Thread(target=work, name="audit-preload", daemon=True)
-    thread.start()
-    return thread
 
 
 def to_html(notebook: Path, target: Path, title: str) -> None:
@@ -78,23 +49,9 @@ def _exporter() -> Any:  # nbconvert's HTMLExporter (nbconvert has no type infor
     )
 
 
-def render(
-    notebook: Path,
-    run_dir: Path,
-    *,
-    title: str,
-    timeout_s: int,
-    kernel: WarmKernel | None = None,
-    ahead: Sequence[str] = (),
-    drawn_from: RunData | None = None,
-) -> Path:
-    """Run ``notebook`` with ``run_dir`` into ``run_dir/report.ipynb``, then ``report.html``.
-
-    With ``kernel`` (started earlier), the notebook runs on it when it is still alive; else
-    papermill starts a kernel. Either way the kernel works in ``run_dir``. ``ahead``: names of
-    figures of :mod:`audit.report.figures` that this process draws meanwhile, from the last,
-    for the kernel to take (:mod:`audit.report.drawing`), from ``drawn_from`` (a
-    :class:`~audit.report.rundir.RunData` in memory) when given, else from ``run_dir``.
+def render(notebook: Path, run_dir: Path, *, title: str, timeout_s: int) -> Path:
+    """Run ``notebook`` in ``run_dir`` (its working directory, parameter ``run_dir="."``) into
+    ``run_dir/report.ipynb``, then ``report.html``.
 
     Raises
     ------
@@ -106,30 +63,29 @@ def render(
     from papermill.exceptions import PapermillExecutionError  # start-up: as papermill
 
     output = run_dir / "report.ipynb"
-    start_timeout = 120
-    km = None if kernel is None else kernel.take(run_dir, start_timeout)
-    how = {"km": km} if km is not None else {"kernel_manager_class": kernel_manager_class()}
     env_before = {k: os.environ.get(k) for k in QUIET_ENV}
-    os.environ.update(QUIET_ENV)  # a kernel papermill starts inherits it
+    os.environ.update(QUIET_ENV)  # the kernel papermill starts inherits it
     try:
         with warnings.catch_warnings():
             # nbformat's notice about a user's template written without cell ids is not ours to show
             warnings.filterwarnings("ignore", message="Cell is missing an id field")
-            drawing = DrawingAhead(run_dir, ahead, drawn_from) if ahead else None
-            with drawing or contextlib.nullcontext():
-                pm.execute_notebook(
-                    str(notebook),
-                    str(output),
-                    parameters={"run_dir": str(run_dir)},
-                    kernel_name="python3",
-                    engine_name=_engine(),
-                    progress_bar=False,
-                    cwd=str(run_dir),
-                    execution_timeout=timeout_s,
-                    start_timeout=start_timeout,
-                    **how,
-                )
+            pm.execute_notebook(
+                str(notebook),
+                str(output),
+                parameters={"run_dir": "."},
+                kernel_name="python3",
+                engine_name=_engine(),
+                progress_bar=False,
+                cwd=str(run_dir),
+                execution_timeout=timeout_s,
+                start_timeout=120,
+                kernel_manager_class=kernel_manager_class(),
+                # Every output is in by then and the kernel has nothing to save: at 1M
+                # deliveries a shutdown request took 0.5 s (freeing objects one by one).
+                shutdown_kernel="immediate",
+            )
     except PapermillExecutionError as e:
+        _without_paths(output)
         first = (str(e.evalue).splitlines() or [""])[0][:300]
         raise ReportError(
             f"notebook cell {e.exec_count} raised {e.ename}: {first} (partial notebook: {output})"
@@ -137,18 +93,36 @@ def render(
     except Exception as e:  # kernel death, timeout, bad notebook: one line, never a traceback
         raise ReportError(f"notebook execution failed: {type(e).__name__}: {e}"[:400]) from None
     finally:
-        if kernel is not None:
-            kernel.close()
         for k, v in env_before.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+    _without_paths(output)
     try:
         to_html(output, run_dir / "report.html", title)
     except Exception as e:
         raise ReportError(f"HTML conversion failed: {type(e).__name__}: {e}"[:400]) from None
     return run_dir / "report.html"
+
+
+def _without_paths(output: Path) -> None:
+    """Make the notebook papermill wrote name itself only by its file name: papermill records
+    where it wrote it (``metadata.papermill.output_path``), the run folder's temporary name,
+    which would be wrong once the folder is renamed into place. Nothing is done to a notebook
+    that cannot be read (a kernel that died before the first save)."""
+    import nbformat  # start-up: as to_html's
+
+    try:
+        nb = nbformat.read(output, as_version=4)
+    except Exception:  # no notebook, or half of one: left as it is
+        return
+    recorded = nb.metadata.get("papermill", {})
+    if "output_path" in recorded:
+        recorded["output_path"] = output.name
+        tmp = output.with_name(f".{output.name}.tmp")
+        nbformat.write(nb, tmp)
+        os.replace(tmp, output)
 
 
 def _engine() -> str:

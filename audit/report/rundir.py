@@ -3,10 +3,14 @@
 Layout of ``DIR/<period>/<run id>/``::
 
     findings.json, findings.csv   the findings (exit code decided from them, in memory)
+    findings.ocsf.json            the same as OCSF Compliance Findings, for SIEMs
     trend.json                    new, resolved, persisting failures against the previous period
     manifest.json                 run id, period, as_of, parameters, inputs with sha256, counts,
                                   versions, notebook and its sha256, rendering status
-    tables/<name>.parquet         every table; <name>.csv as well for the small ones
+    tables/<name>.parquet         every table, whole
+    tables/<name>.csv             the same, as CSV, for every table but those only drawn
+                                  (:data:`PARQUET_ONLY`): every list the report cuts is
+                                  here in full
     report.ipynb, report.html     the rendered notebook (absent when rendering failed)
 
 :func:`open_run` reads a run folder back as a :class:`RunData` for the views.
@@ -20,33 +24,28 @@ import importlib.metadata
 import json
 import os
 import platform
-import sys
-import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pyarrow.parquet as pq
 
 from audit.errors import OutputError, ParameterError, ReportError
-from audit.locks import unlock_file
-from audit.report.drawing import FOLDER, tables_pending, tables_written
+from audit.findings.ocsf import ocsf_findings
+from audit.ingest.workers import threads
 from audit.report.params import Period, ReportParams
 from audit.report.trend import trend_for
 from audit.safe import write_csv
-from audit.tables import CSV_TABLES, longest_first
+from audit.tables import longest_first
 
 if TYPE_CHECKING:  # annotations only: the run folder is written from what compute returns
     from audit.report.compute import Computed
 
 __all__ = [
-    "CSV_TABLES",
-    "FIGURE_ONLY_TABLES",
-    "LateWrites",
+    "PARQUET_ONLY",
     "RunData",
     "finding_counts",
     "findings_records",
@@ -75,14 +74,24 @@ def findings_records(findings: pd.DataFrame) -> list[dict[str, Any]]:
     return records
 
 
-def write_tables(
-    tables: Mapping[str, pd.DataFrame], folder: Path, *, csv: bool = True, make: bool = True
-) -> list[Path]:
-    """Parquet for every table, CSV (through the one CSV writer) for :data:`CSV_TABLES`
-    (unless ``csv`` is false: then :class:`LateWrites` writes them); ``make``: the folder is
-    made first if need be (else one that is gone is an error)."""
-    if make:
-        folder.mkdir(parents=True, exist_ok=True)
+#: The tables the report draws but never lists, written as Parquet only: the record-level
+#: ones (a row per request, event or status change: a million rows at scale) and the
+#: takedown curves' points and durations (a row per incident).
+PARQUET_ONLY = (
+    "deliveries",
+    "events",
+    "status_intervals",
+    "takedown_km",
+    "takedown_km_all",
+    "takedown_durations",
+)
+
+
+def write_tables(tables: Mapping[str, pd.DataFrame], folder: Path) -> list[Path]:
+    """Every table as Parquet, and as CSV (through the one CSV writer,
+    :func:`audit.safe.write_csv`) unless it is one of :data:`PARQUET_ONLY`; the folder is
+    made first if need be. Returns the files written."""
+    folder.mkdir(parents=True, exist_ok=True)
 
     def one(name: str, frame: pd.DataFrame) -> list[Path]:
         path = folder / f"{name}.parquet"
@@ -91,128 +100,17 @@ def write_tables(
         except OSError as e:  # Arrow's error names no file (a full disk: "[errno 28]")
             why = e.strerror or str(e).splitlines()[0]
             raise OutputError(f"{path}: cannot write ({why})") from None
-        if name not in CSV_TABLES or not csv:
+        if name in PARQUET_ONLY:
             return [path]
         write_csv(frame, folder / f"{name}.csv")
         return [path, folder / f"{name}.csv"]
 
-    # Two at a time, as ``Analysis.write`` does: Parquet encoding releases the GIL; the
-    # costliest first, so that the two threads end together.
-    sizes = {name: (frame.size, csv and name in CSV_TABLES) for name, frame in tables.items()}
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    # Two at a time, as ``Analysis.write`` does (Parquet encoding releases the GIL), unless
+    # AUDIT_JOBS=1; the costliest first, so that the two end together.
+    sizes = {name: (frame.size, name not in PARQUET_ONLY) for name, frame in tables.items()}
+    with threads(2) as pool:
         done = {name: pool.submit(one, name, tables[name]) for name in longest_first(sizes)}
         return [path for name in tables for path in done[name].result()]
-
-
-#: The run-folder tables the packaged notebook reads only through its figures: when they are
-#: drawn aside (:func:`audit.report.ahead.drawing_aside`), these are written while it runs
-#: (:class:`LateWrites`), and a :class:`RunData` that reads one waits for them.
-FIGURE_ONLY_TABLES = ("deliveries", "events")
-
-
-#: The scheduling priority (nice value) of the late writes: the figures' process, which the
-#: kernel waits for, then takes the core first ("Twenty-first pass" of docs/scale.md, in git
-#: history).
-LATE_NICE = 10
-
-
-def _behind() -> None:
-    """Lower this thread's CPU priority to :data:`LATE_NICE` (Linux: per thread, and the
-    threads it starts inherit it); elsewhere, or where it is refused, nothing changes."""
-    if sys.platform != "linux":  # elsewhere the id of a thread is not a process id to setpriority
-        return
-    with contextlib.suppress(AttributeError, OSError):
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, max(LATE_NICE, os.getpriority(os.PRIO_PROCESS, tid)))
-
-
-class LateWrites:
-    """What a thread writes into a run's ``folder`` (its ``tables``) while the notebook renders:
-    the Parquet files of ``parquet`` (tables only the figures read, drawn aside already:
-    :func:`audit.report.ahead.drawing_aside`), and meanwhile, by a second thread, the CSV
-    copies of :data:`CSV_TABLES`, the largest first (the notebook reads the Parquet files
-    only): at 1M deliveries a month, the incidents of a store with history take 3.6 s as CSV,
-    in Python.
-
-    ``held`` (an open file whose lock this process holds: the figures' ``tables.lock``) is
-    released once the Parquet files are written (or failed), so that a kernel that must draw a
-    figure itself waits for them. :meth:`wait` waits for everything and raises what the writing
-    raised (an :class:`~audit.errors.OutputError`), before the run folder is renamed into
-    place."""
-
-    def __init__(
-        self,
-        tables: Mapping[str, pd.DataFrame],
-        folder: Path,
-        *,
-        parquet: Sequence[str] = (),
-        held: BinaryIO | None = None,
-    ) -> None:
-        frames = {name: tables[name] for name in CSV_TABLES if name in tables}
-        late = {name: tables[name] for name in parquet if name in tables}
-        self._error: BaseException | None = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        # The thread holds the frames (its arguments) until it ends, then lets them go.
-        self._thread = threading.Thread(
-            target=self._write, args=(late, frames, folder, held), name="audit-late", daemon=True
-        )
-        self._thread.start()
-
-    def _write(
-        self,
-        late: dict[str, pd.DataFrame],
-        frames: dict[str, pd.DataFrame],
-        folder: Path,
-        held: BinaryIO | None,
-    ) -> None:
-        _behind()  # this thread and the writers it starts
-        # The CSV copies are written beside the Parquet files, by a thread of their own (the
-        # Parquet encoding releases the GIL): at the end of a rendering both cores are free.
-        csvs = threading.Thread(
-            target=self._write_csvs, args=(frames, folder), name="audit-late-csv", daemon=True
-        )
-        del frames
-        csvs.start()
-        try:
-            if late and not self._stop.is_set():  # the folder is never made again here
-                write_tables(late, folder, csv=False, make=False)
-        except BaseException as e:  # raised again by wait(), in the caller's thread
-            self._failed(e)
-        finally:
-            late.clear()
-            if held is not None:
-                with contextlib.suppress(OSError):
-                    unlock_file(held)
-                held.close()
-            csvs.join()
-
-    def _write_csvs(self, frames: dict[str, pd.DataFrame], folder: Path) -> None:
-        try:
-            for name in longest_first({n: (f.size, True) for n, f in frames.items()}):
-                if self._stop.is_set() or self._error is not None:
-                    return
-                write_csv(frames[name], folder / f"{name}.csv")
-        except BaseException as e:
-            self._failed(e)
-
-    def _failed(self, error: BaseException) -> None:
-        """Keep the first error (the other writer then stops at its next file)."""
-        with self._lock:
-            if self._error is None:
-                self._error = error
-
-    def cancel(self) -> None:
-        """Write no further file, and wait for the one being written (the run failed: nothing
-        may be written into its folder once its run lock is released)."""
-        self._stop.set()
-        self._thread.join()
-
-    def wait(self) -> None:
-        """Wait for every file; raise the error that stopped their writing, if any."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
 
 
 @dataclass
@@ -259,8 +157,6 @@ class RunData:
         if self.run_dir is None:
             return pd.DataFrame()
         path = self.run_dir / "tables" / f"{name}.parquet"
-        if name in FIGURE_ONLY_TABLES:  # maybe still being written
-            tables_written(self.run_dir / FOLDER)
         if not path.is_file():
             return pd.DataFrame()
         if columns is not None:
@@ -328,25 +224,34 @@ def write_run(
     period: Period,
     checked: ReportParams,
     computed: Computed,
+    *,
     code: int,
     nb_path: Path,
     started: datetime,
-    figures: Path | None = None,
-) -> tuple[dict[str, Any], LateWrites]:
+    skipped_inputs: Sequence[Mapping[str, str]] = (),
+) -> dict[str, Any]:
     """Write a run folder (under the run lock) into ``tmp`` (``<period>/.tmp-<run id>``):
-    findings, trend, tables and manifest; return (the manifest, what is still being written:
-    the CSV copies, and with ``figures`` (the figures' folder, where they are drawn aside) the
-    tables only the figures read, :data:`FIGURE_ONLY_TABLES`). Nothing can fail here once that
-    writing has started: the caller stops it (:meth:`LateWrites.cancel`) if it fails later."""
+    findings, trend, every table, and the manifest, last; return the manifest.
+
+    ``code`` is the run's exit code, ``nb_path`` the notebook to render, ``started`` when the
+    run began, ``skipped_inputs`` the input paths given but not read (``path``, ``reason``).
+    """
     root, run_id = tmp.parents[1], tmp.name.removeprefix(".tmp-")
     write_csv(computed.findings, tmp / "findings.csv")
     write_json(tmp / "findings.json", findings_records(computed.findings))
+    write_json(
+        tmp / "findings.ocsf.json",  # the same findings for SIEMs (OCSF Compliance Finding)
+        ocsf_findings(
+            computed.findings,
+            run_id=run_id,
+            period=period,
+            as_of=checked.as_of,
+            product_version=versions()["audit"],
+        ),
+    )
     trend = trend_for(root, period, computed.findings)
     write_json(tmp / "trend.json", trend)
-    late: Sequence[str] = FIGURE_ONLY_TABLES if figures is not None else ()
-    write_tables(
-        {n: t for n, t in computed.tables.items() if n not in late}, tmp / "tables", csv=False
-    )
+    write_tables(computed.tables, tmp / "tables")
     manifest = {
         "run_id": run_id,
         "title": "Webhook delivery compliance report",
@@ -356,6 +261,9 @@ def write_run(
         "parameters": checked.as_dict(),
         "versions": versions(),
         "inputs": json.loads(computed.tables["inputs"].to_json(orient="records")),
+        "coverage": computed.coverage,
+        "skipped_inputs": [dict(s) for s in skipped_inputs],
+        "snapshots": computed.snapshots or {"newest_taken_at": None},
         "notebook": {"path": str(nb_path), "sha256": _sha256(nb_path)},
         "started": started.isoformat(),
         "findings": finding_counts(computed.findings),
@@ -370,18 +278,7 @@ def write_run(
         "python": platform.python_version(),
     }
     write_json(tmp / "manifest.json", manifest)
-    held = None
-    if figures is not None:  # ``late`` holds the tables only the figures read
-        try:
-            held = tables_pending(figures)
-        except OSError:  # something planted at the lock: those tables are written now
-            write_tables(
-                {n: computed.tables[n] for n in late if n in computed.tables},
-                tmp / "tables",
-                csv=False,
-            )
-            late = ()
-    return manifest, LateWrites(computed.tables, tmp / "tables", parquet=late, held=held)
+    return manifest
 
 
 def _sha256(path: Path) -> str:

@@ -23,7 +23,7 @@ from audit.ingest.verification import verdict_counts
 from audit.report.params import Period
 from audit.spec import MAX_ATTEMPTS
 
-__all__ = ["FIGURE_TABLES", "deliveries_in_period", "in_period", "report_tables"]
+__all__ = ["deliveries_in_period", "in_period", "report_tables"]
 
 
 def in_period(times: pd.Series, period: Period, *, keep_missing: bool = False) -> pd.Series:
@@ -85,15 +85,12 @@ def report_tables(
     period: Period,
     *,
     evidence: pd.DataFrame | None = None,
-    on_drawn: Callable[[dict[str, pd.DataFrame]], None] | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Every table of the run folder, by name (see ``docs/report.md``).
 
     ``evidence`` (from a store, whose deliveries carry no body) gives the request columns
     of the records that are not valid (``audit.report.inputs.Inputs.evidence``); valid
-    off-schedule attempts then have them empty. ``on_drawn`` is called, as soon as they exist,
-    with the tables built so far, among them every table the report's figures read
-    (:data:`FIGURE_TABLES`); the other summaries are built after it returns.
+    off-schedule attempts then have them empty.
     """
     tables = dict(analysis.tables())
     order = [*tables, *_ADDED]  # the run folder's order, whatever is built first
@@ -108,7 +105,6 @@ def report_tables(
     in_e = in_period(e["first_received_at"], period) if "first_received_at" in e else None
     in_e = pd.Series(True, index=e.index) if in_e is None else in_e
     period_e = e.loc[in_e, [c for c in _SUMMARISED_EVENTS if c in e.columns]]
-    # First the tables the figures read (FIGURE_TABLES), for ``on_drawn``.
     tables["verdict_counts"] = _safe(verdict_counts, period_d)
     tables["latency"] = _safe(latency_summary, period_d, period_e)
     tables["takedown_durations"] = analysis.takedown_durations
@@ -126,8 +122,6 @@ def report_tables(
     if evidence is not None:
         off_schedule = _with_evidence(off_schedule, evidence)
     tables["off_schedule_attempts"] = off_schedule
-    if on_drawn is not None:
-        on_drawn(dict(tables))
     tables["success_by_subscription"] = _safe(success_rates, period_d, period_e, by="subscription")
     tables["success_by_event"] = _safe(success_rates, period_d, period_e, by="event")
     # Judged within the period only (an event outside it may lack a value), by position.
@@ -177,19 +171,6 @@ _ADDED = (
     "waiting_on_client",
     "subscriptions_latest",
     "inputs",
-)
-
-#: The run-folder tables the report's figures read (``audit.report.figures``): all are built
-#: before :func:`report_tables` calls ``on_drawn``.
-FIGURE_TABLES = (
-    "deliveries",
-    "events",
-    "verdict_counts",
-    "latency",
-    "off_schedule_attempts",
-    "takedown_km",
-    "takedown_durations",
-    "takedown_km_all",
 )
 
 

@@ -3,7 +3,9 @@
 Templates live in ``audit/report/templates/html/`` and ship in the wheel. Autoescape is on for
 every template: a value is escaped unless it is marked safe. Attacker-controlled text goes
 through the ``text`` filter (escaped, URLs and host names defanged, invisible characters shown
-as their code); ``esc`` escapes and shows invisible characters without defanging.
+as their code); ``esc`` escapes and shows invisible characters without defanging. ``macros.j2``
+holds the shared pieces (``badge``, ``badges``, a table ``cell``, the ``full_lists`` links);
+the global ``symbols`` maps each status and severity to its symbol.
 
 >>> render_string("<p>{{ x }} {{ y | text }}</p>", x="<b>", y="see evil.example")
 '<p>&lt;b&gt; see evil[.]example</p>'
@@ -17,7 +19,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from audit.report.markup import CSS, esc, text
+from audit.report.markup import CSS, SYMBOLS, esc, text
 
 __all__ = ["CSS", "environment", "render", "render_string"]
 
@@ -35,6 +37,7 @@ def environment() -> jinja2.Environment:
     env.filters["text"] = lambda value: Markup(text(value))
     env.filters["esc"] = lambda value: Markup(esc(value))
     env.globals["stylesheet"] = Markup(CSS)
+    env.globals["symbols"] = SYMBOLS
     return env
 
 

@@ -1,40 +1,80 @@
 """Trend against the previous period: new, resolved and persisting failures.
 
 The previous run is the newest *completed* run (findings written, exit status 0, 1 or 2) in the
-same ``--out`` whose period ends where this one starts. Findings are matched by their control
+same ``--out`` whose period, of the same kind (month, week, range), ends where this one starts.
+A damaged run of that period (its manifest or findings not a regular file under the size limit,
+not JSON, nested too deeply or of the wrong shape: :mod:`audit.report.index`) is skipped with a
+note, and the next older good one is used. Findings are matched by their control
 and resource: a finding uid also encodes its period (``audit.findings.finding_uid``), so the same
 failure has a new uid every month; each side keeps its own uid in the trend.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
-from audit.report.index import scan_runs
-from audit.report.params import Period
+from audit.errors import ParameterError
+from audit.report.index import (
+    FINDINGS_LIMIT,
+    RunEntry,
+    check_findings,
+    period_kind,
+    read_history_json,
+    scan_runs,
+)
+from audit.report.params import Period, parse_period
 
-__all__ = ["compare", "previous_run"]
+__all__ = ["Previous", "compare", "previous_run", "trend_for"]
 
 _KEEP = ("finding_uid", "check_id", "severity", "title", "resource", "reason")
 
 
-def previous_run(root: Path, period: Period) -> tuple[Path, dict] | None:
-    """The newest completed run whose period ends at ``period.start`` (or None)."""
-    best = None
-    for entry in scan_runs(root):
-        m = entry.manifest
-        if m is None or entry.state != "completed":
+class Previous(NamedTuple):
+    """The run a trend compares with: its folder, manifest and findings."""
+
+    folder: Path
+    manifest: dict
+    findings: pd.DataFrame
+
+
+def _same_kind_before(entry: RunEntry, period: Period) -> bool:
+    """Whether the run's folder is a period of ``period``'s kind ending where it starts."""
+    if period_kind(entry.label) != period_kind(period.label):
+        return False
+    try:
+        return parse_period(entry.label).end == period.start
+    except ParameterError:
+        return False
+
+
+def previous_run(root: Path, period: Period) -> tuple[Previous | None, list[str]]:
+    """The newest completed run of the period before ``period`` (same kind: a month for a
+    month) whose manifest and findings read well, and a note for each run of that period
+    skipped on the way (damaged: the next older one is used)."""
+    notes: list[str] = []
+    found: Previous | None = None
+    for entry in scan_runs(root):  # newest first; runs of unknown time last
+        if not _same_kind_before(entry, period):
+            continue
+        name = f"run {entry.folder.name} of {entry.label}"
+        if entry.state == "damaged":
+            if found is None or entry.when is None:  # newer than the one used, or maybe so
+                notes.append(f"{name} skipped: damaged ({entry.problem})")
+            continue
+        if found is not None or entry.state != "completed" or entry.manifest is None:
             continue
         try:
-            end = pd.Timestamp(m["period"]["end"])
-        except (KeyError, TypeError, ValueError):
+            records = check_findings(
+                read_history_json(entry.folder / "findings.json", FINDINGS_LIMIT)
+            )
+        except ValueError as e:
+            notes.append(f"{name} skipped: damaged (findings.json: {e})")
             continue
-        if end == period.start and (best is None or m.get("started", "") > best[1]["started"]):
-            best = (entry.folder, m)
-    return best
+        found = Previous(entry.folder, entry.manifest, pd.DataFrame(records))
+    return found, notes
 
 
 def _failing(findings: pd.DataFrame) -> pd.DataFrame:
@@ -91,18 +131,14 @@ def compare(
 
 
 def trend_for(root: Path, period: Period, findings: pd.DataFrame) -> dict:
-    """:func:`compare` against :func:`previous_run` (reads the previous run's findings)."""
-    found = previous_run(root, period)
-    if found is None:
-        return compare(findings, None)
-    folder, manifest = found
-    try:
-        before = pd.DataFrame(json.loads((folder / "findings.json").read_text("utf-8")))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return compare(findings, None)
+    """:func:`compare` against :func:`previous_run`; ``skipped`` lists the damaged runs of the
+    previous period passed over (each a sentence saying why)."""
+    previous, notes = previous_run(root, period)
+    if previous is None:
+        return {**compare(findings, None), "skipped": notes}
     info = {
-        "run_id": manifest.get("run_id"),
-        "period": manifest.get("period", {}).get("label"),
-        "path": f"../../{folder.parent.name}/{folder.name}",
+        "run_id": previous.manifest["run_id"],
+        "period": previous.manifest["period"]["label"],
+        "path": f"../../{previous.folder.parent.name}/{previous.folder.name}",
     }
-    return compare(findings, before, info)
+    return {**compare(findings, previous.findings, info), "skipped": notes}

@@ -1,23 +1,41 @@
 """The report's sections as HTML, from a :class:`~audit.report.rundir.RunData` (read, format).
 
-Each function returns an object the notebook displays. Nothing here computes a finding: the
-numbers come from the run folder. Every attacker-controlled text is escaped, URLs defanged.
+Each function returns an object the notebook displays, rendered from a Jinja2 template in
+``templates/html/`` (autoescaped: attacker-controlled text is escaped, URLs and host names
+defanged). Nothing here computes a finding: the numbers come from the run folder.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 import pandas as pd
 
 from audit.findings import SEVERITIES
-from audit.report.format import HTML, table
-from audit.report.markup import CSS, badge, badges, esc, text
+from audit.report.format import (
+    HTML,
+    MISSING,
+    Cell,
+    duration,
+    human,
+    table,
+    unit_of,
+    when,
+)
 from audit.report.rundir import RunData, open_run
+from audit.report.templating import render
 
 __all__ = [
+    "SECTIONS",
+    "Evidence",
     "appendix",
     "deliveries",
+    "evidence",
     "failing",
     "family",
     "header",
@@ -31,144 +49,466 @@ __all__ = [
     "waiting",
 ]
 
+#: The report's sections: (anchor, heading), in the notebook's order. The notebook's headings
+#: carry these anchors (a test checks), the header's table of contents links them.
+SECTIONS = (
+    ("summary", "Executive summary"),
+    ("failing", "Failing findings"),
+    ("trend", "Trend against the previous period"),
+    ("signatures", "Signature verification"),
+    ("deliveries", "Delivery health"),
+    ("retries", "Retry schedule"),
+    ("takedown", "Time to takedown"),
+    ("waiting", "Incidents waiting on the client"),
+    ("subscriptions", "Subscriptions"),
+    ("appendix", "Appendix: inputs, parameters, versions"),
+)
 STATUS_ORDER = ("fail", "error", "pass", "skip", "info", "muted")
+FAILING = ("fail", "error")
 FINDING_SPEC = {
     "check_id": ("Control", "text"),
     "severity": ("Severity", "severity"),
     "status": ("Status", "status"),
     "resource": ("Resource", "text"),
     "reason": ("Reason", "text"),
+    "finding_uid": ("Finding uid", "hash"),
 }
+#: A listing snapshot older than this before the period's end is flagged at the top.
+STALE_SNAPSHOT = pd.Timedelta(days=7)
+#: Items of an evidence list shown (the rest counted).
+LIST_SHOWN = 10
+#: Rows of an evidence table shown (the rest counted).
+TABLE_SHOWN = 12
 
 
-def _when(iso: object) -> str:
+class Banner(NamedTuple):
+    """A warning at the top of the report."""
+
+    title: str
+    body: str
+    items: list[str]
+    alarm: bool = False
+
+
+class Verdict(NamedTuple):
+    """Pass or fail at a glance: failing counts by severity."""
+
+    passed: bool
+    sentence: str
+    by_severity: dict[str, int]
+
+
+def _failing(f: pd.DataFrame) -> pd.DataFrame:
+    return f[f["status"].isin(FAILING)] if len(f) and "status" in f.columns else f.iloc[0:0]
+
+
+def _counts(series: pd.Series) -> dict[str, int]:
+    return {str(k): int(n) for k, n in series.value_counts().items()}
+
+
+def verdict(findings: pd.DataFrame) -> Verdict:
+    """The verdict: FAIL when any finding failed or errored, with counts by severity.
+
+    >>> v = verdict(pd.DataFrame({"status": ["fail", "fail", "pass", "error"],
+    ...                           "severity": ["critical", "high", "high", "medium"]}))
+    >>> v.passed, v.sentence, v.by_severity
+    (False, '3 of 4 findings failing: 1 critical, 1 high, 1 medium (1 control could not run).', {'critical': 1, 'high': 1, 'medium': 1})
+    """  # noqa: E501
+    bad = _failing(findings)
+    by_sev = _counts(bad["severity"]) if len(bad) else {}
+    n = len(findings)
+    if bad.empty:
+        return Verdict(True, f"No finding failed: {n:,} findings, none failing.", {})
+    parts = ", ".join(f"{by_sev[s]:,} {s}" for s in SEVERITIES if by_sev.get(s))
+    errors = int((bad["status"] == "error").sum())
+    tail = f" ({errors:,} control{'s' if errors > 1 else ''} could not run)" if errors else ""
+    return Verdict(False, f"{len(bad):,} of {n:,} findings failing: {parts}{tail}.", by_sev)
+
+
+def _deliveries(run: RunData) -> dict[str, Any]:
+    """Coverage: the manifest's, else counted from the verdict table (older run folders)."""
+    cov = run.manifest.get("coverage")
+    if isinstance(cov, Mapping) and "deliveries" in cov:
+        return dict(cov)
+    vc = run.table("verdict_counts")
+    if vc.empty or "count" not in vc.columns:
+        return {}
+    valid = vc.loc[vc["verdict"] == "valid", "count"].sum() if "verdict" in vc.columns else None
+    return {"deliveries": int(vc["count"].sum()), "valid": None if valid is None else int(valid)}
+
+
+def _newest_snapshot(run: RunData) -> pd.Timestamp | None:
+    snaps = run.manifest.get("snapshots")
+    taken: object = snaps.get("newest_taken_at") if isinstance(snaps, Mapping) else None
+    if taken is None:
+        s = run.table("subscriptions_latest", ["fetched_at"])
+        taken = s["fetched_at"].max() if not s.empty else None
+    return _utc(taken)
+
+
+def _utc(value: object) -> pd.Timestamp | None:
+    """An instant in UTC (a naive one taken as UTC), or None when absent or no time."""
+    if value is None:
+        return None
     try:
-        return f"{pd.Timestamp(str(iso)).tz_convert('UTC'):%Y-%m-%d %H:%M} UTC"
+        ts = pd.Timestamp(value)  # type: ignore[arg-type]  # any value: errors caught below
     except (ValueError, TypeError):
-        return str(iso or "")
+        return None
+    if not isinstance(ts, pd.Timestamp):  # NaT
+        return None
+    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+
+
+def _inputs_line(inputs: list[dict[str, Any]]) -> str:
+    kinds = Counter(str(i.get("kind", "file")) for i in inputs)
+    files = ", ".join(f"{n:,} × {k}" for k, n in kinds.items()) or "none"
+    records = sum(int(i.get("records") or 0) for i in inputs)
+    unreadable = sum(int(i.get("unreadable") or 0) for i in inputs)
+    return f"{files}; {records:,} records read, {unreadable:,} unreadable"
+
+
+def _page_label(*parts: object) -> str:
+    """Text for the printed pages' margin (inside a CSS string: a safe set of characters)."""
+    return re.sub(r"[^A-Za-z0-9 ._:+·-]", "", " ".join(str(p) for p in parts if p))[:120]
 
 
 def header(run: RunData) -> HTML:
-    """Title and the fields an auditor checks first (with the style sheet)."""
+    """The top of the report: style sheet, the verdict, what the report covers (period,
+    deliveries received, inputs, the newest listing snapshot), banners when the period had no
+    delivery, when the newest snapshot is over 7 days older than the period's end, and when
+    inputs were skipped; then the table of contents."""
     m = run.manifest
-    p = m.get("period", {})
-    end_incl = pd.Timestamp(p.get("end")) - pd.Timedelta(days=1)
-    n_inputs = len(m.get("inputs", []))
-    fields = [
+    p = m.get("period") or {}
+    start, end = _day(p.get("start")), _utc(p.get("end"))
+    end_incl = MISSING if end is None else f"{end - pd.Timedelta(days=1):%Y-%m-%d}"
+    period_line = f"Period {p.get('label', '')}: {start} to {end_incl} (UTC)"
+    cov = _deliveries(run)
+    n_deliv = cov.get("deliveries")
+    deliv = MISSING if n_deliv is None else f"{int(n_deliv):,}"
+    if n_deliv is not None and cov.get("valid") is not None:
+        deliv += f" ({int(cov['valid']):,} with a valid signature)"
+    if cov.get("first_received") or cov.get("last_received"):
+        deliv += f"; first {when(cov.get('first_received'))}, last {when(cov.get('last_received'))}"
+    snap = _newest_snapshot(run)
+    skipped = [s for s in m.get("skipped_inputs") or [] if isinstance(s, Mapping)]
+    facts = [
+        ("Period", period_line.removeprefix("Period ")),
+        ("Judged as of", when(m.get("as_of"))),
         ("Client", m.get("client_id") or "all clients"),
-        ("Period", f"{p.get('label')}: {p.get('start', '')[:10]} to {end_incl:%Y-%m-%d} (UTC)"),
-        ("Judged as of", _when(m.get("as_of"))),
-        ("Run id", m.get("run_id")),
-        ("Generated at", _when(m.get("started"))),
-        ("Toolkit version", m.get("versions", {}).get("audit", "unknown")),
-        ("Input files", f"{n_inputs} (sizes and sha256 in manifest.json and the appendix)"),
+        ("Deliveries received", deliv),
+        ("Inputs", _inputs_line(list(m.get("inputs") or []))),
+        ("Inputs skipped", f"{len(skipped):,}"),
+        ("Newest listing snapshot", when(snap) if snap is not None else "none"),
+        ("Run id", m.get("run_id") or MISSING),
+        ("Generated at", when(m.get("started"))),
+        ("Toolkit version", (m.get("versions") or {}).get("audit", MISSING)),
     ]
-    rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in fields)
+    banners = []
+    if n_deliv == 0:
+        banners.append(
+            Banner(
+                "No delivery received in this period",
+                f"The capture logs hold no request received from {start} to {end_incl}. The "
+                "controls judge an empty period: check that the receiver was running and "
+                "capturing, and that the right logs were given.",
+                [],
+                alarm=True,
+            )
+        )
+    if snap is not None and end is not None and snap < end - STALE_SNAPSHOT:
+        age = duration((end - snap).total_seconds())
+        banners.append(
+            Banner(
+                "Listing snapshot older than the period",
+                f"The newest listing snapshot was taken {when(snap)}, {age} before the "
+                "period's end: the subscription controls describe the subscriptions as they "
+                "were then. Fetch a listing at the end of each period.",
+                [],
+            )
+        )
+    if skipped:
+        banners.append(
+            Banner(
+                f"{len(skipped):,} input{'s' if len(skipped) > 1 else ''} skipped",
+                "These inputs were given but not read; the report covers the others only.",
+                [f"{s.get('path', MISSING)}: {s.get('reason', MISSING)}" for s in skipped[:20]]
+                + ([f"and {len(skipped) - 20:,} more"] if len(skipped) > 20 else []),
+            )
+        )
     return HTML(
-        f"<style>{CSS}</style><div class='audit-header'>"
-        f"<h1>{esc(m.get('title', 'Webhook delivery compliance report'))}</h1>"
-        f"<dl>{rows}</dl></div>"
+        render(
+            "report_header.j2",
+            title=m.get("title") or "Webhook delivery compliance report",
+            run_id=m.get("run_id") or MISSING,
+            period_line=period_line,
+            page_label=_page_label("Run", m.get("run_id"), "· period", p.get("label")),
+            verdict=verdict(run.findings),
+            severities=SEVERITIES,
+            banners=banners,
+            facts=facts,
+            sections=SECTIONS,
+        )
     )
+
+
+def _day(iso: object) -> str:
+    try:
+        return f"{pd.Timestamp(str(iso)):%Y-%m-%d}"
+    except (ValueError, TypeError):
+        return MISSING
 
 
 def summary(run: RunData) -> HTML:
-    """Counts by status and, for failures, by severity, as badges."""
+    """Counts by status and, for failures, by severity, as badges (zero counts grey)."""
     f = run.findings
-    by_status = {str(k): n for k, n in f["status"].value_counts().items()} if len(f) else {}
-    failing = f[f["status"].isin(["fail", "error"])] if len(f) else f
-    by_sev = (
-        {str(k): n for k, n in failing["severity"].value_counts().items()} if len(failing) else {}
-    )
-    n_fail = int(by_status.get("fail", 0))
-    verdict = (
-        f"{n_fail} control finding(s) failed." if n_fail else "No control finding failed."
-    ) + f" {len(f)} findings in all."
+    by_status = _counts(f["status"]) if len(f) else {}
+    bad = _failing(f)
     return HTML(
-        f"<p>{esc(verdict)}</p>"
-        f"<div class='badge-row'><b>By status:</b> {badges(by_status, STATUS_ORDER)}</div>"
-        f"<div class='badge-row'><b>Failures by severity:</b> {badges(by_sev, SEVERITIES)}</div>"
-        "<p class='note'>skip: the control could not be judged on this period's data (the "
-        "reason says why); info: reported, not judged.</p>"
+        render(
+            "report_summary.j2",
+            sentence=verdict(f).sentence,
+            by_status=by_status,
+            statuses=STATUS_ORDER,
+            by_severity=_counts(bad["severity"]) if len(bad) else {},
+            severities=SEVERITIES,
+        )
     )
 
 
-def _evidence(raw: object) -> str:
+class EvidenceList(NamedTuple):
+    """A list in the evidence: the items shown and the true total."""
+
+    label: str
+    items: list[str]
+    total: int
+
+
+class EvidenceTable(NamedTuple):
+    """A small table in the evidence (a mapping, or a list of records)."""
+
+    label: str
+    headers: list[str]
+    rows: list[list[Cell]]
+    total: int
+
+
+class Evidence(NamedTuple):
+    """A finding's evidence for people: scalar facts, small tables, lists with their totals."""
+
+    facts: list[tuple[str, str]]
+    tables: list[EvidenceTable]
+    lists: list[EvidenceList]
+
+
+_STAT_NAMES = {
+    "n": "values",
+    "p50": "median",
+    "p90": "90th pct",
+    "p95": "95th pct",
+    "p99": "99th pct",
+    "max": "maximum",
+    "min": "minimum",
+    "mean": "mean",
+}
+_TOTAL_KEYS = ("total", "count")
+
+
+def _label(key: str) -> str:
+    """A key as words: ``max_wait_h`` -> ``max wait (h)``."""
+    for ending, unit in (("_ms", "ms"), ("_s", "s"), ("_h", "h"), ("_days", "days")):
+        if key.endswith(ending):
+            return f"{key.removesuffix(ending).replace('_', ' ')} ({unit})"
+    return key.replace("_", " ")
+
+
+def evidence(raw: object) -> Evidence:
+    """A finding's evidence (a JSON object, or its text) as facts, small tables and lists.
+
+    A list's total is the control's ``<key>_total`` beside it (or ``{"items": [...],
+    "total": N}``) when given, else its length; only the first items are shown. Values take
+    their unit from their key (``*_h``, ``*_s``, ``*_ms``, ``*_days``, ``*rate``).
+
+    >>> ev = evidence({"examples": ["a", "b"], "examples_total": 1373, "max_wait_h": 3610.4,
+    ...                "rate": 0.005029, "threshold": 0.005, "valid_from": None})
+    >>> ev.facts
+    [('max wait (h)', '150 d 10 h'), ('rate', '0.50%'), ('threshold', '0.50%'), ('valid from', 'not recorded')]
+    >>> ev.lists
+    [EvidenceList(label='examples', items=['a', 'b'], total=1373)]
+    """  # noqa: E501
     try:
         ev = json.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError:
-        return text(raw)
-    if not isinstance(ev, dict) or not ev:
-        return text(raw) if raw not in (None, "", "{}") else "—"
-    parts = []
-    for k, v in ev.items():
-        if isinstance(v, list):
-            shown = ", ".join(map(str, v[:8])) + (f" … ({len(v)} in all)" if len(v) > 8 else "")
-        elif isinstance(v, float):
-            shown = f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
-        elif isinstance(v, dict):
-            shown = json.dumps(
-                {k2: round(x, 2) if isinstance(x, float) else x for k2, x in v.items()},
-                default=str,
-            )
+        return Evidence([("evidence", str(raw))], [], [])
+    if ev is None or ev == {} or ev == "":
+        return Evidence([], [], [])
+    if not isinstance(ev, Mapping):
+        return Evidence([("evidence", str(ev))], [], [])
+    facts: list[tuple[str, str]] = []
+    tables: list[EvidenceTable] = []
+    lists: list[EvidenceList] = []
+    has_rate = any(str(k).endswith("rate") for k in ev)
+    for key, value in ev.items():
+        key = str(key)
+        base = key.removesuffix("_total")
+        if key != base and isinstance(ev.get(base), list | dict):
+            continue  # the total of a list, shown with it
+        share = has_rate and key.startswith("threshold") and isinstance(value, float)
+        if isinstance(value, Mapping) and _is_capped(value):
+            items = list(value.get("items", value.get("shown", value.get("values", []))))
+            total = _total(value.get("total", value.get("count")), len(items))
+            lists.append(EvidenceList(_label(key), _items(items), total))
+        elif isinstance(value, Mapping):
+            tables.append(_mapping_table(key, value, _total(ev.get(f"{key}_total"), len(value))))
+        elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+            tables.append(_records_table(key, value, _total(ev.get(f"{key}_total"), len(value))))
+        elif isinstance(value, list):
+            total = _total(ev.get(f"{key}_total"), len(value))
+            if not value and not total:
+                facts.append((_label(key), "none"))
+            else:
+                lists.append(EvidenceList(_label(key), _items(value), total))
         else:
-            shown = str(v)
-        parts.append(f"<b>{esc(k)}</b>: {text(shown[:600])}")
-    return "<br>".join(parts)
+            facts.append((_label(key), human(key, value, share=share)))
+    return Evidence(facts, tables, lists)
+
+
+def _is_capped(value: Mapping[str, Any]) -> bool:
+    keys = set(value)
+    return (
+        len(keys) == 2
+        and bool(keys & {"items", "shown", "values"})
+        and bool(keys & set(_TOTAL_KEYS))
+    )
+
+
+def _total(given: object, shown: int) -> int:
+    """The true total when the control gave one (never less than what is shown)."""
+    if isinstance(given, int) and not isinstance(given, bool):
+        return max(given, shown)
+    return shown
+
+
+def _items(values: list[Any]) -> list[str]:
+    return [
+        human("", v) if not isinstance(v, dict | list) else json.dumps(v, default=str)
+        for v in values[:LIST_SHOWN]
+    ]
+
+
+def _mapping_table(key: str, value: Mapping[str, Any], total: int) -> EvidenceTable:
+    """A mapping as a small table: statistics (``p50``, ``max``) or up to 6 values by name in
+    one row under their names, more values by name in two columns; values in the key's unit."""
+    seconds = unit_of(key)
+    names = [str(k) for k in value]
+    if names and all(k in _STAT_NAMES for k in names):
+        cells = [_value_cell(k, v, None if k == "n" else seconds) for k, v in value.items()]
+        return EvidenceTable(_label(key), [_STAT_NAMES[k] for k in names], [cells], 1)
+    items = list(value.items())
+    if len(items) <= 6 and total <= len(items):  # a few values by name: one row under them
+        cells = [_value_cell(str(k), v, seconds) for k, v in items]
+        return EvidenceTable(_label(key), names, [cells], 1)
+    rows = [[Cell(str(k)), _value_cell(str(k), v, seconds)] for k, v in items[:TABLE_SHOWN]]
+    return EvidenceTable(_label(key), [], rows, max(total, len(items)))
+
+
+def _value_cell(key: str, value: object, seconds: float | None) -> Cell:
+    if value is None:
+        return Cell(MISSING, "missing")
+    if isinstance(value, dict | list):
+        return Cell(json.dumps(value, default=str)[:300])
+    shown = human(key, value, seconds=seconds) if seconds else human(key, value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return Cell(shown, "plain", True)
+    return Cell(shown)  # text from the data: defanged
+
+
+def _records_table(key: str, records: list[Mapping[str, Any]], total: int) -> EvidenceTable:
+    heads: list[str] = []
+    for r in records:
+        heads += [str(k) for k in r if str(k) not in heads]
+    rows = [[_value_cell(h, r.get(h), unit_of(h)) for h in heads] for r in records[:TABLE_SHOWN]]
+    return EvidenceTable(_label(key), [_label(h) for h in heads], rows, total)
+
+
+def _href(url: object) -> str | None:
+    """A link of the catalogue's (http, https or relative), or None for anything else."""
+    if not isinstance(url, str) or not url.strip():
+        return None
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("", "http", "https") or any(c in url for c in '"<>\x00'):
+        return None
+    return url.strip()
 
 
 def failing(run: RunData) -> HTML:
-    """Every failing (or errored) finding with its remediation, evidence and uid."""
-    f = run.findings
-    bad = f[f["status"].isin(["fail", "error"])] if len(f) else f
-    if bad.empty:
-        return HTML("<p>No finding failed in this period.</p>")
+    """Every failing (or errored) finding as a card: remediation, evidence as small tables,
+    its rule in the spec and its entry in docs/controls.md (the catalogue's ``spec_ref`` and
+    ``docs_ref``, shown; ``spec_url`` and ``docs_url``, linked, when http(s)), and its uid."""
     cards = []
-    for r in bad.to_dict("records"):
+    for r in _failing(run.findings).to_dict("records"):
+        links = [
+            (label, href)
+            for label, href in (
+                ("Rule in the specification", _href(r.get("spec_url"))),
+                ("Control in docs/controls.md", _href(r.get("docs_url"))),
+            )
+            if href
+        ]
         cards.append(
-            "<div class='finding'>"
-            f"<h4>{badge(r['status'])}{badge(r['severity'])} {esc(r['check_id'])} · "
-            f"{esc(r['title'])}</h4><dl>"
-            f"<dt>Resource</dt><dd>{text(r['resource'])}</dd>"
-            f"<dt>Reason</dt><dd>{text(r['reason'])}</dd>"
-            f"<dt>Remediation</dt><dd>{text(r.get('remediation', ''))}</dd>"
-            f"<dt>Evidence</dt><dd>{_evidence(r.get('evidence'))}</dd>"
-            f"<dt>Finding uid</dt><dd class='uid'>{esc(r['finding_uid'])}</dd>"
-            "</dl></div>"
+            {
+                "status": str(r.get("status")),
+                "severity": str(r.get("severity")),
+                "check_id": r.get("check_id"),
+                "title": r.get("title") or "",
+                "resource": r.get("resource") or "",
+                "reason": r.get("reason") or "",
+                "remediation": r.get("remediation") or MISSING,
+                "evidence": evidence(r.get("evidence")),
+                "links": links,
+                "refs": [
+                    (label, str(ref))
+                    for label, ref in (
+                        ("specification", r.get("spec_ref")),
+                        ("entry", r.get("docs_ref")),
+                    )
+                    if isinstance(ref, str) and ref.strip()
+                ],
+                "uid": r.get("finding_uid") or MISSING,
+            }
         )
-    return HTML("".join(cards))
+    return HTML(render("report_findings.j2", cards=cards))
 
 
 def trend(run: RunData) -> HTML:
     """New, resolved and persisting failures against the previous period's completed run."""
     t = run.trend or {}
     prev = t.get("previous")
+    skipped = [str(n) for n in t.get("skipped") or [] if isinstance(n, str)]
     if not prev:
-        return HTML(
-            "<p class='note'>No completed run of the previous period in this reports folder: "
-            "no trend to show.</p>"
-        )
-    counts = {k: len(t.get(k, [])) for k in ("new", "resolved", "persisting")}
-    head = (
-        f"<p>Compared with run <span class='uid'>{esc(prev.get('run_id'))}</span> of "
-        f"{esc(prev.get('period'))}, failures matched by control and resource: "
-        f"{badges(counts, ('new', 'resolved', 'persisting'))}</p>"
-    )
+        return HTML(render("report_trend.j2", previous=None, skipped=skipped))
     spec = {
         "check_id": ("Control", "text"),
         "severity": ("Severity", "severity"),
         "resource": ("Resource", "text"),
-        "finding_uid": ("Finding uid", "text"),
+        "finding_uid": ("Finding uid", "hash"),
     }
-    parts = [head]
     resolved_spec = {**spec, "status_now": ("Status now", "status")}
-    for key, caption in (
-        ("new", "New failures"),
-        ("persisting", "Persisting failures"),
-        ("resolved", "No longer failing (uid of the previous period; skip: not judged now)"),
-    ):
-        cols = resolved_spec if key == "resolved" else spec
-        parts.append(str(table(pd.DataFrame(t.get(key, [])), cols, caption=caption)))
-    return HTML("".join(parts))
+    tables = [
+        table(
+            pd.DataFrame(t.get(key, [])),
+            resolved_spec if key == "resolved" else spec,
+            caption=caption,
+        )
+        for key, caption in (
+            ("new", "New failures"),
+            ("persisting", "Persisting failures"),
+            ("resolved", "No longer failing (uid of the previous period; skip: not judged now)"),
+        )
+    ]
+    counts = {k: len(t.get(k, [])) for k in ("new", "resolved", "persisting")}
+    return HTML(
+        render("report_trend.j2", previous=prev, counts=counts, tables=tables, skipped=skipped)
+    )
 
 
 def family(run: RunData, prefix: str) -> HTML:
@@ -199,7 +539,7 @@ def signatures(run: RunData) -> HTML:
             "detail": ("Detail", "text"),
         },
         caption="Requests that are not valid",
-        full="tables/deliveries.parquet",
+        full="not_valid_requests",
     )
     return counts + bad
 
@@ -223,7 +563,8 @@ def deliveries(run: RunData) -> HTML:
     if not lat.empty:
         scale = lat["metric"].map(lambda m: labels.get(m, (m, 1.0))[1])
         for col in ("p50", "p95", "p99", "max"):
-            lat[col] = lat[col] * scale
+            if col in lat.columns:
+                lat[col] = pd.to_numeric(lat[col], errors="coerce") * scale
         lat["metric"] = lat["metric"].map(lambda m: labels.get(m, (m, 1.0))[0])
     return (
         table(
@@ -246,7 +587,7 @@ def deliveries(run: RunData) -> HTML:
                 "outcome": ("Outcome", "label"),
             },
             caption="Events never delivered",
-            full="tables/events.parquet",
+            full="undelivered_events",
         )
         + table(run.table("success_by_subscription"), rate, caption="Success by subscription")
         + table(run.table("success_by_event"), rate, caption="Success by event type")
@@ -278,7 +619,7 @@ def retries(run: RunData) -> HTML:
             "received_at": ("Received (UTC)", "time"),
         },
         caption="Attempts off the published schedule",
-        full="tables/deliveries.parquet",
+        full="off_schedule_attempts",
     ) + table(
         run.table("retried_after_success"),
         {
@@ -287,7 +628,7 @@ def retries(run: RunData) -> HTML:
             "attempts": ("Attempts", "int"),
         },
         caption="Events retried after a timely 2xx (a vendor fault)",
-        full="tables/events.parquet",
+        full="retried_after_success",
     )
 
 
@@ -309,15 +650,23 @@ def takedown(run: RunData) -> HTML:
         "median_ci_upper_h": ("Median, upper 95%", "h"),
         "p90_h": ("90th percentile", "h"),
     }
-    return HTML(
-        f"<p>Time to takedown runs from <b>{esc(start)}</b> to <b>takedown success</b>. "
-        "Incidents not taken down are censored at their close or at as_of (Kaplan-Meier, 95% "
-        "log-log bands). An empty cell means the curve did not get that low.</p>"
-    ) + table(
+    intro = [
+        ("Time to takedown runs from ", False),
+        (start, True),
+        (" to ", False),
+        ("takedown success", True),
+        (
+            ". Incidents not taken down are censored at their close or at as_of (Kaplan-Meier, "
+            '95% log-log bands). "not reached": the curve did not get that low.',
+            False,
+        ),
+    ]
+    return HTML(render("report_note.j2", parts=intro, note=False)) + table(
         run.table("takedown_summary"),
         spec,
         caption="Time to takedown",
         empty="no incident in the data",
+        missing="not reached",
     )
 
 
@@ -334,7 +683,7 @@ def waiting(run: RunData) -> HTML:
             "awaiting_client_s": ("Waiting for", "s"),
         },
         caption="Incidents waiting on the client at as_of",
-        full="tables/incidents.csv",
+        full="waiting_on_client",
     )
 
 
@@ -342,11 +691,10 @@ def subscriptions(run: RunData) -> HTML:
     """The latest listing snapshot fetched at or before as_of."""
     s = run.table("subscriptions_latest")
     if s.empty:
-        return HTML(
-            "<p class='note'>No listing snapshot fetched before as_of was given: subscription "
-            "controls are skipped.</p>"
+        return _note(
+            "No listing snapshot fetched before as_of was given: subscription controls are skipped."
         )
-    when = pd.Timestamp(s["fetched_at"].max())
+    taken = when(s["fetched_at"].max())
     return table(
         s,
         {
@@ -357,7 +705,7 @@ def subscriptions(run: RunData) -> HTML:
             "last_delivery_status": ("Last delivery", "label"),
             "secret_exposed": ("Secret in listing", "text"),
         },
-        caption=f"Subscriptions listed at {when:%Y-%m-%d %H:%M} UTC (latest snapshot before as_of)",
+        caption=f"Subscriptions listed at {taken} (latest snapshot before as_of)",
     )
 
 
@@ -378,9 +726,7 @@ def appendix(run: RunData) -> HTML:
         max_rows=500,
     )
     given = m.get("parameters", {})
-    params = pd.DataFrame(
-        {"name": list(given), "value": [json.dumps(v, default=str) for v in given.values()]}
-    )
+    params = pd.DataFrame({"name": list(given), "value": [_param(k, v) for k, v in given.items()]})
     vers = pd.DataFrame(
         {"name": list(m.get("versions", {})), "value": list(m.get("versions", {}).values())}
     )
@@ -392,8 +738,18 @@ def appendix(run: RunData) -> HTML:
         + table(params, kv, caption="Parameters")
         + table(notes, {"note": ("Note", "text")}, caption="Notes from the analyses")
         + table(vers, kv, caption="Versions")
-        + HTML(
-            f"<p class='note'>Notebook: {esc(nb.get('path'))} (sha256 "
-            f"<span class='uid'>{esc(nb.get('sha256'))}</span>).</p>"
-        )
+        + _note(f"Notebook: {nb.get('path') or MISSING} (sha256 {nb.get('sha256') or MISSING}).")
     )
+
+
+def _note(words: str) -> HTML:
+    return HTML(render("report_note.j2", parts=[(words, False)], note=True))
+
+
+def _param(key: str, value: object) -> str:
+    """A parameter's value for people (a mapping as ``name: value`` pairs)."""
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k}: {_param(str(k), v)}" for k, v in value.items()) or "none"
+    if value is None:
+        return "not given"
+    return human(key, value)

@@ -1,4 +1,15 @@
-"""What a control sees (:class:`Scope`) and returns (:class:`Outcome`), and shared helpers."""
+"""What a control sees (:class:`Scope`) and returns (:class:`Outcome`), and shared helpers.
+
+Capped lists in evidence
+------------------------
+A list in a finding's evidence holds at most :data:`MAX_EXAMPLES` items. Every list (or
+mapping) that can be cut so carries its true size beside it, always, cut or not: the key
+``<name>_total`` for the list ``<name>``, e.g. ``{"examples": [...20 ids],
+"examples_total": 1373}``. The total counts what the list would hold uncut: distinct ids for
+:func:`ids` (:func:`listed`), rows for :func:`delivery_examples` (``examples_total`` and
+``example_records_total``). A reader shows "showing 20 of 1,373" when
+``len(evidence[name]) < evidence[name + "_total"]``. Lists without a ``_total`` are whole.
+"""
 
 from __future__ import annotations
 
@@ -24,13 +35,16 @@ __all__ = [
     "NO_SNAPSHOT",
     "Outcome",
     "Scope",
+    "capped",
     "counts",
     "delivery_examples",
+    "distinct",
     "evidence_json",
     "groups",
     "ids",
     "in_period",
     "iso",
+    "listed",
     "member_of",
     "pct",
     "quantiles",
@@ -206,12 +220,14 @@ def verdict(ok: bool, reason: str, resource: str, evidence: Mapping[str, Any]) -
     return Outcome("pass" if ok else "fail", reason, resource, evidence)
 
 
-def delivery_examples(rows: pd.DataFrame) -> dict[str, list[str]]:
-    """Up to 20 delivery ids and, in the same order, their ``file:line``.
+def delivery_examples(rows: pd.DataFrame) -> dict[str, Any]:
+    """Up to 20 delivery ids and, in the same order, their ``file:line``, each list with its
+    true total (``examples_total``, ``example_records_total``: the number of rows).
 
     The Delivery-Id header is not authenticated (a replay or a tampered copy carries the
     original's), so the record's place in the capture files is given beside it.
     """
+    total = len(rows)
     rows = rows.head(MAX_EXAMPLES)
     ids = rows["delivery_id"] if "delivery_id" in rows else pd.Series(pd.NA, index=rows.index)
     sources = rows["source"] if "source" in rows else pd.Series(pd.NA, index=rows.index)
@@ -223,20 +239,64 @@ def delivery_examples(rows: pd.DataFrame) -> dict[str, list[str]]:
     ]
     return {
         "examples": ["(none)" if pd.isna(v) else str(v) for v in ids],
+        "examples_total": total,
         "example_records": where,
+        "example_records_total": total,
     }
+
+
+def _id_text(v: Any) -> str:
+    return "(none)" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
 
 
 def ids(values: Iterable[Any]) -> list[str]:
     """Up to 20 distinct ids as strings, in the order given."""
     out: list[str] = []
     for v in values:
-        s = "(none)" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
+        s = _id_text(v)
         if s not in out:
             out.append(s)
         if len(out) == MAX_EXAMPLES:
             break
     return out
+
+
+def distinct(values: Iterable[Any]) -> int:
+    """How many distinct ids :func:`ids` would list without its cap (values as ids print).
+
+    >>> distinct(pd.Series(["a", "b", "a", None, float("nan")]))
+    3
+    >>> distinct(["x", None, "x"])
+    2
+    """
+    if isinstance(values, pd.Series):
+        # unique() in pandas first (a 1M column), then each distinct value as its id prints
+        uniq = values.drop_duplicates()
+        if len(uniq) > 100_000:  # as many distinct values as rows: no Python string each
+            return int(values.nunique(dropna=False))
+        values = uniq
+    return len(set(_id_text(v) for v in values))
+
+
+def listed(name: str, values: Iterable[Any]) -> dict[str, Any]:
+    """``{name: ids(values), name + "_total": distinct(values)}``: a capped list of ids with
+    its true total (the convention of this module's docstring).
+
+    >>> listed("incidents", [f"i{n}" for n in range(25)])["incidents_total"]
+    25
+    """
+    if not isinstance(values, pd.Series):
+        values = list(values)
+    return {name: ids(values), f"{name}_total": distinct(values)}
+
+
+def capped(name: str, items: list[Any]) -> dict[str, Any]:
+    """``{name: items[:20], name + "_total": len(items)}``: a capped list with its true total.
+
+    >>> capped("urls", list("abc"))
+    {'urls': ['a', 'b', 'c'], 'urls_total': 3}
+    """
+    return {name: items[:MAX_EXAMPLES], f"{name}_total": len(items)}
 
 
 def counts(series: pd.Series) -> dict[str, int]:

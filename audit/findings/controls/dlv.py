@@ -11,7 +11,7 @@ from audit.findings.controls.base import (
     Scope,
     counts,
     delivery_examples,
-    ids,
+    listed,
     pct,
     quantiles,
     skip,
@@ -100,8 +100,8 @@ def dlv_03(s: Scope) -> Outcome:
         "events": len(e),
         "by_outcome": counts(e["outcome"]),
         "failed_by_subscription": counts(bad["subscription_id"]),
-        "examples": ids(bad["event_id"]),
-        "incidents": ids(bad["incident_id"]),
+        **listed("examples", bad["event_id"]),
+        **listed("incidents", bad["incident_id"]),
     }
     if bad.empty:
         reason = f"None of the {len(e)} events first received in the period was exhausted or lost."
@@ -130,7 +130,7 @@ def dlv_04(s: Scope) -> Outcome:
         "off_schedule_attempts": int(e["off_schedule"].sum()),
         "above_max_attempts": int(many.sum()),
         "retry_after_timely_2xx": int(after.sum()),
-        "examples": ids(bad["event_id"]),
+        **listed("examples", bad["event_id"]),
     }
     if bad.empty:
         reason = f"The retries of all {len(e)} events kept the published schedule."
@@ -158,7 +158,7 @@ def dlv_05(s: Scope) -> Outcome:
         "emission_latency_s": stats,
         "threshold_s": limit,
         "over_threshold": len(over),
-        "examples": ids(over["event_id"]),
+        **listed("examples", over["event_id"]),
     }
     ok = stats["p95"] <= limit
     reason = (
@@ -178,7 +178,7 @@ def dlv_06(s: Scope) -> Outcome:
         "events": len(e),
         "accepted_more_than_once": len(many),
         "max_accepted": int(e["accepted_count"].max()),
-        "examples": ids(many["event_id"]),
+        **listed("examples", many["event_id"]),
     }
     reason = (
         f"{len(many)} of {len(e)} events were accepted more than once; the receiver must "

@@ -13,8 +13,8 @@ from audit.findings.controls.base import (
     Scope,
     counts,
     delivery_examples,
-    ids,
     iso,
+    listed,
     quantiles,
     skip,
     untimed_in_period,
@@ -195,8 +195,8 @@ def sig_05(s: Scope) -> Outcome:
     ev = s.snapshot_note() | {
         "listed": len(snaps),
         "exposed": len(exposed),
-        "examples": ids(exposed["subscription_id"]),
-        "exposed_at": ids(exposed["fetched_at"].map(iso)),
+        **listed("examples", exposed["subscription_id"]),
+        **listed("exposed_at", exposed["fetched_at"].map(iso)),
     }
     if exposed.empty:
         reason = (

@@ -11,13 +11,13 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from audit.findings.controls.base import (
-    MAX_EXAMPLES,
     NO_SNAPSHOT,
     Outcome,
     Scope,
+    capped,
     groups,
-    ids,
     iso,
+    listed,
     skip,
     verdict,
 )
@@ -54,12 +54,12 @@ def sub_01(s: Scope) -> list[Outcome]:
         worst = int(per.iloc[top])
         at = per.index.get_level_values("fetched_at")[top]
         source = per.index.get_level_values("source")[top]
-        listed = g[(g["fetched_at"] == at) & (g["source"] == source)]
+        shown = g[(g["fetched_at"] == at) & (g["source"] == source)]
         ev = s.snapshot_note() | {
             "max_subscriptions": worst,
             "limit": cap,
             "at": iso(at),
-            "examples": ids(listed["subscription_id"]),
+            **listed("examples", shown["subscription_id"]),
         }
         ok = worst <= cap
         reason = (
@@ -81,7 +81,7 @@ def sub_02(s: Scope) -> list[Outcome]:
             out.append(skip("The listing gives no URL for this subscription.", sub))
             continue
         bad = [u for u in urls if not is_https(u)]
-        ev = {"urls": urls[:MAX_EXAMPLES], "not_https": bad[:MAX_EXAMPLES]}
+        ev = capped("urls", urls) | capped("not_https", bad)
         if bad:
             reason = (
                 f"{len(bad)} of the {len(urls)} URL(s) listed for the subscription are not HTTPS."
@@ -116,9 +116,9 @@ def sub_03(s: Scope) -> list[Outcome]:
                 missing_any.update(missing)
         missing_list = [e for e in INCIDENT_EVENTS if e in missing_any]
         ev = s.snapshot_note() | {
-            "active_subscriptions": ids(active["subscription_id"]),
+            **listed("active_subscriptions", active["subscription_id"]),
             "missing": missing_list,
-            "gaps": gaps[:MAX_EXAMPLES],
+            **capped("gaps", gaps),
         }
         if gaps:
             reason = (
@@ -145,7 +145,7 @@ def sub_04(s: Scope) -> list[Outcome]:
             out.append(skip("The listing does not say whether the subscription is active.", sub))
             continue
         inactive = known[~known["active"].astype(bool)]
-        ev = {"snapshots": len(known), "inactive_in": ids(inactive["fetched_at"].map(iso))}
+        ev = {"snapshots": len(known), **listed("inactive_in", inactive["fetched_at"].map(iso))}
         if inactive.empty:
             reason = f"The subscription was active in all {len(known)} snapshot(s)."
             out.append(Outcome("pass", reason, sub, ev))
@@ -168,7 +168,7 @@ def sub_05(s: Scope) -> list[Outcome]:
     for sub, g in groups(latest, "subscription_id", _NO_ID):
         status = g["last_delivery_status"].dropna()
         failed = bool(status.str.lower().eq("failed").any())
-        ev = {"fetched_at": iso(latest_at), "last_delivery_status": ids(status)}
+        ev = {"fetched_at": iso(latest_at), **listed("last_delivery_status", status)}
         given = ", ".join(ev["last_delivery_status"])
         reason = (
             f"The listing fetched at {iso(latest_at)} gives lastDeliveryStatus {given}."

@@ -16,7 +16,7 @@ from audit.findings.controls.base import (
     MAX_EXAMPLES,
     Outcome,
     Scope,
-    ids,
+    listed,
     member_of,
     skip,
     verdict,
@@ -65,7 +65,7 @@ def time_to_takedown(s: Scope, q: float, label: str, limit_h: float) -> Outcome:
         "threshold_h": limit_h,
         "small_sample": len(d) < SMALL_SAMPLE_N,
         "over_threshold": len(slow),
-        "examples": ids(slow["incident_id"]),
+        **listed("examples", slow["incident_id"]),
     }
     name = f"Kaplan-Meier {label} time to takedown"
     if est.reached and est.time is not None:  # reached: a time (KMQuantile)
@@ -121,13 +121,14 @@ def tkd_03(s: Scope) -> Outcome:
         "over_threshold": len(over),
         "threshold_h": limit_h,
         "max_wait_h": longest,
-        "examples": ids(over["incident_id"]),
+        **listed("examples", over["incident_id"]),
         "wait_h": {
             str(i): d / 3600.0
             for i, d in zip(
                 over["incident_id"][:MAX_EXAMPLES], over["duration_s"][:MAX_EXAMPLES], strict=True
             )
         },
+        "wait_h_total": len(over),
     }
     if over.empty:
         reason = (
@@ -164,7 +165,7 @@ def tkd_04(s: Scope) -> Outcome:
         "over_threshold": len(over),
         "threshold_days": limit_d,
         "max_silence_days": longest,
-        "examples": ids(over["incident_id"]),
+        **listed("examples", over["incident_id"]),
     }
     if over.empty:
         reason = (

@@ -1,0 +1,101 @@
+"""audit.report.pdf: the demo report printed through headless Chromium loses no column and no
+finding, and each page names its run; without Chromium, printing says so in one line."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from audit.cli import main
+from audit.errors import ReportError
+from audit.report import pdf
+from audit.report.pdf import find_chromium, print_pdf
+
+
+def _squeeze(text: str) -> str:
+    """Text without any whitespace: a header wrapped over two lines still matches."""
+    return re.sub(r"\s+", "", text)
+
+
+@pytest.fixture(scope="module")
+def printed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    if find_chromium() is None:
+        pytest.skip("no Chromium on PATH")
+    if shutil.which("pdftotext") is None:
+        pytest.skip("pdftotext (poppler-utils) is not installed")
+    out = tmp_path_factory.mktemp("print")
+    assert main(["demo", "--out", str(out), "--quiet"]) == 0
+    run = next(out.glob("reports/2026-10/*/"))
+    print_pdf(run / "report.html", run / "report.pdf")
+    text = subprocess.run(
+        ["pdftotext", "-enc", "UTF-8", str(run / "report.pdf"), "-"],
+        capture_output=True,
+        check=True,
+        timeout=120,
+    ).stdout.decode("utf-8")
+    return {"run": run, "text": text}
+
+
+@pytest.mark.slow
+def test_every_column_header_and_every_finding_uid_is_printed(printed):
+    run, text = printed["run"], printed["text"]
+    assert isinstance(run, Path) and isinstance(text, str)
+    page = (run / "report.html").read_text(encoding="utf-8")
+    headers = {
+        _squeeze(html.unescape(re.sub(r"<[^>]+>", "", h)))
+        for h in re.findall(r"<th[^>]*>(.*?)</th>", page, flags=re.S)
+    } - {""}
+    # the columns the issue saw lost on paper are among them
+    for wanted in ("Line", "Detail", "Median, lower 95%", "Median, upper 95%", "Last delivery"):
+        assert _squeeze(wanted) in headers
+    flat = _squeeze(text)
+    missing = sorted(h for h in headers if h not in flat)
+    assert missing == [], f"column headers not in the PDF's text: {missing}"
+    uids = [f["finding_uid"] for f in json.loads((run / "findings.json").read_text("utf-8"))]
+    failing = [
+        f["finding_uid"]
+        for f in json.loads((run / "findings.json").read_text("utf-8"))
+        if f["status"] in ("fail", "error")
+    ]
+    assert len(uids) == 28 and len(failing) == 11
+    assert [u for u in uids if u not in flat] == []
+
+
+@pytest.mark.slow
+def test_each_printed_page_names_the_run_and_counts_pages(printed):
+    run, text = printed["run"], printed["text"]
+    assert isinstance(run, Path) and isinstance(text, str)
+    pages = [p for p in text.split("\f") if p.strip()]
+    assert len(pages) > 3
+    for n, body in enumerate(pages, start=1):
+        assert f"Run {run.name}" in body, f"page {n} does not name its run"
+        assert f"page {n} of {len(pages)}" in body
+
+
+def test_without_chromium_printing_says_so_in_one_line(monkeypatch, tmp_path):
+    page = tmp_path / "report.html"
+    page.write_text("<p>x</p>", encoding="utf-8")
+    monkeypatch.setattr(pdf.shutil, "which", lambda name: None)
+    assert find_chromium() is None
+    with pytest.raises(ReportError, match="no Chromium found on PATH") as e:
+        print_pdf(page, tmp_path / "report.pdf")
+    assert "\n" not in str(e.value) and not (tmp_path / "report.pdf").exists()
+
+
+def test_a_chromium_that_fails_leaves_no_pdf_and_one_line(monkeypatch, tmp_path):
+    fake = tmp_path / "chromium"
+    fake.write_text("#!/bin/sh\necho 'ERROR:something broke' >&2\nexit 3\n", encoding="utf-8")
+    fake.chmod(0o755)
+    monkeypatch.setattr(pdf.shutil, "which", lambda name: str(fake))
+    page = tmp_path / "report.html"
+    page.write_text("<p>x</p>", encoding="utf-8")
+    with pytest.raises(ReportError, match=r"exit 3\): ERROR:something broke") as e:
+        print_pdf(page, tmp_path / "report.pdf")
+    assert "\n" not in str(e.value)
+    assert list(tmp_path.glob("*.pdf*")) == [] and list(tmp_path.glob(".*pdf*")) == []
