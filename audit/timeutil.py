@@ -25,6 +25,7 @@ __all__ = [
     "NS_MIN",
     "as_utc",
     "check_years",
+    "duration",
     "ns_in_range",
     "ns_to_iso",
     "parse_iso_ns",
@@ -131,3 +132,26 @@ def as_utc(value: object, *, name: str = "as_of") -> pd.Timestamp:
         raise ParameterError(
             f"{name} {shown(value)}: years {FIRST_YEAR} to {LAST_YEAR} only"
         ) from None
+
+
+def duration(seconds: object) -> str:
+    """Seconds as ``42 s``, ``12 min``, ``3 h 05 min`` or ``2 d 3 h``; empty when missing.
+
+    >>> [duration(x) for x in (0.042, 4.2, 720, 11_100, 183_600, None)]
+    ['42 ms', '4.2 s', '12 min', '3 h 05 min', '2 d 3 h', '']
+    """
+    if seconds is None or not isinstance(seconds, int | float) or math.isnan(seconds):
+        return ""
+    s = float(seconds)
+    sign, s = ("-" if s < 0 else ""), abs(s)
+    if s < 1:
+        return f"{sign}{s * 1000:.0f} ms"
+    if s < 60:
+        return f"{sign}{s:.2g} s" if s < 10 else f"{sign}{s:.0f} s"
+    if s < 3600:
+        return f"{sign}{s / 60:.0f} min"
+    if s < 48 * 3600:
+        h, m = divmod(round(s / 60), 60)
+        return f"{sign}{h} h {m:02d} min"
+    d, h = divmod(round(s / 3600), 24)
+    return f"{sign}{d} d {h} h"

@@ -1142,6 +1142,13 @@ def test_tkd_03_wait_mapping_carries_its_total():
     assert ev["wait_h"]["w00"] == pytest.approx(140.0, abs=0.01)
 
 
+def test_reasons_give_long_waits_in_days_and_hours_not_scientific_notation():
+    # created 10 h after T0, as_of at 240 h: waited 230 h = 9 d 14 h (by hand)
+    rows = incident("w1", 10, status="approval_required")
+    reason = one(run(analysis(rows), only="TKD-03"), "TKD-03")["reason"]
+    assert reason.endswith("(longest 9 d 14 h).") and "e+" not in reason
+
+
 def test_every_list_of_the_demo_findings_keeps_its_totals(demo):
     findings, truth = demo
     for text in findings["evidence"]:

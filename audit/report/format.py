@@ -21,6 +21,7 @@ import pandas as pd
 
 from audit.report.templating import render
 from audit.safe import defang
+from audit.timeutil import duration
 
 __all__ = [
     "HTML",
@@ -55,29 +56,6 @@ class HTML:
 
     def __add__(self, other: object) -> HTML:
         return HTML(self.body + str(other))
-
-
-def duration(seconds: object) -> str:
-    """Seconds as ``42 s``, ``12 min``, ``3 h 05 min`` or ``2 d 3 h``; empty when missing.
-
-    >>> [duration(x) for x in (0.042, 4.2, 720, 11_100, 183_600, None)]
-    ['42 ms', '4.2 s', '12 min', '3 h 05 min', '2 d 3 h', '']
-    """
-    if seconds is None or not isinstance(seconds, int | float) or math.isnan(seconds):
-        return ""
-    s = float(seconds)
-    sign, s = ("-" if s < 0 else ""), abs(s)
-    if s < 1:
-        return f"{sign}{s * 1000:.0f} ms"
-    if s < 60:
-        return f"{sign}{s:.2g} s" if s < 10 else f"{sign}{s:.0f} s"
-    if s < 3600:
-        return f"{sign}{s / 60:.0f} min"
-    if s < 48 * 3600:
-        h, m = divmod(round(s / 60), 60)
-        return f"{sign}{h} h {m:02d} min"
-    d, h = divmod(round(s / 3600), 24)
-    return f"{sign}{d} d {h} h"
 
 
 def percent(share: float) -> str:

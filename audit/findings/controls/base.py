@@ -316,8 +316,15 @@ def counts(series: pd.Series) -> dict[str, int]:
 
 
 def pct(x: float) -> str:
-    """A share as a percentage with 3 significant digits."""
-    return f"{x * 100:.3g}%"
+    """A share as a percentage with 3 significant digits, never in scientific notation.
+
+    >>> pct(0.125), pct(1e-7), pct(1.0)
+    ('12.5%', '0.00001%', '100%')
+    """
+    shown = np.format_float_positional(
+        x * 100, precision=3, unique=False, fractional=False, trim="-"
+    )
+    return f"{shown}%"
 
 
 def quantiles(values: pd.Series) -> dict[str, float]:

@@ -18,6 +18,7 @@ from audit.findings.controls.base import (
     verdict,
 )
 from audit.spec import DELIVERY_TIMEOUT_MS, MAX_ATTEMPTS
+from audit.timeutil import duration
 
 _TIMEOUT_S = DELIVERY_TIMEOUT_MS / 1000
 _NO_EVENT = "No event was first received in the period."
@@ -162,7 +163,7 @@ def dlv_05(s: Scope) -> Outcome:
     }
     ok = stats["p95"] <= limit
     reason = (
-        f"p95 emission latency over {len(e)} events is {stats['p95']:.4g} s, "
+        f"p95 emission latency over {len(e)} events is {duration(stats['p95'])}, "
         f"{'within' if ok else 'above'} {limit:g} s."
     )
     return verdict(ok, reason, res, ev)

@@ -20,6 +20,7 @@ from audit.findings.controls.base import (
     untimed_in_period,
     verdict,
 )
+from audit.timeutil import duration
 
 
 def sig_01(s: Scope) -> Outcome:
@@ -126,8 +127,8 @@ def sig_03(s: Scope) -> Outcome:
     ev |= delivery_examples(over)
     ok = stats["p99"] < limit
     reason = (
-        f"p99 of |clock skew| over {len(skew)} valid deliveries is {stats['p99']:.3g} s, "
-        f"{'under' if ok else 'not under'} {limit:g} s (max {stats['max']:.3g} s)."
+        f"p99 of |clock skew| over {len(skew)} valid deliveries is {duration(stats['p99'])}, "
+        f"{'under' if ok else 'not under'} {limit:g} s (max {duration(stats['max'])})."
     )
     return verdict(ok, reason, res, ev)
 

@@ -22,6 +22,7 @@ from audit.findings.controls.base import (
     verdict,
 )
 from audit.spec import CLIENT_WAIT_STATUSES
+from audit.timeutil import duration
 
 _NO_INCIDENT = "No incident was created in the period or is open at as_of."
 
@@ -71,7 +72,7 @@ def time_to_takedown(s: Scope, q: float, label: str, limit_h: float) -> Outcome:
     if est.reached and est.time is not None:  # reached: a time (KMQuantile)
         ok = est.time <= limit_s
         reason = (
-            f"The {name} over {len(d)} incidents is {est.time / 3600:.3g} h, "
+            f"The {name} over {len(d)} incidents is {duration(est.time)}, "
             f"{'within' if ok else 'above'} {limit_h:g} h."
         )
         return verdict(ok, reason, res, ev)
@@ -82,7 +83,7 @@ def time_to_takedown(s: Scope, q: float, label: str, limit_h: float) -> Outcome:
         )
         return Outcome("fail", reason, res, ev)
     reason = (
-        f"The {name} is not reached within the {follow_s / 3600:.3g} h of follow-up, "
+        f"The {name} is not reached within the {duration(follow_s)} of follow-up, "
         f"shorter than {limit_h:g} h: it cannot be judged yet."
     )
     return skip(reason, res, **ev)
@@ -138,7 +139,7 @@ def tkd_03(s: Scope) -> Outcome:
         return Outcome("pass", reason, res, ev)
     reason = (
         f"{len(over)} incident(s) have waited on the client for more than {limit_h:g} h at "
-        f"as_of (longest {longest:.3g} h)."
+        f"as_of (longest {duration(None if longest is None else longest * 3600)})."
     )
     return Outcome("fail", reason, res, ev)
 
@@ -175,6 +176,6 @@ def tkd_04(s: Scope) -> Outcome:
         return Outcome("pass", reason, res, ev)
     reason = (
         f"{len(over)} of {len(open_)} open incidents have had no event for more than "
-        f"{limit_d:g} days (longest {longest:.3g} days)."
+        f"{limit_d:g} days (longest {duration(None if longest is None else longest * 86400)})."
     )
     return Outcome("fail", reason, res, ev)
