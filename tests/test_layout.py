@@ -53,6 +53,8 @@ STAGES = {
     "audit.demo": 5,
     # the notebooks' entry point: opens the built-in demo data when given no logs
     "audit.report.explore": 5,
+    "audit.workbench": 5,
+    "audit.figures": 5,
     # on top
     "audit.cli": 6,
     "audit.console": 6,  # the script: loads audit.cli, a ^C meanwhile is one line
