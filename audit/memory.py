@@ -17,7 +17,6 @@ import ctypes.util
 import functools
 import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = [
@@ -25,7 +24,6 @@ __all__ = [
     "cpu_limit",
     "release_free_memory",
     "resident_memory",
-    "small_pages",
 ]
 
 
@@ -52,36 +50,6 @@ def release_free_memory() -> bool:
         arrow.default_memory_pool().release_unused()
     trim = _trim()
     return bool(trim(0)) if trim is not None else False
-
-
-#: ``prctl(2)`` option that turns transparent huge pages off for a process (Linux 3.15+).
-_PR_SET_THP_DISABLE = 41
-#: Set to ``1`` to leave the system's transparent huge page policy to the ``audit`` command.
-KEEP_HUGE_PAGES = "AUDIT_HUGE_PAGES"
-
-
-def small_pages(environ: Mapping[str, str] = os.environ) -> bool:
-    """Have Linux back this process, and every process it forks or starts from now on, with
-    4 KiB pages only (no transparent huge pages); True when that was done.
-
-    numpy and Arrow's allocator ask for huge pages on their large blocks. A huge page must be
-    a free, zeroed 2 MiB run of memory; on a virtual machine whose host takes back free memory
-    (a balloon's free page reporting) such runs are the memory the host took, and each first
-    touch waits for the host: measured here, 2.1 s per GiB against 0.45 s per GiB in small
-    pages, and a month report from the store 0.92x-0.95x the time without them
-    ("Twentieth pass" of ``docs/scale.md``, in git history). The ``audit`` command calls it
-    first, unless ``AUDIT_HUGE_PAGES=1``; a library caller (a notebook) keeps its own policy. A
-    no-op (False) off Linux or where ``prctl`` is refused.
-    """
-    if environ.get(KEEP_HUGE_PAGES) == "1" or not sys.platform.startswith("linux"):
-        return False
-    try:
-        prctl = ctypes.CDLL(None).prctl  # the C library's, loaded with the interpreter
-    except (OSError, AttributeError):
-        return False
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    return prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0
 
 
 def available_memory(

@@ -178,13 +178,15 @@ def _hand_checker(secrets: dict, current):
 
 
 def run(cmd: list[str]) -> dict:
-    """Run a command in a fresh wrapper process: wall seconds and the largest process's RSS."""
+    """Run a command in a fresh wrapper process: wall seconds, CPU seconds (user + system,
+    workers included) and the largest process's RSS."""
     code = (
         "import json,resource,subprocess,sys,time;t=time.perf_counter();"
         "c=subprocess.run(sys.argv[1:],stdout=subprocess.DEVNULL,"
         "stderr=subprocess.DEVNULL).returncode;s=time.perf_counter()-t;"
-        "print(json.dumps({'seconds':s,'code':c,'rss_mb':"
-        "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024}))"
+        "u=resource.getrusage(resource.RUSAGE_CHILDREN);"
+        "print(json.dumps({'seconds':s,'code':c,'rss_mb':u.ru_maxrss/1024,"
+        "'cpu':u.ru_utime+u.ru_stime}))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, *cmd], check=True, capture_output=True, text=True
@@ -209,13 +211,18 @@ def measure(kinds: dict[str, callable], runs: int) -> dict[str, list[dict]]:
 
 
 def report(results: dict[str, list[dict]], base: str, unit: int, what: str) -> None:
+    """Medians against ``base``: wall time, and CPU time (on a shared machine the wall ratio
+    swings with other jobs; the CPU ratio says what the work costs)."""
     ref = statistics.median(r["seconds"] for r in results[base])
+    ref_cpu = statistics.median(r["cpu"] for r in results[base])
     for name, rs in results.items():
         secs = statistics.median(r["seconds"] for r in rs)
+        cpu = statistics.median(r["cpu"] for r in rs)
         rss = max(r["rss_mb"] for r in rs)
         print(
             f"{name:<22} {secs:7.2f} s  {unit / secs:>9,.0f} {what}/s  "
-            f"{secs / ref:5.2f}x loop time ({ref / secs:4.2f}x speed)  peak RSS {rss:6.0f} MB"
+            f"{secs / ref:5.2f}x loop time ({ref / secs:4.2f}x speed)  "
+            f"CPU {cpu / ref_cpu:4.2f}x  peak RSS {rss:6.0f} MB"
         )
 
 

@@ -17,7 +17,6 @@ import click
 
 from audit.errors import AuditError
 from audit.ingest.secrets import secret_values
-from audit.memory import small_pages
 from audit.redaction import for_terminal, scrub
 
 EXIT_BAD_INPUT = 3
@@ -168,8 +167,6 @@ def main(argv: list[str] | None = None, *, obj: dict[str, Any] | None = None) ->
     commands build their client with ``f`` (see :mod:`audit.cli.client`).
     """
     warnings.showwarning = _show_warning
-    # before any large block is touched ("Twentieth pass" of docs/scale.md, in git history)
-    small_pages()
     try:
         _register_named_secrets(list(sys.argv[1:] if argv is None else argv))
         rv = cli.main(args=argv, prog_name="audit", standalone_mode=False, obj=obj)
