@@ -9,6 +9,8 @@ The public API, by stage (files -> frames -> verdicts -> analyses)::
     infer_attempts, events_table         attempts against the retry schedule, event outcomes
     incidents_table, status_intervals    incident state folded from valid events
     kaplan_meier, km_quantile            time to takedown with censoring
+    open, Workbench                      the analyst's entry point: tables, drill-down, repr
+    figures                              figures of a workbench's frames (audit.figures)
     analyze, run_analyses                all of the above in one call
     analyze_store                        every table of an evidence store, in bounded memory
     run_controls                         compliance findings
@@ -40,6 +42,7 @@ if typing.TYPE_CHECKING:
     from audit.ingest.verification import audit_signatures, verdict_counts, verify_frame
     from audit.report import parse_period, run_report
     from audit.service.client import ServiceClient
+    from audit.workbench import Workbench, open
 
 #: Where each public name lives. They are imported on first use (PEP 562), so that ``import
 #: audit.cli`` (``audit verify``) does not pay for pandas, matplotlib, httpx or papermill.
@@ -71,6 +74,8 @@ _WHERE = {
     "parse_period": "audit.report",
     "run_report": "audit.report",
     "ServiceClient": "audit.service.client",
+    "Workbench": "audit.workbench",
+    "open": "audit.workbench",
 }
 
 
@@ -84,6 +89,7 @@ __all__ = [
     "Captures",
     "SecretStore",
     "ServiceClient",
+    "Workbench",
     "analyze",
     "analyze_store",
     "audit_signatures",
@@ -94,6 +100,7 @@ __all__ = [
     "km_quantile",
     "load_captures",
     "load_snapshots",
+    "open",
     "parse_period",
     "read_secrets",
     "run_analyses",

@@ -146,34 +146,6 @@ def test_report_without_logs_or_store_is_a_usage_error(demo, tmp_path, capsys):
     assert code != 0 and "give LOGS, or --store DIR" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_an_analyst_notebook_reads_a_store(demo, tmp_path):
-    import papermill as pm
-
-    src = Path(__file__).resolve().parent.parent / "notebooks" / "signature_audit.ipynb"
-    store = tmp_path / "store"
-    pm.execute_notebook(
-        str(src),
-        str(tmp_path / "out.ipynb"),
-        parameters={
-            "logs": demo["logs"],
-            "store": str(store),
-            "secrets_path": demo["secrets_path"],
-            "snapshots": demo["snapshots"],
-            "period_start": demo["period_start"],
-            "period_end": demo["period_end"],
-        },
-        kernel_name="python3",
-        progress_bar=False,
-        execution_timeout=300,
-        cwd=str(tmp_path),
-    )
-    assert (store / "manifest.json").is_file()  # the notebook ingested the logs into it
-    nb = json.loads((tmp_path / "out.ipynb").read_text())
-    outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
-    assert outputs and not [o for o in outputs if o["output_type"] == "error"]
-
-
 def test_a_bad_snapshot_is_told_before_the_store_is_read(demo, tmp_path, monkeypatch):
     """The small inputs are read first: a bad snapshot file stops the report before the store's
     long read, and before a process is forked for the incident fold (found in review)."""

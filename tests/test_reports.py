@@ -226,27 +226,6 @@ def test_bad_input_is_exit_3_with_one_line(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["takedown", "delivery_health", "signature_audit"])
-def test_exploration_notebooks_run_with_defaults(name, tmp_path):
-    import papermill as pm
-
-    src = Path(__file__).resolve().parent.parent / "notebooks" / f"{name}.ipynb"
-    pm.execute_notebook(
-        str(src),
-        str(tmp_path / "out.ipynb"),
-        kernel_name="python3",
-        progress_bar=False,
-        execution_timeout=300,
-        cwd=str(tmp_path),
-    )
-    nb = json.loads((tmp_path / "out.ipynb").read_text())
-    outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
-    assert not [o for o in outputs if o["output_type"] == "error"]
-    html = ["".join(o.get("data", {}).get("text/html", "")) for o in outputs]
-    assert any("data:image/png;base64," in h and 'alt="' in h for h in html)
-
-
-@pytest.mark.slow
 def test_demo_report_plants_failing_findings(tmp_path, capsys):
     code, printed, _ = _run(["demo", "--out", str(tmp_path)], capsys)
     assert code == 0

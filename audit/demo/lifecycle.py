@@ -7,6 +7,8 @@ import random
 from dataclasses import dataclass
 
 from audit.demo.plan import CLIENT, DAY, FaultPlan, H, new_uuid
+from audit.demo.spill import Bodies
+from audit.progress import Progress
 from audit.service.wire import envelope, iso
 from audit.spec import INCIDENT_EVENTS
 
@@ -31,12 +33,14 @@ LIFE_PATHS = ("not_malicious", "pre_weaponised", "blocklisted", "takedown")
 LIFE_WEIGHTS = (6, 7, 8, 79)
 
 
-@dataclass
+@dataclass(slots=True)
 class Event:
+    """One event to deliver; its body is kept in :class:`~audit.demo.spill.Bodies`."""
+
     eid: str
     event: str
     emit: float  # first attempt
-    text: str  # the body
+    body: int  # the reference of its text in the simulation's Bodies
     plant: str | None = None
     subs: tuple[str, ...] = ()  # empty: every subscription that subscribed to the event
 
@@ -134,10 +138,16 @@ def incident_steps(
     return sorted(steps, key=lambda s: s[0])
 
 
-def incident_events(rng: random.Random, plan: FaultPlan, n: int) -> tuple[list[Event], list[dict]]:
-    """Generate ``n`` incidents: their events within the period, and their state at its end."""
+def incident_events(
+    rng: random.Random, plan: FaultPlan, n: int, bodies: Bodies, progress: Progress | None = None
+) -> tuple[list[Event], list[dict]]:
+    """Generate ``n`` incidents: their events within the period (their texts kept in
+    ``bodies``), and their state at its end. ``progress`` is told every 100 incidents that time
+    passes (a terminal's line shows the seconds before the first delivery is counted)."""
     events, facts = [], []
-    for kind, first in [*plan.planted, *[(None, 0.0)] * (n - len(plan.planted))]:
+    for i, (kind, first) in enumerate([*plan.planted, *[(None, 0.0)] * (n - len(plan.planted))]):
+        if progress is not None and i % 100 == 0:
+            progress.changed()
         delay = rng.uniform(5, 60)
         created = first - delay if kind else rng.uniform(plan.start, plan.end - 600)
         state: dict = {}
@@ -152,7 +162,8 @@ def incident_events(rng: random.Random, plan: FaultPlan, n: int) -> tuple[list[E
             state.pop("historyEntry", None)  # only in its own event
             if event != CREATED or not kind:
                 delay = rng.uniform(120, 600) if rng.random() < 0.02 else rng.uniform(5, 120)
-            events.append(Event(eid, event, t + delay, body, kind if event == CREATED else None))
+            plant = kind if event == CREATED else None
+            events.append(Event(eid, event, t + delay, bodies.add(body), plant))
         facts.append(
             {"incident_id": state["incidentId"], "status": state["status"], "planted": kind}
         )
@@ -160,10 +171,11 @@ def incident_events(rng: random.Random, plan: FaultPlan, n: int) -> tuple[list[E
     return events, facts
 
 
-def webhook_tests(rng: random.Random, plan: FaultPlan) -> list[Event]:
+def webhook_tests(rng: random.Random, plan: FaultPlan, bodies: Bodies) -> list[Event]:
     out = []
     for sub, t in plan.tests:
         eid, data = "evt_" + new_uuid(rng), {"incidentId": f"test_{rng.getrandbits(48):012x}"}
         body = envelope(eid, "webhook.test", t, data | {"clientId": CLIENT})
-        out.append(Event(eid, "webhook.test", t + rng.uniform(5, 20), body, None, (sub,)))
+        emit = t + rng.uniform(5, 20)
+        out.append(Event(eid, "webhook.test", emit, bodies.add(body), None, (sub,)))
     return out

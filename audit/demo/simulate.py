@@ -9,23 +9,33 @@ attacker, :mod:`~audit.demo.write` writes the files.
 
 Also: incidents still open at the end, four waiting on the client for more than 24 h at the end,
 and ``webhook.test`` deliveries (one early, one after each repair).
+
+It streams: the events' bodies (:class:`~audit.demo.spill.Bodies`) and the captured requests
+(:class:`~audit.demo.write.CaptureSpill`) go to scratch files in a hidden folder of ``out_dir``
+as they are made, and the captures are written one day at a time; memory holds about a day
+(a month of 1M deliveries peaks under 1 GiB).
 """
 
 from __future__ import annotations
 
 import os
 import random
+import tempfile
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 from audit.demo.delivery import DeliveryRun
 from audit.demo.lifecycle import incident_events, webhook_tests
 from audit.demo.plan import SUBS, FaultPlan, H, plan_faults
+from audit.demo.spill import Bodies
 from audit.demo.write import (
+    CaptureSpill,
+    Events,
+    Witness,
     subscription_created_at,
     truth_document,
-    write_captures,
     write_json,
     write_snapshot,
 )
@@ -66,7 +76,8 @@ def simulate(
     ----------
     out_dir
         An empty or missing folder; receives ``captures/``, ``snapshots/``, ``secrets.json``
-        (mode 0600) and ``truth.json`` (everything planted, never a secret value).
+        (mode 0600) and ``truth.json`` (everything planted, never a secret value); while it
+        runs, also a hidden scratch folder (removed at the end, after an error too).
     seed
         Seed of the one ``random.Random`` everything derives from.
     start, days
@@ -111,19 +122,17 @@ def simulate(
         s: [f"whsec_{rng.getrandbits(128):032x}" for _ in range(n)]
         for s, n in (("wh_main", 2), ("wh_siem", 1))
     }
-    run = DeliveryRun(rng, plan, keys, [rng.uniform(-1.0, 2.5) for _ in range(days + 2)])
-    events, facts = incident_events(rng, plan, incidents)
-    events = sorted(events + webhook_tests(rng, plan), key=lambda e: (e.emit, e.eid))
-    tally = counting(progress)
-    for ev in events:
-        made = len(run.recs)
-        for sub in ev.subs or [s for s in ("wh_main", "wh_siem") if ev.event in SUBS[s].events]:
-            run.deliver(ev, sub)
-        tally.add_records(len(run.recs) - made)
-    attacks = run.attacks([f["incident_id"] for f in facts])
-    run.recs += attacks
-    tally.add_records(len(attacks))
-    captures, unreadable = write_captures(rng, out / "captures", run.recs, tally)
+    daily_offset = [rng.uniform(-1.0, 2.5) for _ in range(days + 2)]
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".simulate-", dir=out) as scratch:
+        bodies = Bodies(Path(scratch, "bodies"))
+        try:
+            spill = CaptureSpill(Path(scratch), bodies)
+            made = _run(rng, plan, keys, daily_offset, incidents, bodies, spill, progress)
+            captures, unreadable = spill.write(rng, out / "captures", made.seen, progress)
+        finally:
+            bodies.close()
+    run = made.run
     main = [
         {
             "secret": keys["wh_main"][0],
@@ -133,18 +142,57 @@ def simulate(
     ]
     secrets = {"wh_main": main, "wh_siem": [{"secret": keys["wh_siem"][0]}]}
     secrets_path = write_json(out / "secrets.json", secrets, mode=0o600)
-    moments = (plan.start, plan.outage[1], plan.end + 3 * H)
-    snapshots = [write_snapshot(out / "snapshots", plan, run.outcomes, at) for at in moments]
-    truth = truth_document(plan, run, events, facts) | {"unreadable_lines": unreadable}
-    truth_path = write_json(out / "truth.json", truth)
-    attempts = sum(r.kind == "service" for r in run.recs)
+    snapshots = [write_snapshot(out / "snapshots", plan, run.latest, at) for at in run.moments]
+    truth = truth_document(plan, run, made.seen, made.events, made.facts)
+    truth_path = write_json(out / "truth.json", truth | {"unreadable_lines": unreadable})
     return SimulationResult(
         captures,
         secrets_path,
         snapshots,
         truth_path,
-        len(run.recs) + 1,
-        attempts,
-        len(events),
-        len(facts),
+        run.captured + 1,
+        made.seen.service,
+        made.events.total,
+        len(made.facts),
     )
+
+
+class _Made(NamedTuple):
+    run: DeliveryRun
+    seen: Witness  # fed as the captures are written
+    events: Events
+    facts: list[dict]
+
+
+def _run(
+    rng: random.Random,
+    plan: FaultPlan,
+    keys: dict[str, list[str]],
+    daily_offset: list[float],
+    incidents: int,
+    bodies: Bodies,
+    spill: CaptureSpill,
+    progress: Progress | None,
+) -> _Made:
+    """Make the incidents' events and deliver them, each request spilled as it is made."""
+    moments = (plan.start, plan.outage[1], plan.end + 3 * H)
+    run = DeliveryRun(rng, plan, keys, daily_offset, spill.add, moments)
+    tally = counting(progress)
+    events, facts = incident_events(rng, plan, incidents, bodies, tally)
+    events = sorted(events + webhook_tests(rng, plan, bodies), key=lambda e: (e.emit, e.eid))
+    tests, non_ascii = [], []
+    for ev in events:
+        made = run.captured
+        text = bodies.get(ev.body)
+        for sub in ev.subs or [s for s in ("wh_main", "wh_siem") if ev.event in SUBS[s].events]:
+            run.deliver(ev, text, sub)
+        tally.add_records(run.captured - made)
+        if ev.event == "webhook.test":
+            tests.append(ev.eid)
+        if not text.isascii():
+            non_ascii.append(ev.eid)
+    attacks = run.attacks([f["incident_id"] for f in facts])
+    for rec in attacks:
+        run.capture(rec)
+    tally.add_records(len(attacks))
+    return _Made(run, Witness(attacks), Events(len(events), tests, non_ascii), facts)

@@ -1,4 +1,8 @@
-"""For the analyst notebooks: the report's computation in memory, viewed with the same views.
+"""The report's computation in memory, as a :class:`RunData` for :mod:`audit.report.views`.
+
+Notebooks and scripts use :func:`audit.workbench.open` (``audit.open``: DataFrames, drill-down,
+figures; ``docs/analysis.md``); this stays for code that shows the report's own views of a
+period in memory (the report's tests compare them with a run folder).
 
 ``explore(logs=None)`` opens the built-in demo data, so a notebook runs straight away in
 JupyterLab. Without a period, the period is read from the data: the months of the evidence

@@ -1,0 +1,562 @@
+"""Questions answered straight from the evidence store: DuckDB reads only the columns and the
+``month=`` partitions a question needs and hands back a small table.
+
+- :func:`counts_by_period`: deliveries received, valid, not valid, attempts and their failure
+  rate per day, week or month, per subscription (or overall);
+- :func:`latency_by_period`: percentiles of the receiver's answer time (``response_ms``) of the
+  valid deliveries, the same way;
+- :func:`takedown_times`: each incident's time to takedown, right-censored (the rows of
+  :func:`audit.analysis.takedown.takedown_durations`), and :func:`takedown_by_class`, its
+  summary per incident class (:func:`audit.analysis.takedown.takedown_summary`).
+
+The parts come from the store's manifest (:meth:`audit.ingest.store.Store.parts`), each checked
+against its sha256 first: a damaged part is refused, never read. The rules are those of the
+in-memory analyses (``tests/test_questions.py`` holds them equal): an attempt is a valid
+delivery with an event id (:func:`audit.analysis.deliveries.infer_attempts`), it failed when
+it was answered other than 2xx within 5 s (:func:`audit.analysis.metrics.daily_failure_rate`);
+the incident fold keeps the first valid receipt of each event id and each field's last
+non-missing value in event order (:mod:`audit.analysis.incidents`). DuckDB does the reduction
+(one row per incident); the incidents' times are parsed and their durations computed in pandas
+by the same functions as the in-memory analyses.
+
+Periods are UTC: a day from midnight, an ISO week from Monday, a calendar month.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from audit.analysis.event_fields import parse_times
+from audit.analysis.survival import MISSING_GROUP
+from audit.analysis.takedown import (
+    DURATION_COLUMNS,
+    check_clock_start,
+    takedown_durations,
+    takedown_summary,
+)
+from audit.errors import ParameterError
+from audit.ingest.query import DEFAULT_LOOKBACK
+from audit.ingest.scan import arrow_of, open_store, parts_read, sql_list, window
+from audit.ingest.store import Store
+from audit.spec import DELIVERY_TIMEOUT_MS, TEST_EVENT, TEST_INCIDENT_PREFIX
+from audit.timeutil import as_utc
+
+__all__ = [
+    "COUNT_COLUMNS",
+    "PERIODS",
+    "counts_by_period",
+    "latency_by_period",
+    "takedown_by_class",
+    "takedown_times",
+]
+
+#: The periods a question may group by (``period=``).
+PERIODS: tuple[str, ...] = ("day", "week", "month")
+#: The columns of :func:`counts_by_period`, in order.
+COUNT_COLUMNS: tuple[str, ...] = (
+    "period",
+    "subscription_id",
+    "received",
+    "valid",
+    "not_valid",
+    "attempts",
+    "answered",
+    "failed",
+    "failure_rate",
+)
+_UTC: Final = "datetime64[ns, UTC]"
+StoreLike = Store | str | os.PathLike[str]
+
+
+def _period(period: object) -> str:
+    if period not in PERIODS:
+        raise ParameterError(f"period must be one of {', '.join(PERIODS)}, got {period!r}")
+    return str(period)
+
+
+def _by(by: object) -> bool:
+    """Whether ``by`` asks for a row per subscription (``"subscription"``) or none (None)."""
+    if by is None:
+        return False
+    if by in ("subscription", "subscription_id"):
+        return True
+    raise ParameterError(f"by must be 'subscription' or None, got {by!r}")
+
+
+def _bounds(start: object, end: object) -> tuple[pd.Timestamp | None, pd.Timestamp | None]:
+    lo = None if start is None else as_utc(start, name="start")
+    hi = None if end is None else as_utc(end, name="end")
+    if lo is not None and hi is not None and hi < lo:
+        raise ParameterError(f"end {hi.isoformat()} is before start {lo.isoformat()}")
+    return lo, hi
+
+
+def _month_parts(
+    s: Store, lo: pd.Timestamp | None, hi: pd.Timestamp | None, *, untimed: bool
+) -> list[Path]:
+    """The store's parts of the months that ``[lo, hi]`` touches (and of ``month=none``, the
+    records without a receipt time, when ``untimed``), each checked against its sha256."""
+    months = set()
+    for entry in s.manifest()["files"]:
+        for part in entry["parts"]:
+            months.add(part["name"].split("/")[0].removeprefix("month="))
+    first = "" if lo is None else f"{lo:%Y-%m}"
+    last = "9999-99" if hi is None else f"{hi:%Y-%m}"
+    wanted = [m for m in months if m != "none" and first <= m <= last]
+    if untimed and "none" in months:
+        wanted.append("none")
+    return list(s.parts(sorted(wanted))) if wanted else []
+
+
+def _received_in(lo: pd.Timestamp | None, hi: pd.Timestamp | None) -> tuple[str, list[int]]:
+    """The SQL condition "received in ``[lo, hi]``" (a receipt time needed) and its values."""
+    cond, params = ["received_at IS NOT NULL"], []
+    for op, bound in ((">=", lo), ("<=", hi)):
+        if bound is not None:
+            cond.append(f"epoch_ns(received_at) {op} ?")
+            params.append(bound.value)
+    return " AND ".join(cond), params
+
+
+def _run(parts: list[Path], sql: str, params: list[object]) -> pd.DataFrame:
+    """``sql`` with ``{src}`` the parts (read as they are, no Hive columns) as a DataFrame."""
+    src = f"read_parquet({sql_list(parts)}, hive_partitioning = false)"
+    with parts_read(parts) as con:
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET enable_progress_bar = false")
+        table: pa.Table = arrow_of(con.sql(sql.format(src=src), params=params))
+    out: pd.DataFrame = table.to_pandas()
+    return out
+
+
+def _labels(df: pd.DataFrame, by_subscription: bool) -> pd.DataFrame:
+    """``period`` as UTC timestamps, ``subscription_id`` as text (``"(missing)"`` when unknown;
+    ``"all"`` for a question asked over every subscription), sorted by both."""
+    df["period"] = pd.to_datetime(df["period"], utc=True).astype(_UTC)
+    if by_subscription:
+        df["subscription_id"] = df["subscription_id"].fillna(MISSING_GROUP).astype("str")
+    else:
+        df["subscription_id"] = pd.Series("all", index=df.index, dtype="str")
+    return df.sort_values(["period", "subscription_id"], ignore_index=True)
+
+
+def counts_by_period(
+    store: StoreLike,
+    *,
+    period: str = "day",
+    by: str | None = "subscription",
+    start: pd.Timestamp | str | None = None,
+    end: pd.Timestamp | str | None = None,
+) -> pd.DataFrame:
+    """Deliveries and failed attempts per ``period`` (``"day"``, ``"week"``, ``"month"``) and
+    subscription (``by=None``: over every subscription, labelled ``"all"``), received in
+    ``[start, end]`` (either end open when None).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`COUNT_COLUMNS`: ``period`` (its first instant, UTC), ``subscription_id``
+        (``"(missing)"`` when unknown), ``received`` (every record with a receipt time),
+        ``valid``, ``not_valid``, ``attempts`` (valid with an event id: what
+        :func:`audit.analysis.deliveries.infer_attempts` numbers), ``answered`` (an answer
+        captured), ``failed`` (answered other than 2xx within 5 s) and ``failure_rate``
+        (``failed / answered``, NaN when nothing was answered), as
+        :func:`audit.analysis.metrics.daily_failure_rate` counts them. Only periods with a
+        record have a row.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from audit.demo.simulate import simulate
+    >>> from audit.ingest.store import ingest
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> demo = simulate(tmp / "demo", days=7, incidents=20)
+    >>> _ = ingest(demo.captures, demo.secrets, tmp / "store", workers=1)
+    >>> weeks = counts_by_period(tmp / "store", period="week", by=None)
+    >>> weeks["period"].dt.day_name().unique().tolist(), weeks["subscription_id"].unique().tolist()
+    (['Monday'], ['all'])
+    >>> days = counts_by_period(tmp / "store", period="day")  # per subscription
+    >>> int(days["received"].sum()) == int(weeks["received"].sum())
+    True
+    """
+    unit, per_sub = _period(period), _by(by)
+    lo, hi = _bounds(start, end)
+    s = open_store(store)
+    parts = _month_parts(s, lo, hi, untimed=False)
+    if not parts:
+        return _labels(_empty_counts(), per_sub)
+    cond, params = _received_in(lo, hi)
+    attempt = "verdict = 'valid' AND event_id IS NOT NULL"
+    answered = f"{attempt} AND response_status IS NOT NULL"
+    slow = f"coalesce(response_ms > {DELIVERY_TIMEOUT_MS}, false)"
+    ok = f"response_status BETWEEN 200 AND 299 AND NOT {slow}"
+    sub = "subscription_id" if per_sub else "NULL"
+    sql = (
+        f"SELECT date_trunc('{unit}', received_at) AS period, {sub} AS subscription_id, "
+        "count(*) AS received, count(*) FILTER (WHERE verdict = 'valid') AS valid, "
+        "count(*) FILTER (WHERE verdict <> 'valid') AS not_valid, "
+        f"count(*) FILTER (WHERE {attempt}) AS attempts, "
+        f"count(*) FILTER (WHERE {answered}) AS answered, "
+        f"count(*) FILTER (WHERE {answered} AND NOT ({ok})) AS failed "
+        f"FROM {{src}} WHERE {cond} GROUP BY ALL"
+    )
+    out = _run(parts, sql, list(params))
+    counts = ["received", "valid", "not_valid", "attempts", "answered", "failed"]
+    out = out.astype(dict.fromkeys(counts, "int64"))
+    answered_n = out["answered"].astype("float64")
+    out["failure_rate"] = (out["failed"] / answered_n).where(answered_n > 0)
+    return _labels(out, per_sub)[list(COUNT_COLUMNS)]
+
+
+def _empty_counts() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "period": pd.Series([], dtype=_UTC),
+            "subscription_id": pd.Series([], dtype="str"),
+            **{c: pd.Series([], dtype="int64") for c in COUNT_COLUMNS[2:-1]},
+            "failure_rate": pd.Series([], dtype="float64"),
+        }
+    )
+
+
+def _quantile_names(quantiles: Sequence[object]) -> list[str]:
+    names = []
+    for q in quantiles:
+        if isinstance(q, bool) or not isinstance(q, int | float) or not 0 <= q <= 1:
+            raise ParameterError(f"quantiles must be numbers from 0 to 1, got {q!r}")
+        names.append(f"p{q * 100:g}_ms")
+    if not names or len(set(names)) != len(names):
+        raise ParameterError(f"quantiles must be distinct and at least one, got {quantiles!r}")
+    return names
+
+
+def latency_by_period(
+    store: StoreLike,
+    *,
+    period: str = "day",
+    by: str | None = "subscription",
+    start: pd.Timestamp | str | None = None,
+    end: pd.Timestamp | str | None = None,
+    quantiles: Sequence[float] = (0.5, 0.95, 0.99),
+) -> pd.DataFrame:
+    """Percentiles of the receiver's answer time (``response_ms``) of the valid deliveries per
+    ``period`` and subscription (as :func:`counts_by_period`), received in ``[start, end]``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``period, subscription_id, n`` (valid deliveries with an answer time), one
+        column per quantile (``p50_ms, p95_ms, p99_ms`` by default: linear interpolation, as
+        :meth:`pandas.Series.quantile` and :func:`audit.analysis.deliveries.latency_summary`)
+        and ``max_ms``.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from audit.demo.simulate import simulate
+    >>> from audit.ingest.store import ingest
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> demo = simulate(tmp / "demo", days=7, incidents=20)
+    >>> _ = ingest(demo.captures, demo.secrets, tmp / "store", workers=1)
+    >>> got = latency_by_period(tmp / "store", period="month", quantiles=(0.5,))
+    >>> list(got.columns), sorted(got["subscription_id"])
+    (['period', 'subscription_id', 'n', 'p50_ms', 'max_ms'], ['wh_main', 'wh_siem'])
+    """
+    unit, per_sub = _period(period), _by(by)
+    names = _quantile_names(quantiles)
+    lo, hi = _bounds(start, end)
+    s = open_store(store)
+    parts = _month_parts(s, lo, hi, untimed=False)
+    columns = ["period", "subscription_id", "n", *names, "max_ms"]
+    if not parts:
+        empty = pd.DataFrame({c: pd.Series([], dtype="float64") for c in columns[2:]})
+        empty.insert(0, "period", pd.Series([], dtype=_UTC))
+        empty.insert(1, "subscription_id", pd.Series([], dtype="str"))
+        return empty.astype({"n": "int64"})
+    cond, params = _received_in(lo, hi)
+    sub = "subscription_id" if per_sub else "NULL"
+    picks = ", ".join(
+        f'quantile_cont(response_ms, {float(q)!r}) AS "{n}"'
+        for q, n in zip(quantiles, names, strict=True)
+    )
+    sql = (
+        f"SELECT date_trunc('{unit}', received_at) AS period, {sub} AS subscription_id, "
+        f"count(*) AS n, {picks}, max(response_ms) AS max_ms FROM {{src}} "
+        f"WHERE {cond} AND verdict = 'valid' AND response_ms IS NOT NULL GROUP BY ALL"
+    )
+    out = _run(parts, sql, list(params))
+    out = out.astype({"n": "int64", **dict.fromkeys([*names, "max_ms"], "float64")})
+    return _labels(out, per_sub)[columns]
+
+
+#: The incident fields the takedown question reads, as stored.
+_TIMES = ("data_timestamp", "data_burn_started", "data_takedown_timestamp")
+#: The fields whose last non-missing value an incident keeps.
+_LAST = ("data_incident_class", "data_source", *_TIMES)
+#: The range of times pandas holds (ns): a time outside it is unparsable there (NaT).
+_TIME_RANGE = ("1677-09-22", "2262-04-11")
+#: The fold's columns, in order (:func:`_fold_sql`, :func:`_quick_fold_sql`).
+_FOLDED = ("incident_id", *_LAST, "created_event", "first_event", "success_at", "closed_at")
+_INF = "'infinity'::TIMESTAMPTZ"
+
+
+def _kept(col: str) -> str:
+    """The SQL condition "a value the fold keeps": present (a time: parsable, in range)."""
+    if col not in _TIMES:
+        return f"{col} IS NOT NULL"
+    lo, hi = _TIME_RANGE
+    t = f"try_cast({col} AS TIMESTAMPTZ)"
+    return f"{t} IS NOT NULL AND {t} BETWEEN '{lo}' AND '{hi}'"
+
+
+def _event_filter(as_of_param: str) -> str:
+    """The events the fold keeps: an incident id and a time not after ``as_of``, not a test."""
+    return (
+        f"incident_id IS NOT NULL AND event_timestamp IS NOT NULL "
+        f"AND epoch_ns(event_timestamp) <= {as_of_param} "
+        f"AND event IS DISTINCT FROM '{TEST_EVENT}' "
+        f"AND NOT starts_with(incident_id, '{TEST_INCIDENT_PREFIX}')"
+    )
+
+
+_FIRSTS = ", ".join(
+    (
+        "min(CASE WHEN event = 'incident.created' THEN event_timestamp END) AS created_event",
+        "min(event_timestamp) AS first_event",
+        "min(CASE WHEN data_status = 'takedown_success' THEN event_timestamp END) AS success_at",
+        "min(CASE WHEN data_status = 'closed' THEN event_timestamp END) AS closed_at",
+    )
+)
+
+
+def _fold_sql(as_of_param: str, rows: str) -> str:
+    """The fold, exactly: one row per incident (columns :data:`_FOLDED`) from the first valid
+    receipt of each event id among ``rows`` (ties: input order), each field's last kept value
+    in event order (time, first receipt, event id), and the times of the first
+    ``incident.created``, ``takedown_success`` and ``closed`` events
+    (:func:`audit.analysis.incidents.incidents_table`). Holds a row per event id: slow on a
+    year, so :func:`_folded` asks it only of the incidents :func:`_quick_fold_sql` cannot
+    settle."""
+    fields = ", ".join(("event", "event_timestamp", "incident_id", "received_at", "data_status"))
+    order = f"row(coalesce(received_at, {_INF}), source, line)"
+    key = f"row(event_timestamp, coalesce(received_at, {_INF}), event_id)"
+    lasts = ", ".join(f"arg_max({c}, {key}) FILTER (WHERE {_kept(c)}) AS {c}" for c in _LAST)
+    return (
+        f"WITH firsts AS (SELECT arg_min(struct_pack({fields}, {', '.join(_LAST)}, event_id), "
+        f"{order}) AS f FROM {rows} GROUP BY event_id), "
+        "events AS (SELECT unnest(f) FROM firsts) "
+        f"SELECT incident_id, {lasts}, {_FIRSTS} FROM events "
+        f"WHERE {_event_filter(as_of_param)} GROUP BY incident_id"
+    )
+
+
+def _quick_fold_sql(as_of_param: str, rows: str) -> str:
+    """The fold over every copy of each event at once, one row per incident (columns
+    :data:`_FOLDED`, then ``unsettled``): where the copies of each event are alike, the
+    minimum times are those of the first receipts, and each field's last value is that of
+    the events of the latest time that carry one, unless they differ (``unsettled``: their
+    order, by first receipt then event id, decides; :func:`_fold_sql` settles it). Times are
+    taken as text here (parsing them in SQL cost most of the time): :func:`_folded` parses
+    them, and settles with :func:`_fold_sql` an incident whose last time does not parse.
+
+    The latest value is picked on one 128-bit integer, the time then a 64-bit hash of the
+    value, up and down (a key of several columns took twice the time at 12M rows): two values
+    of one time that differ come out apart unless their hashes are equal (odds 2**-64).
+    ``arg_max`` skips missing values."""
+    lasts, differ = [], []
+    for c in _LAST:
+        key = f"epoch_us(event_timestamp)::HUGEINT * {2**64}"
+        lasts.append(f"arg_max({c}, {key} + hash({c})::HUGEINT) AS {c}")
+        lasts.append(f"arg_max({c}, {key} - hash({c})::HUGEINT) AS {c}_lo")
+        differ.append(f"{c} IS DISTINCT FROM {c}_lo")
+    inner = (
+        f"SELECT incident_id, {', '.join(lasts)}, {_FIRSTS} FROM {rows} "
+        f"WHERE {_event_filter(as_of_param)} GROUP BY incident_id"
+    )
+    return f"SELECT {', '.join(_FOLDED)}, ({' OR '.join(differ)}) AS unsettled FROM ({inner})"
+
+
+def _conflicts_sql(rows: str) -> str:
+    """The incident ids carried by any copy of an event whose copies differ in their bytes
+    (a 64-bit hash of the body's sha256; two event ids that share a hash are taken as one:
+    both then go to the exact fold)."""
+    return (
+        f"SELECT DISTINCT incident_id FROM {rows} WHERE hash(event_id) IN (SELECT h FROM "
+        f"(SELECT hash(event_id) AS h, min(hash(coalesce(body_sha256, ''))) AS lo, "
+        f"max(hash(coalesce(body_sha256, ''))) AS hi FROM {rows} GROUP BY h) WHERE lo <> hi)"
+    )
+
+
+def _folded(
+    parts: list[Path],
+    cond: str,
+    params: list[int],
+    as_of: pd.Timestamp,
+) -> pd.DataFrame:
+    """The fold's rows (:data:`_FOLDED`, times parsed) of the valid receipts of ``parts`` in the
+    window ``cond`` (``params``), as of ``as_of``: :func:`_quick_fold_sql` for every incident,
+    then :func:`_fold_sql` for those it leaves unsettled, those whose last time does not parse
+    and those an event with differing copies touches."""
+    src = f"read_parquet({sql_list(parts)}, hive_partitioning = false)"
+    valid = f"(SELECT * FROM {src} WHERE verdict = 'valid' AND event_id IS NOT NULL AND {cond})"
+    with parts_read(parts) as con:
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET enable_progress_bar = false")
+        con.execute(f"CREATE TEMP TABLE redo AS {_conflicts_sql(valid)}", [*params, *params])
+        quick = arrow_of(con.sql(_quick_fold_sql("?", valid), params=[*params, as_of.value]))
+        folded, unparsed = _parsed(quick.to_pandas())
+        unsettled = folded.pop("unsettled").to_numpy(dtype=bool) | unparsed
+        redo = pd.concat(
+            [
+                con.sql("SELECT incident_id FROM redo").df()["incident_id"],
+                folded["incident_id"][unsettled],
+            ],
+            ignore_index=True,
+        ).astype("str")
+        if redo.empty:
+            return folded
+        con.register("redo_ids", pd.DataFrame({"incident_id": redo}))
+        some = f"(SELECT * FROM {valid} WHERE incident_id IN (SELECT incident_id FROM redo_ids))"
+        sql = _fold_sql("?", some)
+        exact_rows = _parsed(arrow_of(con.sql(sql, params=[*params, as_of.value])).to_pandas())[0]
+    kept = folded[~folded["incident_id"].isin(set(redo))]
+    return pd.concat([kept, exact_rows], ignore_index=True)
+
+
+def _parsed(folded: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """``folded`` with its time texts parsed as the in-memory fold parses them
+    (:func:`audit.analysis.event_fields.parse_times`), and which rows hold a text that does
+    not parse (the fold would have taken an earlier one)."""
+    bad = np.zeros(len(folded), dtype=bool)
+    for c in _TIMES:
+        text = folded[c].astype("str")
+        folded[c] = parse_times(text)[0]
+        bad |= (text.notna() & folded[c].isna()).to_numpy(dtype=bool)
+    for c in _FOLDED[len(_LAST) + 1 :]:
+        folded[c] = pd.to_datetime(folded[c], utc=True).astype(_UTC)
+    return folded, bad
+
+
+def _incidents(folded: pd.DataFrame) -> pd.DataFrame:
+    """The columns :func:`takedown_durations` reads, from the fold's rows (:func:`_folded`):
+    the rules of :func:`audit.analysis.incidents.incidents_table`."""
+    return pd.DataFrame(
+        {
+            "incident_id": folded["incident_id"].astype("str"),
+            "incident_class": folded["data_incident_class"].astype("str"),
+            "source": folded["data_source"].astype("str"),
+            "created_at": folded["data_timestamp"]
+            .fillna(folded["created_event"])
+            .fillna(folded["first_event"]),
+            "burn_started_at": folded["data_burn_started"],
+            "takedown_at": folded["data_takedown_timestamp"].fillna(folded["success_at"]),
+            "closed_at": folded["closed_at"],
+        }
+    )
+
+
+def takedown_times(
+    store: StoreLike,
+    *,
+    start: pd.Timestamp | str | None = None,
+    end: pd.Timestamp | str | None = None,
+    as_of: pd.Timestamp | str | None = None,
+    clock_start: str = "created",
+    lookback: pd.Timedelta | None = DEFAULT_LOOKBACK,
+) -> pd.DataFrame:
+    """Each incident's time to takedown, right-censored, as a report of ``[start, end]`` counts
+    it: the incidents folded from the events received from ``start - lookback`` (the first,
+    when ``start`` or ``lookback`` is None) up to ``as_of`` (default ``end``; the store's
+    latest receipt when both are None), their state as of ``as_of``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The durations of :func:`audit.analysis.takedown.takedown_durations` (columns
+        :data:`audit.analysis.takedown.DURATION_COLUMNS`: ``incident_id, incident_class,
+        source, start_at, end_at, duration_s, observed``), sorted by ``incident_id``; the
+        incidents it excludes (no start, a start after ``as_of``, a negative duration) are
+        left out, counted in ``attrs["exclusions"]``.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from audit.demo.simulate import simulate
+    >>> from audit.ingest.store import ingest
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> demo = simulate(tmp / "demo", days=7, incidents=20)
+    >>> _ = ingest(demo.captures, demo.secrets, tmp / "store", workers=1)
+    >>> d = takedown_times(tmp / "store", as_of="2026-10-08T00:00:00Z")
+    >>> len(d) <= demo.incidents, list(d.columns) == list(DURATION_COLUMNS)
+    (True, True)
+    """
+    clock = check_clock_start(clock_start)
+    lo, hi = _bounds(start, end)
+    s = open_store(store)
+    when = _as_of(s, as_of, hi)
+    since = None if lo is None or lookback is None else lo - lookback
+    parts = _month_parts(s, since, when, untimed=True)
+    if not parts:
+        folded = _parsed(pd.DataFrame({c: pd.Series([], dtype="object") for c in _FOLDED}))[0]
+    else:
+        cond, params = window(since, when)
+        folded = _folded(parts, cond, params, when)
+    got = takedown_durations(_incidents(folded), as_of=when, start=clock)
+    out = got.durations.sort_values("incident_id", ignore_index=True)[list(DURATION_COLUMNS)]
+    out.attrs["exclusions"] = got.exclusions
+    return out
+
+
+def _as_of(s: Store, as_of: object, end: pd.Timestamp | None) -> pd.Timestamp:
+    if as_of is not None:
+        return as_utc(as_of)
+    if end is not None:
+        return end
+    parts = _month_parts(s, None, None, untimed=False)
+    if parts:
+        got = _run(parts, "SELECT max(received_at) AS t FROM {src}", [])["t"].iloc[0]
+        if not pd.isna(got):
+            return as_utc(pd.Timestamp(got))
+    raise ParameterError(f"{s.root}: no receipt time in the store: give as_of")
+
+
+def takedown_by_class(
+    store: StoreLike,
+    *,
+    start: pd.Timestamp | str | None = None,
+    end: pd.Timestamp | str | None = None,
+    as_of: pd.Timestamp | str | None = None,
+    clock_start: str = "created",
+    lookback: pd.Timedelta | None = DEFAULT_LOOKBACK,
+    alpha: float = 0.05,
+) -> pd.DataFrame:
+    """Time to takedown per incident class: n, takedowns, censored, median and p90 in hours
+    with their ``1 - alpha`` confidence limits
+    (:func:`audit.analysis.takedown.takedown_summary` of :func:`takedown_times`, whose
+    parameters it takes), one row per class (``group``).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, warnings
+    >>> from audit.demo.simulate import simulate
+    >>> from audit.ingest.store import ingest
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> demo = simulate(tmp / "demo", days=7, incidents=20)
+    >>> _ = ingest(demo.captures, demo.secrets, tmp / "store", workers=1)
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")  # 20 incidents: small groups
+    ...     got = takedown_by_class(tmp / "store")
+    >>> list(got.columns[:4]), int(got["n"].sum()) <= demo.incidents
+    (['group', 'n', 'events', 'censored'], True)
+    """
+    durations = takedown_times(
+        store, start=start, end=end, as_of=as_of, clock_start=clock_start, lookback=lookback
+    )
+    return takedown_summary(durations, "incident_class", alpha=alpha)
