@@ -3,6 +3,8 @@ parameter named plainly (issue 36, point 12)."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 import warnings
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from audit.demo.simulate import simulate
 from audit.errors import ParameterError
 from audit.ingest.store import ingest
-from audit.report.explore import explore
+from audit.report.explore import demo_inputs, explore
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -82,3 +84,16 @@ def test_a_store_without_a_receipt_time_says_so(tmp_path, week):
     ingest([broken], sim.secrets, empty)  # one unreadable record, no receipt time
     with pytest.raises(ParameterError, match="holds no delivery with a receipt time"):
         explore(store=empty, secrets_path=sim.secrets)
+
+
+def test_the_demo_folder_planted_as_a_link_is_never_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    fake = tmp_path / "planted"
+    (fake / "captures").mkdir(parents=True)
+    (fake / "truth.json").write_text('{"period": {"start": "1999-01-01", "end": "1999-02-01"}}')
+    (tmp_path / f"audit-demo-seed7-{os.getuid()}").symlink_to(fake)
+    (tmp_path / "audit-demo-seed7").symlink_to(fake)  # the name an earlier release used
+    got = demo_inputs()
+    assert got["period_start"] != "1999-01-01"
+    assert not str(got["logs"][0]).startswith(str(fake))
+    assert (tmp_path / f"audit-demo-seed7-{os.getuid()}").is_symlink()  # left as it was

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -67,9 +68,26 @@ def _load(
     )
 
 
+def _own_folder(path: Path) -> bool:
+    """Whether ``path`` is a real folder (not a link) of this user."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+
+
 def demo_inputs(seed: int = 7) -> dict[str, object]:
-    """Parameters pointing at the built-in demo data (generated once into a temporary folder)."""
-    root = Path(tempfile.gettempdir()) / f"audit-demo-seed{seed}"
+    """Parameters pointing at the built-in demo data (generated once into a temporary folder).
+
+    The folder is this user's (``audit-demo-seed<seed>-<uid>``): one that is a link, or that
+    another user made first (a shared temporary directory), is never read; the demo is then
+    generated into a fresh private folder instead."""
+    root = Path(tempfile.gettempdir()) / f"audit-demo-seed{seed}-{os.getuid()}"
+    if not _own_folder(root) and (root.exists() or root.is_symlink()):
+        # planted or another user's: not ours to read or replace
+        root = Path(tempfile.mkdtemp(prefix=f"audit-demo-seed{seed}-")) / "demo"
+        simulate(root, seed=seed)
     if not (root / "truth.json").is_file():
         tmp = Path(tempfile.mkdtemp(prefix="audit-demo-"))
         shutil.rmtree(tmp)
