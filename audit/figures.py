@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from audit.errors import ParameterError
 from audit.ingest.verification import verdict_counts
 from audit.plotting import (
     plot_clock_skew,
@@ -60,6 +61,8 @@ def verdicts_over_time(deliveries: pd.DataFrame, *, freq: str = "D") -> Figure:
     >>> ax = verdicts_over_time(d).axes[0]
     >>> [text.get_text() for text in ax.get_legend().get_texts()]
     ['valid (2)', 'signature_mismatch (1)']
+    >>> len(verdicts_over_time(d, freq="W").axes[0].patches)  # one week, two verdicts
+    2
     """
     fig, (ax,) = new_figure()
     title = "Requests by verdict over time"
@@ -67,7 +70,15 @@ def verdicts_over_time(deliveries: pd.DataFrame, *, freq: str = "D") -> Figure:
     if timed.empty:
         no_data(ax, title)
         return fig
-    slot = timed["received_at"].dt.tz_convert("UTC").dt.tz_localize(None).dt.floor(freq)
+    naive = timed["received_at"].dt.tz_convert("UTC").dt.tz_localize(None)
+    try:
+        slot = naive.dt.floor(freq)
+    except ValueError:  # a calendar frequency (weeks, months): the start of each period
+        try:
+            slot = naive.dt.to_period(freq.removesuffix("S")).dt.start_time
+        except ValueError:
+            why = f"freq {freq!r}: give a pandas frequency such as D, h, W or MS"
+            raise ParameterError(why) from None
     table = pd.crosstab(slot, timed["verdict"])
     order = verdict_counts(timed)["verdict"].tolist()  # check order, valid at the bottom
     order = sorted(order, key=lambda v: v != "valid")

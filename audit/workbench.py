@@ -111,6 +111,18 @@ class Timeline(pd.DataFrame):
         return Timeline
 
 
+def _check_id(name: str, value: object) -> None:
+    """ParameterError (one line) unless ``value`` is one id: a string."""
+    if not isinstance(value, str):
+        raise ParameterError(f"{name}: give one id as a string, not a {type(value).__name__}")
+
+
+def _view(frame: pd.DataFrame) -> pd.DataFrame:
+    """A table as the caller sees it: a shallow copy, which copy-on-write (pandas 3) turns
+    into a copy of whatever the caller changes, so the workbench's own tables never move."""
+    return frame.copy(deep=False)
+
+
 @dataclass(frozen=True)
 class _Source:
     """Where the workbench's data came from: a store folder, or capture files by ``source``."""
@@ -176,49 +188,49 @@ class Workbench:
     def deliveries(self) -> pd.DataFrame:
         """Every request received in the period, verified, with the attempt columns
         (``docs/tables.md``: deliveries and attempts)."""
-        return self._t.deliveries
+        return _view(self._t.deliveries)
 
     @property
     def attempts(self) -> pd.DataFrame:
         """The valid deliveries with an event id: the rows attempt inference numbers."""
         d = self._t.deliveries
-        return d[(d["verdict"] == "valid") & d["event_id"].notna()]
+        return _view(d[(d["verdict"] == "valid") & d["event_id"].notna()])
 
     @property
     def events(self) -> pd.DataFrame:
         """One row per (subscription, event id) first received in the period."""
-        return self._t.events
+        return _view(self._t.events)
 
     @property
     def incidents(self) -> pd.DataFrame:
         """The incidents the period's valid deliveries speak of, folded from their events
         (with the earlier events of each)."""
-        return self._t.incidents
+        return _view(self._t.incidents)
 
     @property
     def status_intervals(self) -> pd.DataFrame:
         """Each of those incidents' statuses over time."""
-        return self._t.status_intervals
+        return _view(self._t.status_intervals)
 
     @property
     def takedown_durations(self) -> pd.DataFrame:
         """Time to takedown of those incidents, right-censored (``duration_s``, ``observed``)."""
-        return self._t.takedown_durations
+        return _view(self._t.takedown_durations)
 
     @property
     def subscriptions(self) -> pd.DataFrame:
         """The listing snapshots' rows (empty without ``snapshots``)."""
-        return self._t.subscriptions
+        return _view(self._t.subscriptions)
 
     @property
     def findings(self) -> pd.DataFrame:
         """The controls' findings over the period (``evidence`` as JSON text)."""
-        return self._t.findings
+        return _view(self._t.findings)
 
     @property
     def inputs(self) -> pd.DataFrame:
         """Every file read: ``source, size, sha256, records, unreadable, kind``."""
-        return self._t.inputs
+        return _view(self._t.inputs)
 
     def km(self, by: str | None = None) -> pd.DataFrame:
         """Kaplan-Meier table of time to takedown (times in seconds), one group ``all`` or one
@@ -234,6 +246,7 @@ class Workbench:
 
     def event(self, event_id: str) -> Timeline:
         """Every request that carried ``event_id``, in time order, with ``.evidence``."""
+        _check_id("event_id", event_id)
         d = self._t.deliveries
         rows = d[d["event_id"] == event_id]
         if rows.empty:
@@ -243,6 +256,7 @@ class Workbench:
     def incident(self, incident_id: str) -> Timeline:
         """Every request about ``incident_id`` and every status it held, in time order, with
         the requests' ``.evidence``."""
+        _check_id("incident_id", incident_id)
         d = self._t.deliveries
         rows = d[d["incident_id"] == incident_id]
         known = (self._t.incidents["incident_id"] == incident_id).any()
@@ -269,6 +283,7 @@ class Workbench:
 
     def subscription(self, subscription_id: str) -> Timeline:
         """Every request of ``subscription_id``, in time order, with ``.evidence``."""
+        _check_id("subscription_id", subscription_id)
         d = self._t.deliveries
         rows = d[d["subscription_id"] == subscription_id]
         if rows.empty:

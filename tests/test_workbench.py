@@ -250,6 +250,24 @@ def test_the_tables_are_read_only(opened):
         a.deliveries = pd.DataFrame()  # type: ignore[misc]  # the point of the test
 
 
+def test_changing_a_table_changes_nothing_the_workbench_holds(week):
+    sim, *_ = week
+    a = audit.open(logs=sim.captures, secrets=sim.secrets, progress=False)
+    before = a.verdict_counts()
+    frame = a.deliveries
+    frame["verdict"] = "valid"
+    a.incidents.drop(a.incidents.index, inplace=True)
+    pd.testing.assert_frame_equal(a.verdict_counts(), before)
+    assert len(a.incidents) == 20
+
+
+def test_an_id_that_is_not_one_string_is_one_line(opened):
+    a, _ = opened
+    for call in (a.event, a.incident, a.subscription):
+        with pytest.raises(ParameterError, match="give one id as a string, not a list"):
+            call(["a"])  # type: ignore[arg-type]  # the point of the test
+
+
 def test_mistakes_are_one_line(week, tmp_path):
     sim, store, _, _ = week
     with pytest.raises(ParameterError, match=r"^give store .* or logs .*, not both$"):
