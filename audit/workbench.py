@@ -610,9 +610,10 @@ def open(  # audit.open, as the issue names it
         d = inputs.deliveries
         assert d is not None  # just loaded
         chosen = wanted if wanted is not None else _data_period(d)
-        if when is None:
+        if when is None:  # the latest receipt; a period without any: its end (nothing is cut)
             latest = d["received_at"].max()
-            when = chosen.end if pd.isna(latest) else pd.Timestamp(latest)
+            quiet = pd.isna(latest) or pd.Timestamp(latest) < chosen.start
+            when = chosen.end if quiet else pd.Timestamp(latest)
         params = check_params(
             {"as_of": when.isoformat(), "header_prefix": header_prefix, "clock_start": clock_start},
             Period(chosen.label, min(chosen.start, when), chosen.end),

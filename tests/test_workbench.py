@@ -261,6 +261,16 @@ def test_changing_a_table_changes_nothing_the_workbench_holds(week):
     assert len(a.incidents) == 20
 
 
+def test_a_period_without_deliveries_is_empty_from_the_store_and_the_logs(week):
+    sim, store, _, _ = week
+    for a in (
+        audit.open(store=store, secrets=sim.secrets, period="2026-11", progress=False),
+        audit.open(logs=sim.captures, secrets=sim.secrets, period="2026-11", progress=False),
+    ):
+        assert len(a.deliveries) == 0 and len(a.events) == 0
+        assert a.as_of == pd.Timestamp("2026-12-01", tz="UTC")  # its end: nothing after it
+
+
 def test_an_id_that_is_not_one_string_is_one_line(opened):
     a, _ = opened
     for call in (a.event, a.incident, a.subscription):
