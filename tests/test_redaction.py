@@ -343,6 +343,8 @@ def _leaky_demo(folder: Path) -> tuple[Path, Path, Path, str]:
         "domain": "evil.example",
         "subject": f"pasted {secret} here",
         "timestamp": "2026-10-03T11:59:50Z",
+        # a group of one: the analyses' note on small groups names it
+        "incidentClass": f"class_{secret}",
     }
     event = {"id": "evt_leak", "event": "incident.created"}
     event |= {"timestamp": "2026-10-03T11:59:50Z", "data": data}
@@ -406,6 +408,7 @@ def test_no_file_of_the_run_folder_holds_a_secret_quoted_in_incident_data(tmp_pa
     not_valid = pd.read_parquet(next(run.parent.rglob("not_valid_requests.parquet")))
     assert f"dlv_{REDACTED}" in set(not_valid["delivery_id"])
     assert _files_holding(out, secret) == []
+    assert _files_holding(out, secret[:24]) == []  # not even a shortened one (a group's name)
     assert secret not in err
 
 

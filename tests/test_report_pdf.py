@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from audit.cli import main
 from audit.errors import ReportError
+from audit.redaction import register_sensitive
 from audit.report import pdf
 from audit.report.pdf import find_chromium, print_pdf
 
@@ -99,3 +102,43 @@ def test_a_chromium_that_fails_leaves_no_pdf_and_one_line(monkeypatch, tmp_path)
         print_pdf(page, tmp_path / "report.pdf")
     assert "\n" not in str(e.value)
     assert list(tmp_path.glob("*.pdf*")) == [] and list(tmp_path.glob(".*pdf*")) == []
+
+
+def test_a_chromium_that_hangs_is_stopped_with_everything_it_started(monkeypatch, tmp_path):
+    pidfile = tmp_path / "child.pid"
+    fake = tmp_path / "chromium"
+    # a helper process left running in the background, as Chromium's renderers are
+    fake.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {pidfile}\nsleep 300\n", encoding="utf-8")
+    fake.chmod(0o755)
+    monkeypatch.setattr(pdf.shutil, "which", lambda name: str(fake))
+    page = tmp_path / "report.html"
+    page.write_text("<p>x</p>", encoding="utf-8")
+    with pytest.raises(ReportError, match=r"did not print report\.html within 1 s"):
+        print_pdf(page, tmp_path / "report.pdf", timeout=1)
+    child = int(pidfile.read_text())
+    for _ in range(50):  # reaped by init once killed
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, 9)
+        pytest.fail("the helper Chromium started was left running")
+
+
+def test_chromium_s_error_line_has_known_secrets_cut_and_controls_shown(monkeypatch, tmp_path):
+    secret = "whsec_pdf_" + "7" * 24
+    register_sensitive([secret])
+    fake = tmp_path / "chromium"
+    fake.write_text(
+        f"#!/bin/sh\nprintf 'ERROR: boom {secret} \\033]0;title\\007\\n' >&2\nexit 1\n",
+        encoding="utf-8",
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(pdf.shutil, "which", lambda name: str(fake))
+    page = tmp_path / "report.html"
+    page.write_text("<p>x</p>", encoding="utf-8")
+    with pytest.raises(ReportError) as e:
+        print_pdf(page, tmp_path / "report.pdf")
+    assert secret not in str(e.value) and "\x1b" not in str(e.value) and "boom" in str(e.value)

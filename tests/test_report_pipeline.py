@@ -463,6 +463,27 @@ def test_a_stale_folder_keeps_a_recorded_cause(tmp_path):
     }
 
 
+def test_a_link_planted_in_a_stale_folder_is_never_written_through(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("DATA")
+    stale = tmp_path / "r" / "2026-10" / ".tmp-evil"
+    stale.mkdir(parents=True)
+    (stale / ".manifest.json.tmp").symlink_to(victim)  # the name an earlier release wrote
+    moved = mark_stale(tmp_path / "r", "20261201T060000Z-123456")
+    assert victim.read_text() == "DATA"
+    assert [p.name for p in moved] == ["evil.failed"]
+
+
+def test_a_stale_folder_that_cannot_be_marked_is_left_and_stops_nothing(tmp_path):
+    stale = tmp_path / "2026-10" / ".tmp-x"
+    (stale / "manifest.json").mkdir(parents=True)  # a folder where the manifest goes
+    other = tmp_path / "2026-09" / ".tmp-y"
+    other.mkdir(parents=True)
+    with pytest.warns(UserWarning, match=r"\.tmp-x: left as it is, not marked failed"):
+        moved = mark_stale(tmp_path, "20261201T060000Z-123456")
+    assert [p.name for p in moved] == ["y.failed"] and stale.is_dir()
+
+
 # --- what the run folder holds ---------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ from audit.analysis.survival import (
     kaplan_meier,
 )
 from audit.errors import ParameterError, SchemaError
+from audit.redaction import scrub
 
 __all__ = ["duration_groups", "kaplan_meier_by", "warn_small_groups"]
 
@@ -46,7 +47,8 @@ def warn_small_groups(groups: list[tuple[str, pd.DataFrame]]) -> None:
 
     The warning points at the caller of the public function that called this one.
     """
-    small = [(name, len(g)) for name, g in groups if len(g) < SMALL_SAMPLE_N]
+    # known secrets cut before a name is shortened (a cut prefix would escape the scrubbing)
+    small = [(scrub(name), len(g)) for name, g in groups if len(g) < SMALL_SAMPLE_N]
     if small:
         listed = ", ".join(
             f"{name if len(name) <= 40 else name[:39] + '…'!r} (n={n})" for name, n in small[:10]

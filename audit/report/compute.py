@@ -16,7 +16,7 @@ import pandas as pd
 from audit.analysis.analyze import Analysis, run_analyses
 from audit.findings import run_controls
 from audit.memory import release_free_memory
-from audit.redaction import cut_secrets
+from audit.redaction import cut_secrets, scrub
 from audit.report.inputs import Inputs
 from audit.report.params import Period, ReportParams
 from audit.report.tables import in_period, report_tables
@@ -72,7 +72,8 @@ def compute(inputs: Inputs, params: ReportParams, period: Period) -> Computed:
             mutes=inputs.mutes,
         )
         release_free_memory()  # the controls' cuts of the deliveries
-    notes = list(dict.fromkeys(str(w.message).splitlines()[0] for w in caught))
+    # known secrets cut: a note may quote a value of the captured data (a group's name)
+    notes = list(dict.fromkeys(scrub(str(w.message).splitlines()[0]) for w in caught))
     tables["inputs"] = _mark_late_snapshots(inputs, params.as_of)
     # Known secrets out of every table and finding: captured incident data may quote one.
     tables, findings = {n: cut_secrets(t) for n, t in tables.items()}, cut_secrets(findings)

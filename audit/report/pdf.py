@@ -7,13 +7,16 @@ each page's margin carries the run id and "page x of y".
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
 
 from audit.errors import ReportError
+from audit.redaction import for_terminal, scrub
 
 __all__ = ["CHROMIUM_NAMES", "find_chromium", "print_pdf"]
 
@@ -74,26 +77,36 @@ def print_pdf(html: Path, pdf: Path, *, timeout: float = 180.0) -> None:
             args.append("--no-sandbox")
         args.append(html.as_uri())
         try:
-            done = subprocess.run(
+            # its own session: Chromium's renderers and helpers are stopped with it, as a group
+            proc = subprocess.Popen(
                 args,
                 stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=timeout,
-                check=False,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
                 env={**os.environ, "HOME": profile},
+                start_new_session=True,
             )
+        except OSError as e:
+            raise ReportError(f"cannot run {exe}: {e.strerror or e}") from None
+        try:
+            _, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            _stop(proc)
             tmp_pdf.unlink(missing_ok=True)
             raise ReportError(
                 f"Chromium did not print {html.name} within {timeout:.0f} s"
             ) from None
-        except OSError as e:
-            raise ReportError(f"cannot run {exe}: {e.strerror or e}") from None
-    if done.returncode != 0 or not tmp_pdf.is_file() or tmp_pdf.stat().st_size == 0:
+        except BaseException:  # Ctrl-C: no Chromium left behind
+            _stop(proc)
+            raise
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever it left running
+    if proc.returncode != 0 or not tmp_pdf.is_file() or tmp_pdf.stat().st_size == 0:
         tmp_pdf.unlink(missing_ok=True)
-        last = _last_line(done.stderr)
+        last = _last_line(stderr)
         raise ReportError(
-            f"Chromium failed to print {html.name} (exit {done.returncode})"
+            f"Chromium failed to print {html.name} (exit {proc.returncode})"
             + (f": {last}" if last else "")
         )
     try:
@@ -103,8 +116,17 @@ def print_pdf(html: Path, pdf: Path, *, timeout: float = 180.0) -> None:
         raise ReportError(f"cannot write {pdf}: {e.strerror or e}") from None
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Kill Chromium's whole process group and reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def _last_line(stderr: bytes) -> str:
-    """Chromium's last meaningful error line, shortened (its log is long and noisy)."""
+    """Chromium's last meaningful error line, shortened (its log is long and noisy), with
+    known secrets cut and control characters shown as codes (it reaches terminals and the
+    manifest)."""
     lines = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
     errors = [ln for ln in lines if "ERROR" in ln or "error" in ln] or lines
-    return errors[-1][:200] if errors else ""
+    return for_terminal(scrub(errors[-1]))[:200] if errors else ""

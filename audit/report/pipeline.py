@@ -140,8 +140,16 @@ def mark_stale(root: Path, by_run: str) -> list[Path]:
             "failure": failure,
             "message": f"failed ({failure['cause']}); marked failed by run {by_run}",
         }
-        write_json(tmp / "manifest.json", manifest)
-        os.replace(tmp, final)
+        try:
+            write_json(tmp / "manifest.json", manifest)
+            os.replace(tmp, final)
+        except OSError as e:  # a folder this run cannot mark (planted, read-only): left as is
+            warnings.warn(
+                f"{tmp}: left as it is, not marked failed ({e.strerror or type(e).__name__})",
+                PathWarning,
+                stacklevel=2,
+            )
+            continue
         moved.append(final)
     return moved
 

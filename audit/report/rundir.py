@@ -24,6 +24,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -58,10 +59,22 @@ __all__ = [
 
 
 def write_json(path: Path, data: object) -> None:
-    """Sorted, indented JSON, written to a temporary file and renamed into place."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", "utf-8")
-    os.replace(tmp, path)
+    """Sorted, indented JSON, written to a new temporary file and renamed into place.
+
+    The temporary file has a random name and is created, never opened if something is there
+    (``O_EXCL``, ``O_NOFOLLOW``): a link planted in a run folder is never written through."""
+    text = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(tmp, flags, 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def findings_records(findings: pd.DataFrame) -> list[dict[str, Any]]:
