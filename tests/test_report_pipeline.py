@@ -663,3 +663,18 @@ def test_pdf_is_written_beside_the_html(hostile, tmp_path, monkeypatch, capsys):
     assert printed == ["report.html"] and (run / "report.pdf").read_bytes().startswith(b"%PDF")
     assert f"pdf:       {run / 'report.pdf'}" in out.out and out.err == ""
     assert json.loads((run / "manifest.json").read_text())["pdf"] == {"status": "ok"}
+
+
+def test_a_period_folder_that_is_a_link_is_refused(hostile, tmp_path, capsys):  # noqa: F811
+    logs, secrets = hostile
+    out, elsewhere = tmp_path / "r", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "2026-10").symlink_to(elsewhere)
+    assert main(_args(logs, secrets, out)) == 3
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(f"audit: error: {out / '2026-10'}: a symbolic link;")
+        and err.count("\n") == 1
+    )
+    assert list(elsewhere.iterdir()) == []

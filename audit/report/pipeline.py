@@ -324,6 +324,11 @@ def run_report(
     tmp = root / period.label / f".tmp-{run_id}"
     with lock(root):
         mark_stale(root, run_id)
+        if tmp.parent.is_symlink():  # the run would land elsewhere, unseen by the index
+            raise ReportError(
+                f"{tmp.parent}: a symbolic link; a period's folder must be a plain folder of "
+                f"{root} (remove the link)"
+            )
         run = _Run(root=root, tmp=tmp, t0=t0, clock=clock)
         try:
             tmp.mkdir(parents=True)
