@@ -204,3 +204,38 @@ def test_the_progress_line_counts_the_records_read_from_before_the_period(tmp_pa
     main([*args, "--out", str(tmp_path / "r2"), "--period", "2026-09"])  # the last one counts
     err = capsys.readouterr().err
     assert "audit: loaded 2 records from 1 files (0 valid, 0 unreadable)\n" in err
+
+
+def _signed(day: str, ts: str, n: int) -> list[dict]:
+    body = BODY.replace("2026-10-03T00:00:00Z", f"{day}T00:00:00Z")
+    return [
+        capture(
+            body,
+            signature=sign(SECRET, ts, body.encode()),
+            timestamp=ts,
+            received_at=f"{day}T00:00:05Z",
+            response_status=204,
+            response_ms=3,
+        )
+        for _ in range(n)
+    ]
+
+
+@pytest.mark.parametrize(("period", "unreadable"), [("2026-09", 0), ("2026-10", 1)])
+def test_an_unreadable_line_counts_in_the_period_of_its_file_s_records(
+    tmp_path, capsys, period, unreadable
+):
+    """A September report made after October's log exists: the October log's unreadable
+    line belongs to October (its readable records' month), not to September too."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    write_jsonl(logs / "september.jsonl", _signed("2026-09-30", "1790726400", 2))
+    write_jsonl(logs / "october.jsonl", [*_signed("2026-10-03", TS, 2), "{not json"])
+    secrets = write_secrets(tmp_path / "secrets.json", {"wh_1": [{"secret": SECRET}]})
+    out = tmp_path / "r"
+    args = ["report", str(logs), "--secrets", str(secrets), "--period", period, "--out", str(out)]
+    main([*args, "--quiet"])  # as of the period's end: September's load stops before October
+    capsys.readouterr()
+    (run,) = (out / period).iterdir()
+    counts = json.loads((run / "manifest.json").read_text())["coverage"]
+    assert counts["deliveries"] == 2 + unreadable, counts

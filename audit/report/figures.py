@@ -77,7 +77,7 @@ def _period_deliveries(run: RunData) -> pd.DataFrame:
     if isinstance(cached, tuple) and cached[0] is d:  # the same table, not a replaced one
         cut: pd.DataFrame = cached[1]
         return cut
-    cut = deliveries_in_period(d, period)
+    cut = deliveries_in_period(d, period, run.table("inputs"))
     run.derived["period_deliveries"] = (d, cut)
     return cut
 

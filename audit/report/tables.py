@@ -16,7 +16,7 @@ import pandas as pd
 from audit.analysis.analyze import Analysis
 from audit.analysis.deliveries import latency_summary, success_rates
 from audit.analysis.survival import kaplan_meier
-from audit.findings.controls.base import untimed_in_period
+from audit.findings.controls.base import readable_by_file, untimed_in_period
 from audit.ingest.extract import EXTRACTED
 from audit.ingest.formats.base import COLUMNS
 from audit.ingest.verification import verdict_counts
@@ -32,15 +32,21 @@ def in_period(times: pd.Series, period: Period, *, keep_missing: bool = False) -
     return inside | times.isna() if keep_missing else inside
 
 
-def deliveries_in_period(d: pd.DataFrame, period: Period) -> pd.DataFrame:
+def deliveries_in_period(
+    d: pd.DataFrame, period: Period, inputs: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Requests received in the period, and the untimed ones (unreadable lines) whose file has
-    readable records in the period, or none at all (then nothing places them elsewhere)."""
-    return d[_delivered_in(d, period)]
+    readable records in the period, or none at all (then nothing places them elsewhere);
+    ``inputs`` (the inputs table) tells a file whose records were all left out, as later."""
+    return d[_delivered_in(d, period, inputs)]
 
 
-def _delivered_in(d: pd.DataFrame, period: Period) -> pd.Series:
+def _delivered_in(d: pd.DataFrame, period: Period, inputs: pd.DataFrame | None) -> pd.Series:
     """The mask of :func:`deliveries_in_period`."""
-    return in_period(d["received_at"], period) | untimed_in_period(d, period.start, period.end)
+    held = readable_by_file(inputs)
+    return in_period(d["received_at"], period) | untimed_in_period(
+        d, period.start, period.end, held
+    )
 
 
 #: What the period's summaries read (verdict_counts, success_rates, latency_summary and the
@@ -99,7 +105,7 @@ def report_tables(
     # those rows only: a cut of every column would copy nearly every row at 1M (0.4 GB).
     d = analysis.deliveries
     d = d.drop(columns=[c for c in EXTRACTED if c in d.columns])
-    in_d = _delivered_in(d, period)
+    in_d = _delivered_in(d, period, analysis.inputs)
     period_d = d.loc[in_d, [c for c in _SUMMARISED_DELIVERIES if c in d.columns]]
     e = analysis.events
     in_e = in_period(e["first_received_at"], period) if "first_received_at" in e else None

@@ -48,6 +48,7 @@ __all__ = [
     "member_of",
     "pct",
     "quantiles",
+    "readable_by_file",
     "skip",
     "untimed_in_period",
     "verdict",
@@ -76,10 +77,34 @@ def in_period(series: pd.Series, start: pd.Timestamp, end: pd.Timestamp) -> pd.S
     return ((series >= start) & (series < end)).fillna(False).astype(bool)
 
 
-def untimed_in_period(d: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
+def readable_by_file(inputs: pd.DataFrame | None) -> dict[str, int]:
+    """Readable records of each capture file, the whole file's (loaded or not): ``records``
+    minus ``unreadable`` of an inputs table, by ``source``; {} without one."""
+    if inputs is None or not {"source", "records", "unreadable"} <= set(inputs.columns):
+        return {}
+    logs = inputs[inputs["kind"] == "capture log"] if "kind" in inputs.columns else inputs
+    out: dict[str, int] = {}
+    for source, records, unreadable in zip(
+        logs["source"], logs["records"], logs["unreadable"], strict=True
+    ):
+        if pd.notna(records) and pd.notna(unreadable):
+            out[str(source)] = int(records) - int(unreadable)
+    return out
+
+
+def untimed_in_period(
+    d: pd.DataFrame,
+    start: pd.Timestamp,
+    end: pd.Timestamp,
+    held: Mapping[str, int] | None = None,
+) -> pd.Series:
     """The records without a receipt time (unreadable lines) that count in ``[start, end)``:
     those whose file has readable records in it, or none at all (then nothing places them
-    elsewhere). A mask over ``d`` (``received_at``, ``source``)."""
+    elsewhere). A mask over ``d`` (``received_at``, ``source``).
+
+    ``held`` (:func:`readable_by_file`) gives each file's readable records, the whole file's:
+    a file none of whose readable records were loaded (they lie after the data was cut, in a
+    later period) holds its unreadable lines there, not here."""
     t = d["received_at"]
     untimed = t.isna()
     if not untimed.any():
@@ -93,6 +118,10 @@ def untimed_in_period(d: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -
     overlaps = (spans["min"] < end) & (spans["max"] >= start)
     elsewhere = overlaps.index[~overlaps.to_numpy(dtype=bool)]  # files read in other periods
     keep = ~lost.isin(elsewhere)  # unknown files count here
+    if held:
+        unplaced = ~lost.isin(spans.index)  # no readable record of the file was loaded
+        read_later = lost.map(lambda name: held.get(str(name), 0) > 0).astype(bool)
+        keep = keep & ~(unplaced & read_later)
     return keep.reindex(d.index, fill_value=False)
 
 

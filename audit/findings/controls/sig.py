@@ -16,6 +16,7 @@ from audit.findings.controls.base import (
     iso,
     listed,
     quantiles,
+    readable_by_file,
     skip,
     untimed_in_period,
     verdict,
@@ -34,7 +35,9 @@ def sig_01(s: Scope) -> Outcome:
         everything = s.analysis.deliveries
         unreadable = 0
         if len(everything) and {"received_at", "source"} <= set(everything.columns):
-            unreadable = int(untimed_in_period(everything, s.period_start, s.period_end).sum())
+            held = readable_by_file(s.analysis.inputs)
+            mask = untimed_in_period(everything, s.period_start, s.period_end, held)
+            unreadable = int(mask.sum())
         if unreadable:  # lines that could not be read, so carry no receipt time
             reason = (
                 f"No request with a receipt time was received in the period; {unreadable} "
