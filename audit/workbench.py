@@ -637,7 +637,7 @@ def _lines(caught: list[warnings.WarningMessage]) -> list[str]:
 
 def _cut(analysis: Any, period: Period, findings: pd.DataFrame, inputs: pd.DataFrame) -> _Tables:
     """The analysis's tables cut to ``period`` (see the :class:`Workbench` attributes)."""
-    d = deliveries_in_period(analysis.deliveries, period).reset_index(drop=True)
+    d = deliveries_in_period(analysis.deliveries, period, analysis.inputs).reset_index(drop=True)
     e = analysis.events
     events = e[in_period(e["first_received_at"], period)].reset_index(drop=True)
     spoken = set(d.loc[d["verdict"] == "valid", "incident_id"].dropna())

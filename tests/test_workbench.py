@@ -18,6 +18,8 @@ from audit.demo.simulate import simulate
 from audit.errors import ParameterError
 from audit.ingest.store import ingest
 from audit.report.explore import demo_inputs
+from tests.builders import write_jsonl, write_secrets
+from tests.test_report_months import SECRET, TS, _signed
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -328,3 +330,16 @@ def test_neither_store_nor_logs_opens_the_demo_data():
     assert len(a.incidents) == truth["counts"]["incidents"]
     logs = a.inputs[a.inputs["kind"] == "capture log"]
     assert all(s.startswith(str(demo)) for s in logs["source"])
+
+
+def test_an_unreadable_line_is_in_the_period_of_its_file_s_records(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    write_jsonl(logs / "september.jsonl", _signed("2026-09-30", "1790726400", 2))
+    write_jsonl(logs / "october.jsonl", [*_signed("2026-10-03", TS, 2), "{not json"])
+    secrets = write_secrets(tmp_path / "secrets.json", {"wh_1": [{"secret": SECRET}]})
+    counts = {}
+    for period in ("2026-09", "2026-10"):
+        a = audit.open(logs=[logs], secrets=secrets, period=period, progress=False)
+        counts[period] = int((a.deliveries["verdict"] == "unreadable").sum())
+    assert counts == {"2026-09": 0, "2026-10": 1}
