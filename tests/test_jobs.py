@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import audit.ingest.fast as fast
 import audit.ingest.workers as workers
 from audit.cli import main
 from audit.demo.simulate import simulate
@@ -178,3 +179,21 @@ def test_the_collector_is_paused_only_when_machinery_is_allowed(monkeypatch) -> 
     with pytest.raises(RuntimeError), workers.collector_paused():
         raise RuntimeError("boom")
     assert gc.isenabled()
+
+
+def test_the_fast_path_runs_with_the_collector_paused_unless_audit_jobs_is_1(demo, monkeypatch):
+    seen: list[bool] = []
+    real = fast._fast
+
+    def spy(*args):
+        seen.append(gc.isenabled())
+        return real(*args)
+
+    monkeypatch.setattr(fast, "_fast", spy)
+    data = demo.captures[0].read_bytes()
+    secrets = read_secrets(demo.secrets)
+    for jobs, paused in (("2", True), ("1", False)):
+        monkeypatch.setenv("AUDIT_JOBS", jobs)
+        seen.clear()
+        fast.verify_jsonl(data, "x", {}, 1, secrets, tolerance_s=300)
+        assert seen and set(seen) == {not paused} and gc.isenabled()

@@ -230,7 +230,8 @@ class _Context:
     plans: dict[tuple[str, ...], _Plan | None]
 
 
-def _verify_jsonl(
+@collector_paused()  # rows of plain values: nothing for the collector to free
+def verify_jsonl(
     data: bytes,
     source: str,
     wanted: dict[str, str],
@@ -253,6 +254,8 @@ def _verify_jsonl(
     ``event_times`` the fast rows' ``event_timestamp`` is left empty (for callers that drop it).
     ``overlong`` lists the lines a reader emptied as over the record limit
     (:class:`audit.ingest.lines.Chunk`): the exact path counts each unreadable.
+    The cyclic garbage collector is paused meanwhile, unless ``AUDIT_JOBS=1``
+    (:func:`audit.ingest.workers.collector_paused`, asked at each call).
     """
     ctx = _Context(
         source,
@@ -297,37 +300,6 @@ def _verify_jsonl(
     if extract:
         columns.update(extracted_columns(extracted))
     return Verified(columns, naive, unreadable, len(slow))
-
-
-def verify_jsonl(
-    data: bytes,
-    source: str,
-    wanted: dict[str, str],
-    first_line: int,
-    secrets: SecretStore,
-    *,
-    tolerance_s: float,
-    keyed: _Keys | None = None,
-    extract: bool = False,
-    event_times: bool = True,
-    overlong: Mapping[int, int] | None = None,
-) -> Verified:
-    """Parse and verify JSONL bytes (:func:`_verify_jsonl`, which says what comes back), with
-    the cyclic garbage collector paused (:func:`audit.ingest.workers.collector_paused`: the rows
-    are plain values)."""
-    with collector_paused():
-        return _verify_jsonl(
-            data,
-            source,
-            wanted,
-            first_line,
-            secrets,
-            tolerance_s=tolerance_s,
-            keyed=keyed,
-            extract=extract,
-            event_times=event_times,
-            overlong=overlong,
-        )
 
 
 def _plan(names: tuple[str, ...], wanted: dict[str, str]) -> _Plan | None:
