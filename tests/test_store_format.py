@@ -9,6 +9,7 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -152,3 +153,102 @@ def test_a_damaged_part_of_a_format_1_store_without_its_capture_stops_the_upgrad
     with pytest.raises(InputError, match=r"give its capture file .* to audit ingest"):
         ingest([], secrets, store)
     assert json.loads((store / "manifest.json").read_text())["version"] == 1  # nothing changed
+
+
+def _flip_a_valid_body(part: Path) -> int:
+    """Flip one bit of the body of a ``valid`` row of ``part``, its verdict and body_sha256
+    left as they were (a disk's damage, not an edit); the row's line."""
+    table = pq.read_table(part)
+    rows = table.to_pylist()
+    at = next(i for i, r in enumerate(rows) if r["verdict"] == "valid")
+    body = bytearray(rows[at]["body"])
+    body[10] ^= 0x01
+    rows[at]["body"] = bytes(body)
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), part)
+    return rows[at]["line"]
+
+
+def test_a_flipped_bit_in_a_valid_body_is_repaired_from_the_capture_file(v1, tmp_path):
+    # Before: the flipped body was carried into format 2, still `valid`, and hashed there.
+    store, secrets = v1
+    capture = tmp_path / "receiver-2026-10-03.jsonl"
+    shutil.copy(DATA / "v1-captures" / capture.name, capture)
+    part = next(store.rglob("part-a6a741fda6e02569-*.parquet"))
+    line = _flip_a_valid_body(part)
+    r = ingest([capture], secrets, store)
+    said = [m for m in r.messages if "repaired" in m]
+    assert said == [
+        f"{part}: damaged (the body of the record of line {line} does not hash to its "
+        "body_sha256); repaired: the 15 record(s) of "
+        "/tmp/fx/sim/captures/receiver-2026-10-03.jsonl read again from the capture file given"
+    ]
+    # every body stored is the capture file's, by DuckDB over the parts (not the code here)
+    glob = str(store / "deliveries" / "*" / "*.parquet")
+    stored = duckdb.sql(
+        f"SELECT line, body FROM read_parquet('{glob}') WHERE file_sha256 LIKE 'a6a741fd%'"
+    ).fetchall()
+    lines = capture.read_bytes().splitlines()
+    want = {i: json.loads(raw)["body"].encode() for i, raw in enumerate(lines, 1)}
+    assert len(stored) == 15 and all(want[n] == bytes(b) for n, b in stored)
+
+
+def test_a_flipped_bit_in_a_valid_body_without_its_capture_stops_the_upgrade(v1):
+    store, secrets = v1
+    part = next(store.rglob("part-a6a741fda6e02569-*.parquet"))
+    line = _flip_a_valid_body(part)
+    with pytest.raises(InputError) as e:
+        ingest([], secrets, store)
+    assert str(e.value) == (
+        f"{part}: damaged (the body of the record of line {line} does not hash to its "
+        "body_sha256); the store (format 1) cannot be upgraded and nothing changed: restore "
+        "the part from a backup, or give its capture file "
+        "(/tmp/fx/sim/captures/receiver-2026-10-03.jsonl) to audit ingest to repair it"
+    )
+    assert json.loads((store / "manifest.json").read_text())["version"] == 1
+
+
+def test_a_part_whose_row_differs_from_its_capture_file_is_repaired(v1, tmp_path):
+    # A flipped bit the part cannot see by itself (a signature, not the body): the capture
+    # file given tells it.
+    store, secrets = v1
+    capture = tmp_path / "receiver-2026-10-03.jsonl"
+    shutil.copy(DATA / "v1-captures" / capture.name, capture)
+    part = next(store.rglob("part-a6a741fda6e02569-*.parquet"))
+    table = pq.read_table(part)
+    rows = table.to_pylist()
+    rows[0]["signature"] = rows[0]["signature"][:-1] + "0"
+    assert rows[0]["signature"] != table.column("signature")[0].as_py()
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), part)
+    r = ingest([capture], secrets, store)
+    said = [m for m in r.messages if "repaired" in m]
+    assert len(said) == 1
+    assert f"(the record of line {rows[0]['line']} is not the one {capture} holds there)" in said[0]
+    glob = str(store / "deliveries" / "*" / "*.parquet")
+    [(sig,)] = duckdb.sql(
+        f"SELECT signature FROM read_parquet('{glob}') "
+        f"WHERE file_sha256 LIKE 'a6a741fd%' AND line = {rows[0]['line']}"
+    ).fetchall()
+    line = capture.read_bytes().splitlines()[rows[0]["line"] - 1]
+    assert sig == json.loads(line)["headers"]["X-PhishFort-Signature"]
+
+
+def test_a_part_with_a_damaged_schema_is_one_line_not_an_internal_error(v1, tmp_path, capsys):
+    # Before: `audit: internal error: KeyError: 'Field "subscription_logged" does not exist'`.
+    store, secrets = v1
+    part = next(store.rglob("part-a6a741fda6e02569-*.parquet"))
+    pq.write_table(pq.read_table(part).drop(["subscription_logged"]), part)
+    other = tmp_path / "other.jsonl"  # a capture log, not the part's file (its first line)
+    lines = (DATA / "v1-captures" / "receiver-2026-10-03.jsonl").read_text().splitlines()
+    other.write_text(lines[0] + "\n")
+    args = [str(other), "--store", str(store), "--secrets", str(secrets), "--quiet"]
+    assert main(["ingest", *args]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error" not in err
+    assert f"{part}: damaged (it lacks the column 'subscription_logged'" in err
+    assert "give its capture file (/tmp/fx/sim/captures/receiver-2026-10-03.jsonl)" in err
+    assert json.loads((store / "manifest.json").read_text())["version"] == 1
+    capture = tmp_path / "receiver-2026-10-03.jsonl"
+    shutil.copy(DATA / "v1-captures" / capture.name, capture)
+    r = ingest([capture], secrets, store)  # the capture file given: repaired
+    assert [m for m in r.messages if "repaired" in m]
+    assert _duckdb_counts(store) == _duckdb_counts(DATA / "v1")

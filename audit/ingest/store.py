@@ -322,7 +322,7 @@ def ingest(
             given = {v: k for k, v in reversed(holds.items())}  # a content's first given path
             contents = _Contents(holds, given)
             if manifest["version"] != FORMAT:  # an earlier release's store: rewritten first
-                at_hand = frozenset(v.sha for v in seen.values())  # repairs a damaged part
+                at_hand = {v.sha: p for p, v in seen.items()}  # checks and repairs its parts
                 result.messages.extend(upgrade(store.root, manifest, staging, obsolete, at_hand))
             known = KnownRecords(store.root, manifest)
             fps = secrets_fingerprints(secrets)

@@ -1,39 +1,52 @@
 """HAR 1.2 captures (``.har``): each entry's request is one record, ``line`` is the entry index.
 
-A HAR file is one JSON document, so it is parsed whole (:data:`SPLITS_AT_LINES` is false).
-An entry that names a key twice (in the entry, its request, postData or response, or a header
-object) is unreadable with a reason that says so: JSON would keep only the last.
+A HAR file is one JSON document; it is read as a stream, entry by entry (``ijson`` over its C
+parser, yajl2), so memory holds one entry's objects at a time besides the records read, never
+the whole document's (:data:`SPLITS_AT_LINES` is false: the records of one file are one piece).
+A 300 MB HAR once took 2.66 GB when parsed whole (``docs/scale.md``).
+
+Keys named twice are never read last-wins: a document whose top-level object or ``log`` names
+a key twice (two ``log`` or two ``entries``: JSON readers disagree on which one counts, and
+the one they drop is lost) is refused with a reason; an entry that names a key twice (in the
+entry, its request, postData or response, or a header object) is unreadable with a reason that
+says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import re
+from collections.abc import Iterator, Mapping
+from io import BytesIO
+from typing import IO, Any
 
-import orjson
+import ijson  # type: ignore[import-untyped]
 
 from audit.errors import LoadError
 from audit.ingest.formats.base import Buffer, _Envelopes, _record
-from audit.ingest.secrets import load_json_noting_repeats, repeated_keys
 
-__all__ = ["NAME", "SPLITS_AT_LINES", "SUFFIXES", "parse"]
+__all__ = ["NAME", "SPLITS_AT_LINES", "SUFFIXES", "parse", "parse_har"]
 
 NAME = "har"
 SUFFIXES: tuple[str, ...] = ("har",)
 SPLITS_AT_LINES = False
 
+#: How deep a value inside an entry may nest (deeper: the file is refused, as JSON readers do).
+MAX_DEPTH = 512
+_READ_BYTES = 2**20
+
 
 def parse(
-    data: bytes,
+    data: bytes | IO[bytes],
     source: str,
     wanted: dict[str, str],
     first_line: int = 1,
     overlong: Mapping[int, int] | None = None,
 ) -> Buffer:
-    """Parse a HAR 1.2 file; raises :class:`~audit.errors.LoadError` when it is not HAR at all.
+    """Parse a HAR 1.2 file (its bytes, or a binary file object read as a stream); raises
+    :class:`~audit.errors.LoadError` when it is not HAR at all.
 
     ``first_line`` and ``overlong`` are accepted for the registry's common signature and
-    ignored (a HAR file is one document, read whole).
+    ignored (a HAR file is one document).
     """
     try:
         return parse_har(data, source, wanted)
@@ -41,35 +54,179 @@ def parse(
         raise LoadError(f"{source}: not a HAR 1.2 file ({e})") from None
 
 
-def parse_har(data: bytes, source: str, wanted: dict[str, str]) -> Buffer:
-    """Parse a HAR 1.2 file: each entry's request is one record, ``line`` is the entry index.
+def parse_har(data: bytes | IO[bytes], source: str, wanted: dict[str, str]) -> Buffer:
+    """Parse a HAR 1.2 document entry by entry: each entry's request is one record, ``line``
+    is the entry index.
 
-    Raises ValueError (with a short reason) when the file is not HAR at all.
+    Raises ValueError (with a short reason) when the file is not HAR at all, or names ``log``,
+    ``entries`` or another key of its top-level object or of ``log`` twice.
     """
-    try:
-        har = orjson.loads(data)
-        entries = har["log"]["entries"]
-    except orjson.JSONDecodeError:
-        raise ValueError("not valid JSON") from None
-    except (KeyError, TypeError):
-        raise ValueError("no log.entries") from None
-    if type(entries) is not list:
-        raise ValueError("log.entries is not a list")
-    # Read again keeping every pair, to tell an entry that names a key twice (orjson keeps the
-    # last): the same document, so the same entries in the same order.
-    try:
-        whole: Any = load_json_noting_repeats(data.decode("utf-8"))
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-    noted = whole["log"]["entries"]
+    stream = _SurrogateCheck(BytesIO(data) if isinstance(data, bytes) else data)
     buf = Buffer()
     envelope = _Envelopes()
-    for i, (entry, seen) in enumerate(zip(entries, noted, strict=True), 1):
-        rec = _repeated(seen) or _har_record(entry)
-        problem = rec if isinstance(rec, str) else _record(buf, source, i, rec, wanted, envelope)
-        if problem is not None:
-            buf.add_unreadable(source, i, problem)
+    try:
+        events = ijson.basic_parse(stream, buf_size=_READ_BYTES, use_float=True)
+        for i, entry in enumerate(_entries(events), 1):
+            rec = _repeated(entry) or _har_record(entry)
+            problem = (
+                rec if isinstance(rec, str) else _record(buf, source, i, rec, wanted, envelope)
+            )
+            if problem is not None:
+                buf.add_unreadable(source, i, problem)
+    except ijson.JSONError:
+        raise ValueError("not valid JSON") from None
+    except UnicodeDecodeError:  # not UTF-8, or an escaped lone low surrogate
+        raise ValueError("not valid JSON") from None
     return buf
+
+
+class _Noted(dict[str, Any]):
+    """A decoded JSON object (the last value of a key named twice, as JSON readers keep) that
+    remembers the keys it named more than once."""
+
+    repeated: list[str]
+
+
+def _entries(events: Iterator[tuple[str, Any]]) -> Iterator[object]:
+    """The items of ``log.entries``, one decoded value at a time."""
+    event, _ = _next(events)
+    if event != "start_map":
+        raise ValueError("no log.entries")
+    found = False
+    top: set[str] = set()
+    for event, key in events:
+        if event == "end_map":
+            break
+        _once(key, top, "the document")
+        if key != "log":
+            _skip(events)
+            continue
+        event, _ = _next(events)
+        if event != "start_map":
+            _skip_rest(event, events)
+            continue
+        log: set[str] = set()
+        for event, name in events:
+            if event == "end_map":
+                break
+            _once(name, log, "log")
+            if name != "entries":
+                _skip(events)
+                continue
+            event, _ = _next(events)
+            if event != "start_array":
+                _skip_rest(event, events)
+                raise ValueError("log.entries is not a list")
+            found = True
+            for event, value in events:
+                if event == "end_array":
+                    break
+                yield _value(event, value, events, 0)
+    for _ in events:  # what follows the document (ijson says whether it is JSON)
+        pass
+    if not found:
+        raise ValueError("no log.entries")
+
+
+def _once(key: str, seen: set[str], where: str) -> None:
+    if key in seen:
+        shown = repr(key) if len(key) <= 40 else repr(key[:37]) + "..."
+        raise ValueError(
+            f"{where} names the key {shown} twice (JSON readers keep one and drop the other)"
+        )
+    seen.add(key)
+
+
+def _next(events: Iterator[tuple[str, Any]]) -> tuple[str, Any]:
+    try:
+        return next(events)
+    except StopIteration:
+        raise ValueError("not valid JSON") from None
+
+
+def _skip(events: Iterator[tuple[str, Any]]) -> None:
+    """Consume one value."""
+    event, _ = _next(events)
+    _skip_rest(event, events)
+
+
+def _skip_rest(event: str, events: Iterator[tuple[str, Any]]) -> None:
+    """Consume the rest of a value that began with ``event``."""
+    if event not in ("start_map", "start_array"):
+        return
+    depth = 1
+    for ev, _ in events:
+        if ev in ("start_map", "start_array"):
+            depth += 1
+        elif ev in ("end_map", "end_array"):
+            depth -= 1
+            if depth == 0:
+                return
+
+
+def _value(event: str, value: Any, events: Iterator[tuple[str, Any]], depth: int) -> object:
+    """One decoded value that began with ``event`` (objects as :class:`_Noted`)."""
+    if event == "start_map":
+        if depth >= MAX_DEPTH:
+            raise ValueError("nested too deeply")
+        obj = _Noted()
+        obj.repeated = []
+        for ev, key in events:
+            if ev == "end_map":
+                return obj
+            if key in obj:
+                obj.repeated.append(key)
+            ev, val = _next(events)
+            obj[key] = _value(ev, val, events, depth + 1)
+        raise ValueError("not valid JSON")
+    if event == "start_array":
+        if depth >= MAX_DEPTH:
+            raise ValueError("nested too deeply")
+        items: list[object] = []
+        for ev, val in events:
+            if ev == "end_array":
+                return items
+            items.append(_value(ev, val, events, depth + 1))
+        raise ValueError("not valid JSON")
+    return value
+
+
+#: A ``\\u`` escape of a UTF-16 surrogate, with the run of backslashes before it (an escape
+#: only when the run is odd: ``\\\\ud800`` is a backslash, then text).
+_SURROGATE = re.compile(rb"(\\+)u[dD]([89abAB]|[c-fC-F])[0-9a-fA-F]{2}")
+_LOW = re.compile(rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+class _SurrogateCheck:
+    """A binary stream passed through to the JSON parser, checking that every escaped high
+    surrogate (``\\ud800``) is followed by an escaped low one: the C parser would read a lone
+    one as ``?`` (a changed body, not a refused file, which is what JSON requires)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.tail = b""  # the end of the previous block (an escape cut in two)
+
+    def read(self, n: int | None = -1) -> bytes:
+        block = self.raw.read(_READ_BYTES if n is None or n < 0 else n)
+        buf = self.tail + block
+        final = not block
+        if b"\\u" in buf:
+            self._check(buf, final)
+        keep = 0 if final else min(len(buf), 16)
+        while keep < len(buf) and buf[len(buf) - keep - 1 : len(buf) - keep] == b"\\":
+            keep += 1  # a whole run of backslashes, so that its parity is known
+        self.tail = buf[len(buf) - keep :] if keep else b""
+        return block
+
+    def _check(self, buf: bytes, final: bool) -> None:
+        for m in _SURROGATE.finditer(buf):
+            if len(m.group(1)) % 2 == 0 or m.group(2) not in b"89abAB":
+                continue  # not an escape, or a low one (the parser refuses a lone low one)
+            end = m.end()
+            if end + 6 > len(buf) and not final:
+                continue  # seen again with the next block (its tail is kept)
+            if not _LOW.match(buf, end):
+                raise ValueError("a string escapes half a UTF-16 surrogate pair")
 
 
 def _repeated(entry: object) -> str | None:
@@ -85,7 +242,7 @@ def _repeated(entry: object) -> str | None:
             places += [("request header", h) for h in headers]
     places.append(("response", entry.get("response")))
     for where, value in places:
-        twice = repeated_keys(value)
+        twice = value.repeated if isinstance(value, _Noted) else []
         if twice:
             key = twice[0]
             shown = repr(key) if len(key) <= 40 else repr(key[:37]) + "..."
@@ -99,14 +256,16 @@ def _har_record(entry: object) -> dict[str, Any] | str:
     A ``postData`` without ``text`` (e.g. ``params`` only) is unreadable: the signed bytes are
     not in the file. A response status of 0 means "no response" in HAR and is left empty.
     """
-    if type(entry) is not dict or type(entry.get("request")) is not dict:
+    if not isinstance(entry, dict) or not isinstance(entry.get("request"), dict):
         return "HAR entry has no request"
     req = entry["request"]
     headers = req.get("headers")
-    if type(headers) is not list or not all(type(h) is dict and "name" in h for h in headers):
+    if not isinstance(headers, list) or not all(
+        isinstance(h, dict) and "name" in h for h in headers
+    ):
         return "HAR request headers are not a list of {name, value}"
     post = req.get("postData") or {}
-    if type(post) is not dict:
+    if not isinstance(post, dict):
         return "HAR postData is not an object"
     if post and "text" not in post:
         what = "params only" if "params" in post else "no text"
@@ -121,7 +280,7 @@ def _har_record(entry: object) -> dict[str, Any] | str:
     }
     rec["body_b64" if post.get("encoding") == "base64" else "body"] = text
     resp = entry.get("response")
-    if type(resp) is dict and resp.get("status") not in (None, 0):
+    if isinstance(resp, dict) and resp.get("status") not in (None, 0):
         rec["response_status"] = resp["status"]
     t: Any = entry.get("time")
     if type(t) in (int, float) and t >= 0:
