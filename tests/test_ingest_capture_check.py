@@ -128,3 +128,56 @@ def test_an_empty_log_with_a_real_one_is_read_with_a_note(inputs, tmp_path, caps
     err = capsys.readouterr().err
     assert f"audit: note: {inputs['empty']}: empty, no capture record" in err
     assert len(out.read_text().splitlines()) == 3
+
+
+@pytest.mark.parametrize("command", ["verify", "ingest", "report"])
+def test_a_daily_file_of_one_torn_line_is_an_unreadable_line_not_a_refused_folder(
+    inputs, tmp_path, capsys, command
+):
+    # Before: "holds no capture record", exit 3, and the whole folder was refused.
+    folder = tmp_path / "captures"
+    folder.mkdir()
+    good = sign(SECRET, "1790812800", BODY.encode())
+    write_jsonl(folder / "receiver-2026-10-01.jsonl", [capture(BODY, signature=good)])
+    torn = folder / "receiver-2026-10-02.jsonl"
+    torn.write_bytes(json.dumps(capture(BODY, signature=good)).encode()[:40])  # a crash mid-write
+    assert torn.read_bytes().startswith(b'{"received_at": "2026-10-01T00:00:0')
+    out = tmp_path / "out"
+    out.mkdir()
+    code = main(_argv(command, folder, inputs["secrets"], out))
+    captured = capsys.readouterr()
+    assert code in (0, 1), captured.err  # report: 1 when a control fails on so little data
+    assert "holds no capture record" not in captured.err
+    note = f"audit: note: {torn}: no readable capture record: 1 torn line(s)"
+    assert note in captured.err
+    if command == "verify":
+        assert captured.out.split()[3:6] == ["unreadable", "1", "50.00%"]
+    if command == "ingest":
+        assert "records: 2 stored (1 unreadable)" in captured.out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"wh_1": [{"secret": "whsec_cut',  # a secrets file cut short
+        '{"data": [{"id": "wh_1"',  # a listing cut short
+        '{"received_at": "2026-10-01T00:00:00Z"}',  # whole, not torn: no headers, no body
+        '{"received_at": "2026-10-01T00:00:00Z"} trailing',  # not cut: something else
+        "received_at,subscription_id\n2026-10-01T00:00:00Z,wh_1\n",  # a CSV
+        '{"receivedAt": "2026',  # not a capture record's field
+    ],
+)
+def test_a_torn_line_that_is_no_capture_record_is_still_refused(tmp_path, text):
+    path = tmp_path / "x.jsonl"
+    path.write_text(text)
+    with pytest.raises(InputError, match="holds no capture record"):
+        check_captures([path])
+
+
+def test_a_file_of_torn_records_only_is_a_note(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"rec\n{"headers": {"X-A": "1"}, "body": "{\\"id\n')
+    assert check_captures([path]) == [
+        f"{path}: no readable capture record: 2 torn line(s), capture records cut short, "
+        "read as unreadable lines"
+    ]

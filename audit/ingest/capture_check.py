@@ -10,6 +10,14 @@ line (:class:`~audit.errors.InputError`, exit 3), naming it and the first line's
 An **empty** file (no byte, or blank lines only) is not refused: a receiver that captured
 nothing on a quiet day writes one. It is returned as a note, which the command prints.
 
+A **torn** log is not refused either: a JSON Lines file none of whose lines reads, but each of
+whose lines begins as a capture record does and is cut short (a receiver stopped mid-write on a
+quiet day: ``{"received_at": "2026-10-0``). Such a line begins ``{"`` with a field of a capture
+record (``received_at``, ``headers``, ``body``...: :data:`RECORD_FIELDS`), or a beginning of one
+when the line ends inside the name, and its JSON ends before the object does. A CSV, a secrets
+file (``{"wh_1": ...``), a listing (``{"data": ...``) or a whole JSON object of other fields
+never looks so. Its lines are read as unreadable lines, counted, and a note says so.
+
 A real log with some unreadable lines passes (its first readable record is enough) and is read
 as before, its unreadable lines counted. Reading stops at the first readable record, so a good
 log costs one chunk of its start; only a file without one is read to its end.
@@ -18,9 +26,12 @@ log costs one chunk of its start; only a file without one is read to its end.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
+
+import orjson
 
 from audit.errors import InputError, LoadError
 from audit.ingest.compressed import inflate
@@ -31,10 +42,48 @@ from audit.ingest.load import expand_paths
 from audit.paths import source_name
 from audit.spec import DEFAULT_HEADER_PREFIX, header_names
 
-__all__ = ["CHECK_CHUNK_BYTES", "check_captures", "first_record"]
+__all__ = ["CHECK_CHUNK_BYTES", "RECORD_FIELDS", "check_captures", "first_record", "torn_record"]
 
 #: Bytes of whole lines parsed at a time while looking for a record.
 CHECK_CHUNK_BYTES = 64 * 1024
+#: The fields of a capture record (JSON Lines), any of which may come first in a line.
+RECORD_FIELDS = (
+    "received_at",
+    "subscription_id",
+    "url",
+    "headers",
+    "body",
+    "body_b64",
+    "response_status",
+    "response_ms",
+)
+_FIRST_KEY = re.compile(rb'\s*\{\s*"([A-Za-z0-9_]*)("?)')
+
+
+def torn_record(line: bytes) -> bool:
+    """Whether ``line`` is a capture record cut short: it begins ``{"`` with a capture
+    record's field (or the start of one, when the line ends inside the name) and its JSON
+    ends before the object does.
+
+    >>> torn_record(b'{"received_at": "2026-10-0'), torn_record(b'{"rec')
+    (True, True)
+    >>> torn_record(b'{"wh_1": [{"secret": "x'), torn_record(b'{"received_at": 1}x')
+    (False, False)
+    """
+    text = line.strip()
+    m = _FIRST_KEY.match(text)
+    if m is None:
+        return False
+    key, closed = m.group(1).decode("ascii"), m.group(2)
+    if closed and key not in RECORD_FIELDS:
+        return False
+    if not closed and (m.end() != len(text) or not any(f.startswith(key) for f in RECORD_FIELDS)):
+        return False
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        return e.pos >= len(text)  # the parser wanted more: the line was cut
+    return False
 
 
 class _Seen:
@@ -43,14 +92,21 @@ class _Seen:
     def __init__(self) -> None:
         self.readable = 0
         self.unreadable = 0
+        #: Of the unreadable lines, those that are capture records cut short.
+        self.torn = 0
         self.first_reason: tuple[int, str] | None = None
 
-    def add(self, buf: Buffer) -> None:
+    def add(self, buf: Buffer, lines: list[bytes] | None = None, first_line: int = 1) -> None:
+        """Count ``buf``'s rows (``lines``: the raw lines they were parsed from, from
+        ``first_line``, to tell torn records)."""
         for row in buf.rows:
             if row.verdict == "unreadable":
                 self.unreadable += 1
                 if self.first_reason is None:
                     self.first_reason = (row.line, str(row.detail))
+                at = row.line - first_line
+                if lines is not None and 0 <= at < len(lines) and torn_record(lines[at]):
+                    self.torn += 1
             else:
                 self.readable += 1
 
@@ -76,7 +132,8 @@ def first_record(path: Path, *, header_prefix: str = DEFAULT_HEADER_PREFIX) -> _
         return seen
     for chunk in read_lines(path, chunk_bytes=CHECK_CHUNK_BYTES):
         more = {"overlong": chunk.overlong} if chunk.overlong else {}
-        seen.add(fmt.parse(chunk.data, source, wanted, chunk.first_line, **more))
+        buf = fmt.parse(chunk.data, source, wanted, chunk.first_line, **more)
+        seen.add(buf, chunk.data.split(b"\n"), chunk.first_line)
         if seen.readable:
             break
     return seen
@@ -97,7 +154,8 @@ def check_captures(
     Returns
     -------
     list of str
-        One note per empty file ("PATH: empty, no capture record"), for the command to print.
+        One note per empty file ("PATH: empty, no capture record") and per torn one ("PATH:
+        no readable capture record: N torn line(s) ..."), for the command to print.
 
     Raises
     ------
@@ -131,6 +189,12 @@ def check_captures(
             continue
         if not seen.unreadable:
             notes.append(f"{source_name(path)}: empty, no capture record (a quiet day?)")
+            continue
+        if seen.torn == seen.unreadable:  # a capture log whose only lines were torn
+            notes.append(
+                f"{source_name(path)}: no readable capture record: {seen.torn} torn line(s), "
+                "capture records cut short, read as unreadable lines"
+            )
             continue
         assert seen.first_reason is not None  # an unreadable row gives its line and reason
         line, reason = seen.first_reason
