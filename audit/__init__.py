@@ -22,6 +22,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+import sys as _sys
 import typing
 
 from audit.lazy import lazy_names as _lazy_names
@@ -80,6 +81,11 @@ _WHERE = {
 
 
 __getattr__, __dir__ = _lazy_names(globals(), _WHERE)
+
+if "IPython" in _sys.modules:  # maybe in a notebook: an AuditError a cell raises is one line
+    from audit.notebook import one_line_errors as _one_line_errors
+
+    _one_line_errors()
 
 
 __all__ = [

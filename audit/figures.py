@@ -129,5 +129,6 @@ def latency(deliveries: pd.DataFrame, events: pd.DataFrame) -> Figure:
 
 def km_curves(km: pd.DataFrame, *, unit: str = "h") -> Figure:
     """Kaplan-Meier curves of the share not yet taken down, one per group, with bands
-    (``km`` from :meth:`audit.workbench.Workbench.km`)."""
+    (``km`` from :meth:`audit.workbench.Workbench.km`, ``time_h`` in hours, or a table with
+    ``time`` in seconds such as :func:`audit.kaplan_meier`'s); the x axis in ``unit``."""
     return plot_takedown_curves(km, unit=unit)

@@ -8,6 +8,10 @@ as each piece of a file is finished. A plain :class:`Progress` only counts; a
 a few times a second and ended with a newline. :func:`on_terminal` gives one only when the
 stream is a terminal and the user did not ask for ``--quiet``: piped or redirected, a command's
 stderr holds exactly what it held without progress.
+
+In Python (:func:`audit.open`), a load draws a ``tqdm`` bar instead: :func:`bar_class` picks
+the widget bar in a Jupyter kernel that has ``ipywidgets``, else the text bar, without the
+``TqdmWarning: IProgress not found`` that ``tqdm.auto`` prints where ``ipywidgets`` is missing.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
-__all__ = ["Progress", "TerminalProgress", "counting", "on_terminal"]
+__all__ = ["Progress", "TerminalProgress", "bar_class", "counting", "on_terminal"]
 
 #: The shortest time between two drawings of the line (at most four a second).
 EVERY_S = 0.25
@@ -175,3 +179,35 @@ def _is_terminal(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):  # no such method, or closed
         return False
+
+
+def bar_class() -> Any:
+    """The ``tqdm`` class for a progress bar in Python: ``tqdm.notebook.tqdm`` (a widget) in a
+    Jupyter kernel where ``ipywidgets`` can be imported, else ``tqdm.std.tqdm`` (text on
+    stderr: a terminal, or a kernel without widgets such as one papermill or nbclient runs);
+    None without tqdm. Never warns: ``tqdm.auto`` warns ``IProgress not found`` where
+    ``ipywidgets`` is missing, in red at the top of a notebook.
+    """
+    try:
+        from tqdm.std import tqdm  # type: ignore[import-untyped]  # optional; no stubs
+    except ImportError:
+        return None
+    if not _in_kernel():
+        return tqdm
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            from tqdm.notebook import IProgress  # type: ignore[import-untyped]  # no stubs
+            from tqdm.notebook import tqdm as widget  # optional, as above
+        except ImportError:
+            return tqdm
+    return tqdm if IProgress is None else widget
+
+
+def _in_kernel() -> bool:
+    """Whether this is a Jupyter kernel (where a widget could be shown); IPython is never
+    imported here."""
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    shell = get() if callable(get) else None
+    return "ipykernel.zmqshell" in sys.modules and type(shell).__name__ == "ZMQInteractiveShell"

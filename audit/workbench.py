@@ -40,6 +40,7 @@ from typing import Any, ClassVar, cast
 import pandas as pd
 
 from audit.analysis.analyze import read_store
+from audit.analysis.coverage import coverage_alerts
 from audit.analysis.subscriptions import load_snapshots
 from audit.analysis.survival_by import kaplan_meier_by
 from audit.errors import ParameterError
@@ -160,7 +161,9 @@ class Workbench:
         as_of: pd.Timestamp,
         source: _Source,
         notes: tuple[str, ...] = (),
+        alerts: tuple[str, ...] = (),
     ) -> None:
+        self._alerts = alerts  # the evidence's own coverage (audit.analysis.coverage)
         self._t = tables
         self._period = period
         self._as_of = as_of
@@ -335,6 +338,7 @@ class Workbench:
             ("as of", f"{self._as_of:%Y-%m-%d %H:%M:%S} UTC"),
             ("by verdict", by or "none"),
             ("inputs", f"{inputs}; {int(logs['records'].sum()) if len(logs) else 0:,} records"),
+            *(("warning", a) for a in self._alerts),
         ]
 
     def __repr__(self) -> str:
@@ -624,7 +628,11 @@ def open(  # audit.open, as the issue names it
         steps.step("done")
     notes = tuple(dict.fromkeys([*inputs.notes, *computed.notes, *_lines(caught)]))
     source = _Source(folder, files, header_prefix)
-    return Workbench(tables, period=chosen, as_of=params.as_of, source=source, notes=notes)
+    cov = computed.coverage
+    alerts = coverage_alerts(cov.get("capture"), cov.get("verification", {}).get("sentence", ""))
+    return Workbench(
+        tables, period=chosen, as_of=params.as_of, source=source, notes=notes, alerts=(*alerts,)
+    )
 
 
 #: A stand-in period for checking ``as_of`` before the period is known.

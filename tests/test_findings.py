@@ -240,7 +240,7 @@ def test_every_catalogue_id_has_a_function_and_every_function_an_entry():
 
 
 def test_controls_are_found_by_name_in_their_family_module():
-    assert FAMILIES == ("dlv", "sig", "sub", "tkd")
+    assert FAMILIES == ("cap", "dlv", "sig", "sub", "tkd")
     assert CONTROLS["SIG-03"] is sig_03
     assert control_id("tkd_04") == "TKD-04"
     assert control_id("delivery_examples") is None and control_id("sig_") is None
@@ -649,15 +649,28 @@ def test_sub_05_judges_the_latest_snapshot_only(tmp_path):
     assert one(f, "SUB-05", "wh_2")["status"] == "fail"
 
 
-def test_sub_controls_use_the_latest_snapshot_before_the_period_when_none_is_in_it(tmp_path):
+def test_sub_controls_use_the_newest_snapshot_before_the_period_within_7_days_of_its_end(
+    tmp_path,
+):
+    """None fetched in the period: the newest before it is judged when fetched at most 7 days
+    before the period's end (4 days before a 3-day period's end), else nothing is (11 days
+    before a 10-day period's end): a listing of another time is no evidence."""
     snaps = snapshots(
         tmp_path,
         (-5 * DAY, [sub(url="http://old.example/")]),
         (-DAY, [sub()]),
         (20 * DAY, [sub(url="http://after.example/")]),
     )
-    f = one(run(analysis(snapshots=snaps), only="SUB-02"), "SUB-02", "wh_1")
-    assert f["status"] == "pass"
+    a = analysis(snapshots=snaps)
+    short = run_controls(a, period_start=T0, period_end=T0 + pd.Timedelta(days=3), only=["SUB-02"])
+    assert one(short, "SUB-02", "wh_1")["status"] == "pass"
+    f = one(run(a, only="SUB-02"), "SUB-02")
+    assert f["status"] == "skip" and f["resource"] == "all subscriptions"
+    assert f["reason"] == (
+        "No listing snapshot covers the period: the newest, fetched 2026-09-30 00:00 UTC, is "
+        "11 d 0 h older than the period's end (a snapshot counts when fetched in the period, "
+        "or before it at most 7 days before its end)."
+    )
 
 
 def test_sub_controls_skip_without_snapshots():
@@ -752,10 +765,11 @@ def test_tkd_03_counts_an_open_incident_created_before_the_period():
 
 
 def test_tkd_04_pass_and_fail():
-    # Open, last event 8 days (fail) / 2 days (pass) before as_of; a closed one never counts.
+    # Open, last event 8 days (fail) / 2 days (pass) before as_of; a closed one never counts,
+    # so with no open incident there is nothing to judge (no evidence, no pass).
     assert status(analysis(incident("s", 240 - 8 * 24)), "TKD-04") == "fail"
     assert status(analysis(incident("s", 240 - 2 * 24)), "TKD-04") == "pass"
-    assert status(analysis(incident("c", 0, status="closed")), "TKD-04") == "pass"
+    assert status(analysis(incident("c", 0, status="closed")), "TKD-04") == "skip"
 
 
 # --------------------------------------------------------------------------------------------
@@ -1121,8 +1135,11 @@ def test_a_capped_list_of_events_and_incidents_carries_its_true_total():
 
 
 def test_a_capped_list_of_deliveries_carries_its_true_total():
-    # 30 forged requests accepted with 204: 30 rows behind the 20 examples.
+    # 30 forged requests accepted with 204: 30 rows behind the 20 examples. Beside 31 genuine
+    # deliveries: forgeries that outnumbered them would point at the secrets file instead
+    # (verification coverage: SIG-01 would skip).
     rows = [row(10 * n, event_id=f"x{n}", verdict="signature_mismatch") for n in range(30)]
+    rows += [row(10 * n + 5, event_id=f"v{n}") for n in range(31)]
     ev = one(run(analysis(rows), only="SIG-01"), "SIG-01")["evidence"]
     assert (ev["accepted_2xx"], len(ev["examples"]), ev["examples_total"]) == (30, 20, 30)
     assert ev["example_records_total"] == 30 and len(ev["example_records"]) == 20

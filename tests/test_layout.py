@@ -55,6 +55,7 @@ STAGES = {
     "audit.report.explore": 5,
     "audit.workbench": 5,
     "audit.figures": 5,
+    "audit.notebook": 5,  # in IPython: an AuditError a cell raises is one line
     # on top
     "audit.cli": 6,
     "audit.console": 6,  # the script: loads audit.cli, a ^C meanwhile is one line

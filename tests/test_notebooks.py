@@ -311,3 +311,129 @@ def test_without_parameters_a_notebook_opens_the_built_in_demo_month(tmp_path, m
     assert "period: 2026-10-01..2026-10-31" in text  # the demo's month, read from its data
     for e in truth["receiver_outage"]["exhausted"]:
         assert e["event_id"] in text
+
+
+# ----- in a kernel: an audit error is one line, no TqdmWarning (issue 42, point 8) ----------
+
+
+def _notebook(path: Path, *cells: str) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    nbformat.write(nb, path)
+    return path
+
+
+def _kernel_outputs(tmp_path: Path, *cells: str) -> list[list[dict]]:
+    """Run ``cells`` in a real kernel (nbclient, every cell run even after an error): each
+    cell's outputs."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(_notebook(tmp_path / "cells.ipynb", *cells), as_version=4)
+    NotebookClient(nb, kernel_name="python3", allow_errors=True, timeout=300).execute()
+    return [[dict(o) for o in c.outputs] for c in nb.cells]
+
+
+def _errors(outputs: list[dict]) -> list[dict]:
+    return [o for o in outputs if o["output_type"] == "error"]
+
+
+@pytest.mark.slow
+def test_an_audit_error_in_a_cell_is_one_line_and_papermill_still_fails(tmp_path, monkeypatch):
+    import papermill as pm
+    from papermill.exceptions import PapermillExecutionError
+
+    import audit
+    from audit.errors import InputError
+
+    monkeypatch.setenv("AUDIT_PROGRESS", "off")
+    monkeypatch.delenv("AUDIT_TRACEBACK", raising=False)
+    nowhere = tmp_path / "nowhere"
+    with pytest.raises(InputError) as raised:  # the message, as this process sees it
+        audit.open(store=str(nowhere), progress=False)
+    path = _notebook(
+        tmp_path / "in.ipynb", "import audit", f"a = audit.open(store={str(nowhere)!r})"
+    )
+    with pytest.raises(PapermillExecutionError) as failed:
+        pm.execute_notebook(
+            str(path), str(tmp_path / "out.ipynb"), kernel_name="python3", progress_bar=False
+        )
+    assert failed.value.ename == "InputError" and failed.value.evalue == str(raised.value)
+    cell = nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[-1]
+    (error,) = _errors(cell.outputs)
+    assert error["traceback"] == [f"InputError: {raised.value}  [%tb: the traceback]"]
+    assert [o for o in cell.outputs if o["output_type"] != "error"] == []
+
+
+@pytest.mark.slow
+def test_tb_shows_the_traceback_other_errors_keep_theirs_and_it_can_be_turned_off(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("AUDIT_PROGRESS", "off")
+    monkeypatch.delenv("AUDIT_TRACEBACK", raising=False)
+    call = f"audit.open(store={str(tmp_path / 'nowhere')!r})"
+    cells = _kernel_outputs(
+        tmp_path,
+        "import audit",
+        call,
+        "%tb",
+        "1 / 0",
+        "import audit.notebook\naudit.notebook.one_line_errors(False)",
+        call,
+        "audit.notebook.one_line_errors()\naudit.notebook.one_line_errors()",
+        call,
+    )
+    one_line, tb, zero, off, full, on, again = (_errors(c) for c in cells[1:])
+    assert len(one_line) == 1 and len(one_line[0]["traceback"]) == 1
+    # %tb: IPython's traceback of that error, through the library's frames
+    text = "\n".join(tb[0]["traceback"])
+    assert tb[0]["ename"] == "InputError" and "workbench.py" in text and "scan.py" in text
+    assert len(zero[0]["traceback"]) > 1  # not audit's: IPython's traceback
+    assert off == [] and on == []  # switching is quiet and idempotent
+    assert full[0]["ename"] == "InputError" and len(full[0]["traceback"]) > 5
+    assert again[0]["traceback"] == one_line[0]["traceback"]
+
+
+@pytest.mark.slow
+def test_audit_traceback_full_in_the_environment_keeps_ipython_s_traceback(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUDIT_PROGRESS", "off")
+    monkeypatch.setenv("AUDIT_TRACEBACK", "full")  # the kernel inherits it
+    cells = _kernel_outputs(
+        tmp_path, "import audit", f"audit.open(store={str(tmp_path / 'nowhere')!r})"
+    )
+    (error,) = _errors(cells[1])
+    assert error["ename"] == "InputError" and len(error["traceback"]) > 5
+
+
+@pytest.mark.slow
+def test_a_progress_bar_without_ipywidgets_is_text_and_never_a_tqdm_warning(
+    week, tmp_path, monkeypatch
+):
+    monkeypatch.delenv("AUDIT_PROGRESS", raising=False)
+    sim = week["sim"]
+    cells = _kernel_outputs(
+        tmp_path,
+        # as `make test`'s environment: no ipywidgets (blocked, should it be installed)
+        "import sys\nsys.modules['ipywidgets'] = None",
+        "import audit, audit.workbench\naudit.workbench.PROGRESS_DELAY_S = 0.0  # drawn at once",
+        f"a = audit.open(logs={str(sim / 'captures')!r}, secrets={str(sim / 'secrets.json')!r},"
+        " progress=True)",
+    )
+    outputs = [o for c in cells for o in c]
+    assert _errors(outputs) == []
+    stderr = "".join("".join(o.get("text", "")) for o in outputs if o.get("name") == "stderr")
+    assert "TqdmWarning" not in stderr and "IProgress" not in stderr
+    assert "audit.open: " in stderr  # the text bar was drawn
+
+
+def test_make_lab_installs_ipywidgets_for_the_progress_widget():
+    """`make lab` installs the `lab` extra: with ipywidgets, a load's bar is a widget."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lab = extras["optional-dependencies"]["lab"]
+    assert any(r.split(">")[0].split("=")[0].strip() == "ipywidgets" for r in lab)

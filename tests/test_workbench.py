@@ -13,12 +13,15 @@ import pandas as pd
 import pytest
 
 import audit
+import audit.figures
 import audit.workbench as wb
 from audit.demo.simulate import simulate
 from audit.errors import ParameterError
+from audit.findings.runner import STATUSES
 from audit.ingest.store import ingest
 from audit.report.explore import demo_inputs
 from tests.builders import write_jsonl, write_secrets
+from tests.test_notebooks import _median_to_takedown_h
 from tests.test_report_months import SECRET, TS, _signed
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -244,6 +247,77 @@ def test_km_by_a_column(opened):
     assert set(a.km()["group"]) == {"all"}
     with pytest.raises(ParameterError, match="no such column"):
         a.km(by="nope")
+
+
+def test_km_gives_hours_named_in_the_column_as_the_figures_draw_them(week, opened):
+    sim, _, _, truth = week
+    a, _ = opened
+    km = a.km()
+    assert "time_h" in km.columns and "time" not in km.columns
+    # The median read off the curve, against the one computed by hand from the capture files.
+    median_h = km.loc[km["survival"] <= 0.5, "time_h"].iloc[0]
+    assert median_h == pytest.approx(_median_to_takedown_h(sim.captures[0].parent.parent, truth))
+    line = audit.figures.km_curves(km).axes[0].get_lines()[0]  # x axis: hours
+    assert max(line.get_xdata()) == pytest.approx(km["time_h"].max())
+    assert set(a.km(by="incident_class").columns) == set(km.columns)
+
+
+#: The orders, as docs/tables.md (verdicts, in the order the checks run) and docs/controls.md
+#: (severities) give them.
+VERDICTS_IN_CHECK_ORDER = [
+    "unreadable",
+    "missing_signature",
+    "malformed_signature",
+    "malformed_timestamp",
+    "stale_timestamp",
+    "no_secret",
+    "valid",
+    "rotated_secret",
+    "signature_mismatch",
+]
+SEVERITY_LOW_TO_HIGH = ["info", "low", "medium", "high", "critical"]
+
+
+def test_severity_sorts_and_compares_by_rank_not_by_the_alphabet(opened):
+    a, _ = opened
+    f = a.findings
+    assert f["severity"].cat.ordered and list(f["severity"].cat.categories) == SEVERITY_LOW_TO_HIGH
+    got = [str(s) for s in f.sort_values("severity", ascending=False)["severity"]]
+    assert got == sorted(got, key=SEVERITY_LOW_TO_HIGH.index, reverse=True)
+    assert len(set(got)) >= 3  # info, medium, high, critical: the alphabet would mix them
+    high_up = f[f["severity"] >= "high"]
+    assert len(high_up) == sum(s in ("high", "critical") for s in got) > 0
+    assert f["status"].cat.ordered and list(f["status"].cat.categories) == list(STATUSES)
+    assert {"pass", "fail"} <= set(f["status"].astype(str))
+
+
+def test_verdicts_are_ordered_in_check_order_everywhere_they_are_shown(opened):
+    a, _ = opened
+    d = a.deliveries
+    assert d["verdict"].cat.ordered
+    assert list(d["verdict"].cat.categories) == VERDICTS_IN_CHECK_ORDER
+    seen = list(dict.fromkeys(str(v) for v in d.sort_values("verdict")["verdict"]))
+    assert seen == [v for v in VERDICTS_IN_CHECK_ORDER if v in seen] and len(seen) >= 3
+    counts = a.verdict_counts()  # the verdicts that occurred, none counted zero
+    assert list(counts["verdict"].astype(str)) == seen and (counts["count"] > 0).all()
+    assert counts["verdict"].dtype == d["verdict"].dtype == a.attempts["verdict"].dtype
+    t = a.event(str(d.loc[d["verdict"] == "signature_mismatch", "event_id"].dropna().iloc[0]))
+    assert t["verdict"].dtype == t.evidence["verdict"].dtype == d["verdict"].dtype
+    incident = a.incident(str(a.incidents["incident_id"].iloc[0]))  # status rows: no verdict
+    assert incident["verdict"].dtype == d["verdict"].dtype
+    assert incident.loc[incident["kind"] == "status", "verdict"].isna().all()
+
+
+def test_the_figures_draw_categorical_verdicts_as_they_drew_strings(opened):
+    a, _ = opened
+    as_text = a.deliveries.astype({"verdict": "str"})
+    for draw in (audit.figures.verdicts, audit.figures.verdicts_over_time):
+        got, text = draw(a.deliveries).axes[0], draw(as_text).axes[0]
+        assert len(got.patches) == len(text.patches)
+        assert [t.get_text() for t in got.get_yticklabels()] == [
+            t.get_text() for t in text.get_yticklabels()
+        ]
+        assert [t.get_text() for t in got.texts] == [t.get_text() for t in text.texts]
 
 
 def test_the_tables_are_read_only(opened):

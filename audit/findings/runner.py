@@ -128,6 +128,7 @@ def run_controls(
     secrets_age: Mapping[str, int | None] | None = None,
     mutes: pd.DataFrame | None = None,
     only: Iterable[str] | None = None,
+    secrets_file: str | None = None,
 ) -> pd.DataFrame:
     """Run the catalogue's controls over an analysis and return the findings (pure).
 
@@ -150,6 +151,10 @@ def run_controls(
         A frame from :func:`read_mutes`; expiry is compared with ``analysis.as_of``.
     only
         Run only these control ids.
+    secrets_file
+        The secrets file's name as given (never its contents): the reason of SIG-01 and
+        SIG-02 names it when most requests of a subscription fail verification with one
+        reason (:func:`audit.analysis.coverage.verification_coverage`).
 
     Returns
     -------
@@ -180,15 +185,15 @@ def run_controls(
     >>> findings = run_controls(analysis, period_start=pd.Timestamp("2026-10-01", tz="UTC"),
     ...                         period_end=pd.Timestamp("2026-10-08", tz="UTC"))
     >>> findings["status"].value_counts().to_dict()
-    {'fail': 9, 'skip': 7, 'pass': 4, 'info': 1}
+    {'fail': 10, 'skip': 7, 'pass': 4, 'info': 1}
     >>> findings.loc[findings["status"] == "fail", "check_id"].tolist()[:3]
-    ['DLV-03', 'SIG-01', 'DLV-01']
+    ['DLV-03', 'SIG-01', 'CAP-01']
     """
     start, end = _period(period_start, period_end)
     catalogue = load_catalogue()
     values = resolve_params(catalogue, params)
     chosen = _select(catalogue, only)
-    scope = Scope(analysis, start, end, values, secrets_age)
+    scope = Scope(analysis, start, end, values, secrets_age, secrets_file)
     rows = []
     for cid in chosen:
         control = catalogue[cid]

@@ -169,6 +169,8 @@ def plot_verdict_counts(
     require_columns(deliveries, ("verdict",), "deliveries", "audit_signatures()")
     fig, (ax,) = new_figure((8.0, 3.5))
     counts = verdict_counts(deliveries) if len(deliveries) else pd.DataFrame()
+    if not counts.empty:  # a categorical verdict (audit.open) counts its absent categories
+        counts = counts[counts["count"] > 0].reset_index(drop=True)
     if counts.empty:
         no_data(ax, title or "Signature verdicts")
         return fig

@@ -20,7 +20,8 @@ def plot_takedown_curves(
     Parameters
     ----------
     km : pandas.DataFrame
-        From :func:`audit.analysis.survival_by.kaplan_meier_by` (times in seconds).
+        From :func:`audit.analysis.survival_by.kaplan_meier_by` (``time`` in seconds), or from
+        :meth:`audit.workbench.Workbench.km` (``time_h`` in hours).
     unit : {"s", "min", "h", "d"}, default "h"
         Unit of the x axis.
     title : str, optional
@@ -43,7 +44,7 @@ def plot_takedown_curves(
     >>> legend.get_title().get_text(), [text.get_text() for text in legend.get_texts()]
     ('shaded: 95% pointwise CI; | censored', ['a (n=2)'])
     """
-    steps = km_steps(km, unit=unit)
+    steps = km_steps(_in_seconds(km), unit=unit)
     fig, (ax,) = new_figure()
     title = title or "Time to takedown"
     if steps.empty:
@@ -73,3 +74,11 @@ def plot_takedown_curves(
     ax.legend(handles, labels, title=note, loc="upper right", fontsize="small")
     ax.grid(alpha=0.3)
     return fig
+
+
+def _in_seconds(km: pd.DataFrame) -> pd.DataFrame:
+    """``km`` with ``time`` in seconds: as given, or from ``time_h`` (hours, ``audit.open``'s
+    ``km()``)."""
+    if "time" in km.columns or "time_h" not in km.columns:
+        return km
+    return km.assign(time=km["time_h"] * 3600.0)

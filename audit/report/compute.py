@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from audit.analysis.analyze import Analysis, run_analyses
+from audit.analysis.coverage import capture_coverage, secrets_sentence, verification_coverage
 from audit.findings import run_controls
 from audit.memory import release_free_memory
 from audit.redaction import cut_secrets, scrub
@@ -21,7 +22,7 @@ from audit.report.inputs import Inputs
 from audit.report.params import Period, ReportParams
 from audit.report.tables import in_period, report_tables
 
-__all__ = ["Computed", "compute", "coverage"]
+__all__ = ["Computed", "compute", "coverage", "evidence_coverage"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ def compute(inputs: Inputs, params: ReportParams, period: Period) -> Computed:
             params=dict(params.thresholds),
             secrets_age=inputs.secrets_age,
             mutes=inputs.mutes,
+            secrets_file=inputs.secrets_file,
         )
         release_free_memory()  # the controls' cuts of the deliveries
     # known secrets cut: a note may quote a value of the captured data (a group's name)
@@ -83,7 +85,8 @@ def compute(inputs: Inputs, params: ReportParams, period: Period) -> Computed:
         findings,
         tables,
         notes,
-        coverage=coverage(analysis.deliveries, tables.get("verdict_counts"), period),
+        coverage=coverage(analysis.deliveries, tables.get("verdict_counts"), period)
+        | evidence_coverage(analysis, period, params.as_of, inputs.secrets_file),
         snapshots={"newest_taken_at": _iso(newest)},
     )
 
@@ -114,6 +117,36 @@ def coverage(
         "valid": int(counts.get("valid", 0)),
         "first_received": _iso(inside.min()) if len(inside) else None,
         "last_received": _iso(inside.max()) if len(inside) else None,
+    }
+
+
+def evidence_coverage(
+    analysis: Analysis, period: Period, as_of: pd.Timestamp, secrets_file: str | None
+) -> dict[str, Any]:
+    """The manifest's coverage of the evidence itself: ``capture`` (which days and hours held
+    captures, the gaps: :func:`audit.analysis.coverage.capture_coverage`) and ``verification``
+    (``secrets_file`` as given, the number of ``subscriptions``, the ``suspects`` -- those
+    whose requests mostly failed verification with one reason -- and the ``sentence`` that
+    names them and the file: :func:`audit.analysis.coverage.verification_coverage`). The
+    controls use the same functions (CAP-01, SIG-01, SIG-02)."""
+    d = analysis.deliveries
+    by_sub = verification_coverage(d, start=period.start, end=period.end)
+    # Subscription ids are captured data: known secrets cut, as from every table
+    suspects = [
+        v | {"subscription_id": None if (sid := v["subscription_id"]) is None else scrub(sid)}
+        for v in by_sub
+        if v["suspect"]
+    ]
+    return {
+        "capture": capture_coverage(
+            d["received_at"], start=period.start, end=period.end, as_of=as_of
+        ),
+        "verification": {
+            "secrets_file": secrets_file,
+            "subscriptions": len(by_sub),
+            "suspects": suspects,
+            "sentence": scrub(secrets_sentence(by_sub, secrets_file)),
+        },
     }
 
 

@@ -71,6 +71,9 @@ class Inputs:
     notes
         What loading did to the store that the user is told (always, not as progress): files
         ingested, records verified again because the secrets changed.
+    secrets_file
+        The secrets file's path as the caller gave it (never its contents), for the report's
+        words on verification coverage; None when no secrets file was read.
     """
 
     deliveries: pd.DataFrame | None
@@ -82,6 +85,7 @@ class Inputs:
     first_receipts: FirstReceipts | None = None
     takedown: Pending[Takedown] | None = None
     notes: tuple[str, ...] = ()
+    secrets_file: str | None = None
 
     def hand_over_deliveries(self) -> pd.DataFrame:
         """The deliveries, which this object then no longer holds (``deliveries`` is None).
@@ -202,6 +206,7 @@ def load_inputs(
         first,
         ahead,
         notes=notes,
+        secrets_file=os.fspath(secrets_path),
     )
 
 

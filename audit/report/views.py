@@ -191,11 +191,13 @@ def header(run: RunData) -> HTML:
         deliv += f"; first {when(cov.get('first_received'))}, last {when(cov.get('last_received'))}"
     snap = _newest_snapshot(run)
     skipped = [s for s in m.get("skipped_inputs") or [] if isinstance(s, Mapping)]
+    capture = cov.get("capture") if isinstance(cov.get("capture"), Mapping) else None
     facts = [
         ("Period", period_line.removeprefix("Period ")),
         ("Judged as of", when(m.get("as_of"))),
         ("Client", m.get("client_id") or "all clients"),
         ("Deliveries received", deliv),
+        *([("Days with captures", _days_line(capture))] if capture else []),
         ("Inputs", _inputs_line(list(m.get("inputs") or []))),
         ("Inputs skipped", f"{len(skipped):,}"),
         ("Newest listing snapshot", when(snap) if snap is not None else "none"),
@@ -215,6 +217,7 @@ def header(run: RunData) -> HTML:
                 alarm=True,
             )
         )
+    banners += _coverage_banners(cov)
     if snap is not None and end is not None and snap < end - STALE_SNAPSHOT:
         age = duration((end - snap).total_seconds())
         banners.append(
@@ -249,6 +252,72 @@ def header(run: RunData) -> HTML:
             sections=SECTIONS,
         )
     )
+
+
+def _days_line(capture: Mapping[str, Any]) -> str:
+    """The days that held captures: "24 of 31 days held captures; none 2026-10-10 to
+    2026-10-16" (and the hours, for a busy receiver, whose median hour held captures)."""
+    held, days = int(capture.get("days_with_captures", 0)), int(capture.get("days", 0))
+    line = f"{held:,} of {days:,} days held captures"
+    if capture.get("busy"):
+        line += (
+            f" ({int(capture.get('hours_with_captures', 0)):,} of "
+            f"{int(capture.get('hours', 0)):,} hours)"
+        )
+    runs = [r for r in capture.get("days_without") or [] if isinstance(r, list) and len(r) == 2]
+    if runs:
+        shown = [a if a == b else f"{a} to {b}" for a, b in runs[:LIST_SHOWN]]
+        more = f" and {len(runs) - LIST_SHOWN:,} more" if len(runs) > LIST_SHOWN else ""
+        line += f"; none {', '.join(shown)}{more}"
+    if capture.get("captures") and not capture.get("judged"):
+        line += " (a quiet receiver: its median day held none, so gaps are not judged)"
+    return line
+
+
+def _coverage_banners(cov: Mapping[str, Any]) -> list[Banner]:
+    """Banners for the evidence's own coverage: the secrets file as the likely cause of
+    failing verification, and spans of 24 h or more without a capture."""
+    out = []
+    ver = cov.get("verification")
+    if isinstance(ver, Mapping) and ver.get("sentence"):
+        name = ver.get("secrets_file") or "the secrets file"
+        out.append(
+            Banner(
+                f"Most requests failed verification: check the secrets file {name}",
+                f"{ver['sentence']} SIG-01 and SIG-02 leave these requests out (skip) instead "
+                "of blaming the receiver, and the delivery and takedown controls see few or no "
+                "valid deliveries. Compare the file with the secrets the service issued "
+                "(rotations included) and run the report again; if the file is right, these "
+                "requests are forgeries and how the receiver answered them matters.",
+                [],
+                alarm=True,
+            )
+        )
+    capture = cov.get("capture")
+    gaps = capture.get("gaps") if isinstance(capture, Mapping) else None
+    if gaps:
+        items = []
+        for g in gaps[:20]:
+            span = f"{when(g.get('start'))} to {when(g.get('end'))}"
+            span += f" ({duration(float(g.get('hours') or 0) * 3600)})"
+            days = g.get("days_without")
+            if days:
+                last = "" if days[0] == days[1] else f" to {days[1]}"
+                span += f"; no capture on {days[0]}{last}"
+            items.append(span)
+        if len(gaps) > 20:
+            items.append(f"and {len(gaps) - 20:,} more")
+        out.append(
+            Banner(
+                f"No capture for 24 h or more: {len(gaps):,} span{'s' if len(gaps) > 1 else ''}",
+                "The capture logs hold no request in these spans, though the period's median "
+                "day held captures: most likely a capture outage (receiver or capture down, a "
+                "log lost or not given). Deliveries in them are unseen by every control (CAP-01).",
+                items,
+                alarm=True,
+            )
+        )
+    return out
 
 
 def _day(iso: object) -> str:

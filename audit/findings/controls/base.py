@@ -28,6 +28,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.analysis.analyze import DELIVERY_TABLE_COLUMNS, Analysis
+from audit.analysis.coverage import (
+    capture_coverage,
+    secrets_sentence,
+    suspect_subscriptions,
+    verification_coverage,
+)
 
 __all__ = [
     "DONE_STATUSES",
@@ -163,6 +169,15 @@ class Scope:
     snapshots
         Listing rows fetched in the period, or those of the latest snapshot fetched before it
         when none falls in it (none when there is no such snapshot).
+    capture
+        Which days and hours of the period (up to ``as_of``) held captures, and the gaps
+        (:func:`audit.analysis.coverage.capture_coverage`).
+    verification
+        How each subscription's requests verified, and whether the secrets file is the likely
+        cause of their failing (:func:`audit.analysis.coverage.verification_coverage`).
+    secrets_file
+        The secrets file as the caller named it (its path as given, never its contents), for
+        the reasons that blame it; None when unknown.
     """
 
     analysis: Analysis
@@ -170,6 +185,7 @@ class Scope:
     period_end: pd.Timestamp
     params: Mapping[str, float]
     secrets_age: Mapping[str, int | None] | None = None
+    secrets_file: str | None = None
 
     @property
     def as_of(self) -> pd.Timestamp:
@@ -223,6 +239,41 @@ class Scope:
             return subs.iloc[:0]
         latest: pd.DataFrame = subs[fetched == before.max()]
         return latest
+
+    @cached_property
+    def capture(self) -> dict[str, Any]:
+        return capture_coverage(
+            self.analysis.deliveries["received_at"],
+            start=self.period_start,
+            end=self.period_end,
+            as_of=self.as_of,
+        )
+
+    @cached_property
+    def verification(self) -> list[dict[str, Any]]:
+        return verification_coverage(
+            self.analysis.deliveries, start=self.period_start, end=self.period_end
+        )
+
+    def secrets_suspects(self) -> list[str | None]:
+        """The subscriptions whose requests mostly failed verification with one reason
+        (:func:`audit.analysis.coverage.suspect_subscriptions`; None: the requests without a
+        subscription id): their verdicts blame the secrets file, not the receiver."""
+        return [v["subscription_id"] for v in suspect_subscriptions(self.verification)]
+
+    def suspected(self, rows: pd.DataFrame) -> pd.Series:
+        """A mask over ``rows`` (``subscription_id``): the requests of the
+        :meth:`secrets_suspects`."""
+        suspects = self.secrets_suspects()
+        known = [s for s in suspects if s is not None]
+        mask = rows["subscription_id"].isin(known).fillna(False).astype(bool)
+        if None in suspects:
+            mask |= rows["subscription_id"].isna()
+        return mask
+
+    def secrets_note(self) -> str:
+        """One sentence for the reason of a control that leaves the suspects out."""
+        return secrets_sentence(self.verification, self.secrets_file)
 
     def snapshot_note(self) -> dict[str, Any]:
         """Which snapshots were judged, and by which rule (for the evidence)."""

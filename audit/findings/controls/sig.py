@@ -11,6 +11,7 @@ from audit.findings.controls.base import (
     NO_SNAPSHOT,
     Outcome,
     Scope,
+    capped,
     counts,
     delivery_examples,
     iso,
@@ -24,11 +25,31 @@ from audit.findings.controls.base import (
 from audit.timeutil import duration
 
 
+def _without_suspects(s: Scope, rows: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any], str]:
+    """``rows`` without the requests of the subscriptions whose verification points at the
+    secrets file (:meth:`Scope.secrets_suspects`), the evidence of what was left out, and a
+    sentence for the reason ("" when nothing was)."""
+    suspects = s.secrets_suspects()
+    if not suspects:
+        return rows, {}, ""
+    out = s.suspected(rows)
+    named = [v if v is not None else "(no subscription id)" for v in suspects]
+    ev = {
+        "secrets_file": s.secrets_file,
+        **capped("left_out_subscriptions", named),
+        "left_out_requests": int(out.sum()),
+    }
+    return rows[~out], ev, s.secrets_note()
+
+
 def sig_01(s: Scope) -> Outcome:
     """Every request whose verdict is not ``valid`` was answered 401.
 
     ``unreadable`` records are left out (their request cannot be judged) and counted; requests
-    without a captured answer are counted, and the control skips when none has one.
+    without a captured answer are counted, and the control skips when none has one. The
+    requests of a subscription whose requests mostly failed verification with one reason are
+    left out too (the secrets file, not the receiver, is the likely cause: ``docs/controls.md``,
+    "Verification coverage"); with nothing else read, the control skips naming the file.
     """
     res, d = "all requests", s.deliveries
     if d.empty:
@@ -45,6 +66,10 @@ def sig_01(s: Scope) -> Outcome:
             )
             return skip(reason, res, requests=0, unreadable_excluded=unreadable)
         return skip("No request was received in the period.", res)
+    d, left_out, note = _without_suspects(s, d)
+    if note and not (d["verdict"] != "unreadable").any():
+        reason = f"{note} Their requests cannot show whether the receiver rejects bad signatures."
+        return skip(reason, res, **left_out)
     if d["response_status"].isna().all():
         return skip("No response_status was captured for the requests of the period.", res)
     # Masks over every request, copies of the few rows shown (not of every request, at 1M).
@@ -64,30 +89,44 @@ def sig_01(s: Scope) -> Outcome:
         "other_status": len(wrong) - len(accepted),
         "by_verdict": counts(bad["verdict"]),
         "wrong_answers_by_status": counts(wrong["response_status"]),
+        **left_out,
     }
+    tail = f" Left out: {left_out['left_out_requests']:,} requests. {note}" if note else ""
     if bad.empty:
-        reason = f"None of the {n_readable} readable requests had a non-valid verdict."
+        reason = f"None of the {n_readable} readable requests had a non-valid verdict.{tail}"
         return Outcome("pass", reason, res, ev)
     if known.empty:
-        reason = f"None of the {len(bad)} requests with a non-valid verdict has a response_status."
+        reason = (
+            f"None of the {len(bad)} requests with a non-valid verdict has a response_status.{tail}"
+        )
         return skip(reason, res, **ev)
     if wrong.empty:
-        reason = f"All {len(known)} requests with a non-valid verdict were answered 401."
+        reason = f"All {len(known)} requests with a non-valid verdict were answered 401.{tail}"
         return Outcome("pass", reason, res, ev)
     accepted_first = pd.concat([accepted, wrong.drop(accepted.index)])
     ev |= delivery_examples(accepted_first)
     reason = (
         f"{len(wrong)} of {len(known)} requests with a non-valid verdict were not answered 401, "
-        f"{len(accepted)} of them accepted with 2xx."
+        f"{len(accepted)} of them accepted with 2xx.{tail}"
     )
     return Outcome("fail", reason, res, ev)
 
 
 def sig_02(s: Scope) -> Outcome:
-    """No ``valid`` delivery was answered 401 or 403."""
+    """No ``valid`` delivery was answered 401 or 403.
+
+    The deliveries of a subscription whose requests mostly failed verification with one
+    reason are left out, as in :func:`sig_01`; with nothing else, the control skips naming
+    the secrets file.
+    """
     res, v = "all deliveries", s.valid
+    v, left_out, note = _without_suspects(s, v)
     if v.empty:
+        if note:
+            reason = f"{note} No valid delivery of another subscription was received."
+            return skip(reason, res, **left_out)
         return skip("No valid delivery was received in the period.", res)
+    tail = f" Left out: {left_out['left_out_requests']:,} deliveries. {note}" if note else ""
     status = v["response_status"]
     n_known = int(status.notna().sum())
     if not n_known:
@@ -99,16 +138,17 @@ def sig_02(s: Scope) -> Outcome:
         "refused": len(refused),
         "refused_by_status": counts(refused["response_status"]),
         "refused_by_subscription": counts(refused["subscription_id"]),
+        **left_out,
     }
     if "matched_secret" in refused:  # labels such as wh_main#2, never a secret value
         ev["refused_by_matched_secret"] = counts(refused["matched_secret"])
     if refused.empty:
-        reason = f"None of the {n_known} valid deliveries was answered 401 or 403."
+        reason = f"None of the {n_known} valid deliveries was answered 401 or 403.{tail}"
         return Outcome("pass", reason, res, ev)
     ev |= delivery_examples(refused.sort_values("received_at"))
     reason = (
         f"{len(refused)} of {n_known} valid deliveries were answered 401 or 403: the "
-        "receiver checks with a wrong or stale secret or a re-serialised body."
+        f"receiver checks with a wrong or stale secret or a re-serialised body.{tail}"
     )
     return Outcome("fail", reason, res, ev)
 
