@@ -20,9 +20,22 @@ The public API, by stage (files -> frames -> verdicts -> analyses)::
 
 from __future__ import annotations
 
+import sys as _sys
+
+if _sys.argv and _sys.argv[0].replace("\\", "/").rsplit("/", 1)[-1] in ("audit", "audit.exe"):
+    # The ``audit`` script: ^C is handled first thing, before anything loads (audit.console).
+    import _signal  # type: ignore[import-not-found]  # the C module: nothing to load
+    import os as _os
+
+    def _aborted_while_loading(signum: int, frame: object) -> None:
+        _os.write(2, b"audit: aborted\n")
+        _os._exit(3)
+
+    if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+        _signal.signal(_signal.SIGINT, _aborted_while_loading)
+
 __version__ = "0.1.0"
 
-import sys as _sys
 import typing
 
 from audit.lazy import lazy_names as _lazy_names

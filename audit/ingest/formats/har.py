@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from io import BytesIO
 from typing import IO, Any
 
-import ijson  # type: ignore[import-untyped]
+import ijson  # type: ignore[import-untyped]  # ijson ships no type hints
 
 from audit.errors import LoadError
 from audit.ingest.formats.base import Buffer, _Envelopes, _record
