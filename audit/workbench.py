@@ -5,7 +5,10 @@
 - tables (pandas DataFrames, read-only attributes): ``deliveries``, ``attempts``, ``events``,
   ``incidents``, ``status_intervals``, ``takedown_durations``, ``subscriptions``, ``findings``,
   ``inputs``; ``period`` (an :class:`~audit.report.params.Period`), ``as_of``, ``notes``;
-- ``km(by=None)``: Kaplan-Meier table of time to takedown, overall or by a column;
+  ``verdict``, and the findings' ``severity`` and ``status``, are ordered categoricals
+  (:data:`VERDICT_ORDER`, :data:`FINDING_ORDER`);
+- ``km(by=None)``: Kaplan-Meier table of time to takedown (``time_h``, hours), overall or by a
+  column;
 - drill-down: ``event(id)``, ``incident(id)``, ``subscription(id)`` return a :class:`Timeline`,
   one row per request received (and, for an incident, per status it held), with the raw requests
   as ``.evidence``.
@@ -16,9 +19,11 @@ layer: the report's load (:func:`audit.report.inputs.load_inputs`) and computati
 :mod:`audit.findings`), cut to the period as the report cuts it
 (:func:`audit.report.tables.deliveries_in_period`).
 
-Progress: loads that take more than about 2 s draw a ``tqdm.auto`` bar in an interactive session
-(standard error a terminal, or a Jupyter kernel) unless the environment variable
-``AUDIT_PROGRESS`` is ``off`` (or ``0``, ``no``, ``false``); ``progress=False`` silences it.
+Progress: loads that take more than about 2 s draw a ``tqdm`` bar in an interactive session
+(standard error a terminal, or a Jupyter kernel: a widget with ``ipywidgets``, else text, never
+tqdm's ``IProgress not found`` warning: :func:`audit.progress.bar_class`) unless the
+environment variable ``AUDIT_PROGRESS`` is ``off`` (or ``0``, ``no``, ``false``);
+``progress=False`` silences it.
 A Jupyter kernel driven by papermill looks like any other: notebooks run under papermill pass
 ``progress=False`` (or run with ``AUDIT_PROGRESS=off``).
 """
@@ -26,6 +31,7 @@ A Jupyter kernel driven by papermill looks like any other: notebooks run under p
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import html
 import json
 import os
@@ -44,11 +50,15 @@ from audit.analysis.coverage import coverage_alerts
 from audit.analysis.subscriptions import load_snapshots
 from audit.analysis.survival_by import kaplan_meier_by
 from audit.errors import ParameterError
+from audit.findings.catalogue import SEVERITIES
+from audit.findings.runner import STATUSES
 from audit.ingest.load import expand_paths, load_captures
 from audit.ingest.query import latest_receipt, not_valid_evidence
 from audit.ingest.scan import frame_from_arrow, open_store, scan
+from audit.ingest.verdict_rules import VERDICTS
 from audit.ingest.verification import verdict_counts
 from audit.paths import source_name
+from audit.progress import bar_class
 from audit.redaction import cut_secrets, shown
 from audit.report.compute import compute
 from audit.report.explore import demo_inputs
@@ -95,6 +105,19 @@ _TIMELINE_COLUMNS = (
     "line",
 )
 
+#: The columns handed out as ordered categoricals, and their order: each sorts and compares by
+#: what it means, not by the alphabet (``docs/analysis.md``). A verdict in the order the checks
+#: run (``unreadable`` first); a finding's severity from ``info`` up to ``critical`` (so that
+#: ``severity >= "high"`` means high or critical), and its status as the runner lists them.
+VERDICT_ORDER: dict[str, tuple[str, ...]] = {"verdict": VERDICTS}
+FINDING_ORDER: dict[str, tuple[str, ...]] = {
+    "severity": tuple(reversed(SEVERITIES)),
+    "status": STATUSES,
+}
+
+#: Seconds in the unit of the figures' time axes (hours): ``km()``'s ``time_h``.
+_S_PER_H = 3600.0
+
 
 class Timeline(pd.DataFrame):
     """A drill-down: one row per request received (``kind`` "request") or, for an incident, per
@@ -110,6 +133,18 @@ class Timeline(pd.DataFrame):
     @property
     def _constructor(self) -> type[Timeline]:
         return Timeline
+
+
+def ordered(frame: pd.DataFrame, orders: dict[str, tuple[str, ...]]) -> pd.DataFrame:
+    """``frame`` with each column of ``orders`` it has as an ordered categorical in that order
+    (a value outside the order comes after it, sorted, rather than being lost)."""
+    columns = {}
+    for name, order in orders.items():
+        if name in frame.columns:
+            extra = sorted({str(v) for v in frame[name].dropna()} - set(order))
+            dtype = pd.CategoricalDtype([*order, *extra], ordered=True)
+            columns[name] = frame[name].astype(dtype)
+    return frame.assign(**columns) if columns else frame
 
 
 def _check_id(name: str, value: object) -> None:
@@ -165,6 +200,13 @@ class Workbench:
     ) -> None:
         self._alerts = alerts  # the evidence's own coverage (audit.analysis.coverage)
         self._t = tables
+        # What the attributes hand out: the verdict, severity and status as ordered categoricals
+        # (the methods below work on the tables as computed).
+        self._shown = dataclasses.replace(
+            tables,
+            deliveries=ordered(tables.deliveries, VERDICT_ORDER),
+            findings=ordered(tables.findings, FINDING_ORDER),
+        )
         self._period = period
         self._as_of = as_of
         self._source = source
@@ -190,13 +232,14 @@ class Workbench:
     @property
     def deliveries(self) -> pd.DataFrame:
         """Every request received in the period, verified, with the attempt columns
-        (``docs/tables.md``: deliveries and attempts)."""
-        return _view(self._t.deliveries)
+        (``docs/tables.md``: deliveries and attempts); ``verdict`` an ordered categorical in
+        the order the checks run."""
+        return _view(self._shown.deliveries)
 
     @property
     def attempts(self) -> pd.DataFrame:
         """The valid deliveries with an event id: the rows attempt inference numbers."""
-        d = self._t.deliveries
+        d = self._shown.deliveries
         return _view(d[(d["verdict"] == "valid") & d["event_id"].notna()])
 
     @property
@@ -227,8 +270,10 @@ class Workbench:
 
     @property
     def findings(self) -> pd.DataFrame:
-        """The controls' findings over the period (``evidence`` as JSON text)."""
-        return _view(self._t.findings)
+        """The controls' findings over the period (``evidence`` as JSON text); ``severity``
+        (``info`` < ``low`` < ``medium`` < ``high`` < ``critical``) and ``status`` ordered
+        categoricals."""
+        return _view(self._shown.findings)
 
     @property
     def inputs(self) -> pd.DataFrame:
@@ -236,14 +281,23 @@ class Workbench:
         return _view(self._t.inputs)
 
     def km(self, by: str | None = None) -> pd.DataFrame:
-        """Kaplan-Meier table of time to takedown (times in seconds), one group ``all`` or one
-        per value of the column ``by`` of :attr:`takedown_durations` (e.g. ``incident_class``).
+        """Kaplan-Meier table of time to takedown, one group ``all`` or one per value of the
+        column ``by`` of :attr:`takedown_durations` (e.g. ``incident_class``): ``group``,
+        ``time_h`` (hours, the unit of the figures' axes), ``at_risk``, ``events``,
+        ``censored``, ``survival``, ``ci_lower``, ``ci_upper``. A group too small to trust is
+        a :class:`~audit.analysis.survival.SmallSampleWarning` at the caller's line.
         """
-        return kaplan_meier_by(self._t.takedown_durations, by)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            km = kaplan_meier_by(self._t.takedown_durations, by)
+        for w in caught:  # told at the caller's line, not at this one (a notebook shows it)
+            warnings.warn(w.message, w.category, stacklevel=2)
+        return km.assign(time=km["time"] / _S_PER_H).rename(columns={"time": "time_h"})
 
     def verdict_counts(self) -> pd.DataFrame:
-        """Requests of the period by verdict: ``verdict, count, share``, in check order."""
-        return verdict_counts(self._t.deliveries)
+        """Requests of the period by verdict: ``verdict, count, share``, in check order
+        (``verdict`` an ordered categorical)."""
+        return ordered(verdict_counts(self._t.deliveries), VERDICT_ORDER)
 
     # -- drill-down -------------------------------------------------------------------------
 
@@ -305,12 +359,16 @@ class Workbench:
         t = pd.concat(frames, ignore_index=True) if len(frames) > 1 else requests
         t = t.sort_values(["received_at", "kind"], kind="stable", na_position="last")
         t["line"] = t["line"].astype("Int64")  # a status row has none: not 23.0
+        t = ordered(t, VERDICT_ORDER)
         out = Timeline(t[[c for c in _TIMELINE_COLUMNS if c in t.columns]].reset_index(drop=True))
         ev = ["source", "line", "received_at", "verdict", *_RAW_COLUMNS]
-        out.evidence = cut_secrets(
-            requests.sort_values("received_at", kind="stable", na_position="last")[ev].reset_index(
-                drop=True
-            )
+        out.evidence = ordered(
+            cut_secrets(
+                requests.sort_values("received_at", kind="stable", na_position="last")[
+                    ev
+                ].reset_index(drop=True)
+            ),
+            VERDICT_ORDER,
         )
         return out
 
@@ -493,12 +551,11 @@ def _progress(progress: bool | None, total: int) -> Iterator[_Steps]:
     if not show:
         yield _Steps(None)
         return
-    try:
-        from tqdm.auto import tqdm  # type: ignore[import-untyped]  # optional; no stubs
-    except ImportError:
+    tqdm = bar_class()  # a widget with ipywidgets, else text; never a TqdmWarning
+    if tqdm is None:
         yield _Steps(None)
         return
-    with warnings.catch_warnings():  # without ipywidgets: a text bar, not a warning
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         bar = tqdm(total=total, delay=PROGRESS_DELAY_S, desc="audit.open: reading", leave=False)
     stop = threading.Event()

@@ -262,6 +262,15 @@ def test_km_gives_hours_named_in_the_column_as_the_figures_draw_them(week, opene
     assert set(a.km(by="incident_class").columns) == set(km.columns)
 
 
+def test_a_small_group_warning_points_at_the_caller_s_line(opened):
+    a, _ = opened
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        a.km(by="incident_class")  # 20 incidents: classes of fewer than 10
+    (small,) = [w for w in caught if "fewer than" in str(w.message)]
+    assert small.filename == __file__  # not audit/workbench.py: a notebook shows its own line
+
+
 #: The orders, as docs/tables.md (verdicts, in the order the checks run) and docs/controls.md
 #: (severities) give them.
 VERDICTS_IN_CHECK_ORDER = [
