@@ -163,7 +163,9 @@ def test_folders_globs_and_files_load_as_one_frame(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "sub").mkdir()
     write_jsonl(tmp_path / "a" / "one.jsonl", [capture(BODY)])
-    write_jsonl(tmp_path / "a" / "sub" / "two.jsonl", [capture(BODY), capture(BODY)])
+    # Other records than one.jsonl's (a record read from an earlier file counts once), each twice.
+    again = capture(BODY, received_at="2026-10-01T00:00:07Z")
+    write_jsonl(tmp_path / "a" / "sub" / "two.jsonl", [again, again])
     (tmp_path / "a" / "notes.txt").write_text("ignored: not a log")
     # Not one.jsonl's content: a copy is read once (tests/test_copies.py).
     write_jsonl(tmp_path / "three.jsonl", [capture(BODY, received_at="2026-10-01T00:00:06Z")])

@@ -1,8 +1,14 @@
-"""How the evidence store knows a capture file: the sha256 of its content.
+"""How the evidence store knows a capture file (the sha256 of its content) and how raw captures
+count what it keeps once (a copy of a file, a record seen in several files).
 
 A plain file is known by the sha256 of its bytes; a gzip file by the sha256 of its inflated
 content, so that a log compressed after it was ingested (``logrotate``'s ``compress``, with or
 without ``delaycompress``) is the same file under its new name, not new records.
+
+A record is known by its ``record_sha256`` (:mod:`audit.ingest.record_id`): read from raw
+captures, a record already read from an earlier file (a partial copy of a log, a log rotated
+by ``copytruncate`` and read beside its copy) is counted once, where it was first seen, as the
+store keeps it (:func:`first_sightings`); a line repeated within one file stays two receipts.
 """
 
 from __future__ import annotations
@@ -15,11 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from audit.errors import InputError, LoadError
 from audit.ingest.compressed import ExpansionLimits
 from audit.ingest.compressed import _check as check_expansion
 from audit.ingest.formats import CaptureFormat, format_of
-from audit.ingest.records import is_gzip
+from audit.ingest.formats.base import Columns
+from audit.ingest.record_id import FIELDS, record_hashes, table_hashes
+from audit.ingest.records import is_gzip, stored_columns
+from audit.ingest.signatures import subscription_logged
 
 __all__ = [
     "Identity",
@@ -27,9 +40,14 @@ __all__ = [
     "content_sha256",
     "distinct_contents",
     "file_identity",
+    "first_sightings",
     "follow",
     "identify",
     "moved_away",
+    "record_ids",
+    "repeated_message",
+    "settle",
+    "unsettled",
 ]
 
 _BLOCK = 4 * 2**20
@@ -184,3 +202,87 @@ def follow(manifest: dict[str, Any], entry: dict[str, Any], path: str) -> None:
         if e is not entry and e["path"] == path:
             e["path"] = f"{path} (moved away; sha256 {e['sha256'][:16]})"
     entry["path"] = path
+
+
+#: The columns :func:`record_ids` reads (as :func:`audit.ingest.record_id.table_hashes` does).
+_HASHED = (
+    "received_at",
+    "url",
+    "response_status",
+    "response_ms",
+    "subscription_logged",
+    "subscription_id",
+    "signature",
+    "timestamp_header",
+    "event_header",
+    "delivery_id",
+    "body",
+    "line",
+    "detail",
+    "file_sha256",
+)
+
+
+def record_ids(columns: Columns, file_sha256: str) -> pa.Array:
+    """``record_sha256`` of parsed records (lists by column, times as int64 ns, as the
+    capture formats give them; verified or not), the unreadable ones known by ``file_sha256``
+    (their file's), line and reason: the values the evidence store keeps."""
+    n = len(columns["line"])
+    cols = dict(columns)
+    cols["file_sha256"] = [file_sha256] * n
+    if "subscription_logged" not in cols:
+        cols["subscription_logged"] = subscription_logged(cols)
+    table = stored_columns(cols, _HASHED)
+    verdicts = pa.array([v if isinstance(v, str) else "" for v in cols["verdict"]], pa.string())
+    return table_hashes(table.append_column("verdict", verdicts))
+
+
+def first_sightings(files: np.ndarray[Any, Any], ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Which rows to count: ``files`` (each row's file, numbered in input order) and ``ids``
+    (its ``record_sha256``) in input order; a row is left out when its record was read from an
+    earlier file (as an ingest leaves out a record stored already), kept when it is the first
+    file's, however often it holds it (a line repeated within one file is two receipts)."""
+    if len(files) == 0:
+        return np.ones(0, dtype=bool)
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    codes = pc.dictionary_encode(ids).indices.to_numpy(zero_copy_only=False)
+    first = np.full(int(codes.max()) + 1, np.iinfo(np.int64).max, dtype=np.int64)
+    files = np.asarray(files, dtype=np.int64)
+    np.minimum.at(first, codes, files)
+    return np.asarray(files == first[codes], dtype=bool)
+
+
+def repeated_message(left_out: int) -> str:
+    """The one line that says how many records read from raw captures were counted once."""
+    return (
+        f"{left_out:,} record(s) seen in more than one file counted once, where first seen "
+        "(as an evidence store keeps them)"
+    )
+
+
+def unsettled(source: str) -> str:
+    """What :func:`record_ids` takes for the sha256 of the file ``source`` (a path) while it is
+    not known yet (hashed while its records are read): :func:`settle` puts it right."""
+    return f"unsettled {source}"
+
+
+def settle(
+    ids: list[str],
+    *,
+    sources: list[str],
+    lines: list[int],
+    details: list[str | None],
+    file_sha256: dict[str, str],
+) -> dict[str, str]:
+    """The ``record_sha256`` of unreadable records whose file's sha256 was not known when they
+    were read (:func:`unsettled`): old value -> the one the store keeps, given each record's
+    file (``sources``), line and reason, and the files' sha256 by source."""
+    right = record_hashes(
+        {name: [None] * len(ids) for name in FIELDS},
+        verdicts=["unreadable"] * len(ids),
+        files=[file_sha256[s] for s in sources],
+        lines=lines,
+        details=details,
+    )
+    return dict(zip(ids, right, strict=True))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -34,7 +35,12 @@ from audit.errors import LoadError
 from audit.ingest.compressed import ExpansionLimits, inflate
 from audit.ingest.formats import FORMATS, format_of
 from audit.ingest.formats.base import NAT, Columns
-from audit.ingest.identity import distinct_contents
+from audit.ingest.identity import (
+    distinct_contents,
+    first_sightings,
+    record_ids,
+    repeated_message,
+)
 from audit.ingest.lines import Chunk, read_lines
 from audit.ingest.parts import to_micros
 from audit.ingest.secrets import SecretStore
@@ -160,6 +166,8 @@ class _Task(NamedTuple):
     tolerance_s: float
     #: The chunk's lines over the record limit (emptied in its bytes).
     overlong: dict[int, int]
+    #: The file's sha256 when the records' ``record_sha256`` is wanted, else None.
+    file_sha256: str | None = None
 
 
 def _work(task: _Task, data: bytes | None = None) -> tuple[pa.RecordBatch, int, int]:
@@ -176,6 +184,8 @@ def _work(task: _Task, data: bytes | None = None) -> tuple[pa.RecordBatch, int, 
     columns = buf.columns()
     if task.secrets is not None:
         columns.update(verify_parsed(columns, task.secrets, tolerance_s=task.tolerance_s))
+    if task.file_sha256 is not None:
+        columns["record_sha256"] = record_ids(columns, task.file_sha256).to_pylist()
     return _batch(columns), buf.naive_times, buf.unreadable
 
 
@@ -213,8 +223,15 @@ def load_captures(
     workers: int | None = None,
     max_expanded_bytes: int | None = None,
     max_expansion_ratio: float | None = None,
+    record_sha256: bool = False,
 ) -> Captures:
     """Load capture logs (JSONL, ``.gz``, HAR) from files, folders and globs into one frame.
+
+    A file whose content equals an earlier one's (a backup, a gzip of it) is read once, and a
+    record read from an earlier file (a partial copy of a log, a log rotated by
+    ``copytruncate`` beside its copy) is counted once, where first seen, as the evidence store
+    keeps them (``docs/scale.md``); a :class:`LoadWarning` says so in one line each. A line
+    repeated within one file stays two receipts.
 
     Parameters
     ----------
@@ -233,6 +250,9 @@ def load_captures(
     max_expanded_bytes, max_expansion_ratio
         Limits on gzip expansion per file (see :mod:`audit.ingest.compressed`); default from
         ``AUDIT_MAX_EXPANDED_BYTES`` / ``AUDIT_MAX_EXPANSION_RATIO``, else 2 GiB and 200.
+    record_sha256
+        Also give each row's ``record_sha256`` (what the evidence store knows it by,
+        :mod:`audit.ingest.record_id`), as a last column.
 
     Returns
     -------
@@ -261,6 +281,7 @@ def load_captures(
     workers = default_workers() if workers is None else max(1, workers)
     limits = ExpansionLimits(max_expanded_bytes, max_expansion_ratio)
     contents = [_read(path, limits) for path in files]
+    hashed = record_sha256 or len(files) > 1  # the records' hashes find those seen twice
     total = sum(len(c.data) for content in contents for c in content.chunks)
     pieces = workers * 2 if workers > 1 and total >= PARALLEL_MIN_BYTES else 1
     tasks: list[_Task] = []
@@ -278,6 +299,7 @@ def load_captures(
                 secrets,
                 tolerance_s,
                 chunk.overlong,
+                content.sha256 if hashed else None,
             )
             tasks.append(task)
             inputs.append(chunk.data)
@@ -294,7 +316,7 @@ def load_captures(
                 _FORK_INPUTS.clear()
     else:
         results = [_work(t, inputs[t.slot]) for t in tasks]
-    return _assemble(files, contents, tasks, results)
+    return _assemble(files, contents, tasks, results, keep_ids=record_sha256)
 
 
 def _assemble(
@@ -302,8 +324,12 @@ def _assemble(
     contents: list[_Content],
     tasks: list[_Task],
     results: list[tuple[pa.RecordBatch, int, int]],
+    *,
+    keep_ids: bool = False,
 ) -> Captures:
-    """The :class:`Captures` of the parsed chunks (``results``, one per task)."""
+    """The :class:`Captures` of the parsed chunks (``results``, one per task), without the
+    records read from an earlier file (:func:`audit.ingest.identity.first_sightings`);
+    ``record_sha256`` kept when ``keep_ids``."""
     per_file = [[0, 0] for _ in files]
     naive = 0
     for task, (batch, naive_one, unreadable) in zip(tasks, results, strict=True):
@@ -328,6 +354,18 @@ def _assemble(
         }
     )
     table = pa.Table.from_batches([b for b, _, _ in results])
+    if "record_sha256" in table.column_names:
+        rows = [b.num_rows for b, _, _ in results]
+        file_of = np.repeat(np.array([t.file for t in tasks], dtype=np.int64), rows)
+        keep = first_sightings(file_of, table.column("record_sha256"))
+        if not keep.all():
+            table = table.filter(pa.array(keep))
+            warnings.warn(repeated_message(int((~keep).sum())), LoadWarning, stacklevel=3)
+            # counted where first seen, as a store's manifest counts a file's records
+            elsewhere = np.bincount(file_of[~keep], minlength=len(files))
+            inputs = inputs.assign(records=inputs["records"] - elsewhere)
+        if not keep_ids:
+            table = table.drop_columns(["record_sha256"])
     return Captures(_frame(table), inputs, naive)
 
 

@@ -24,6 +24,7 @@ from audit.ingest import records
 from audit.ingest.fast import _keyed, verify_jsonl
 from audit.ingest.formats import jsonl
 from audit.ingest.formats.base import Columns
+from audit.ingest.identity import record_ids, unsettled
 from audit.ingest.secrets import SecretStore
 from audit.ingest.workers import default_workers, forked_workers
 
@@ -272,6 +273,9 @@ def verdict_batch(piece: Piece) -> tuple[Piece, Verdicts]:
     the columns ``names`` (no bodies), and the evidence when the context asks for
     ``evidence``."""
     cols, naive, unreadable = verify_piece(piece)
+    if "record_sha256" in _CONTEXT["names"]:  # unreadable ones: the file's sha256 comes later
+        source = _CONTEXT["source"][piece.path]
+        cols["record_sha256"] = record_ids(cols, unsettled(source)).to_pylist()
     table = records.stored_columns(cols, _CONTEXT["names"])
     evidence = records.evidence_table(cols) if _CONTEXT.get("evidence") else None
     got = Verdicts(table, naive, unreadable, evidence)

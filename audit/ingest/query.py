@@ -2,7 +2,9 @@
 
 The parts come from the store manifest (a consistent view, even while an ingest runs); DuckDB
 reads them out of core on every core and hands Arrow to pandas. Rows come back in input order
-(``source``, ``line``), the order :func:`audit.ingest.load.load_captures` gives.
+(``source``, ``line``), the order :func:`audit.ingest.load.load_captures` gives. A row is joined
+to others by its ``record_sha256``, never by ``source`` and ``line``: those say where a record
+was first seen, and a rotated or truncated log repeats them (``docs/scale.md``).
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ __all__ = [
 ]
 
 #: What the analyses read: every stored column except the raw body, the signature headers
-#: (verified already) and the store's own bookkeeping.
+#: (verified already) and the store's own bookkeeping; with ``record_sha256``, what a record is
+#: known by: readers join rows to their evidence by it, never by ``source`` and ``line``
+#: (a rotated or truncated log, or two receivers' same-named files, repeat those).
 _NOT_ANALYSED = (
     "body",
     "signature",
@@ -61,7 +65,6 @@ _NOT_ANALYSED = (
     "event_header",
     "file_sha256",
     "subscription_logged",
-    "record_sha256",
 )
 ANALYSIS_COLUMNS: tuple[str, ...] = tuple(
     n for n in STORED_DELIVERIES.names if n not in _NOT_ANALYSED
@@ -166,7 +169,7 @@ def load_deliveries(
         sql_where += (" AND " if sql_where else "WHERE ") + keep
     if part is not None:
         sql_where += (" AND " if sql_where else "WHERE ") + _part_of(*part)
-    return frame_from_arrow(scan(parts, columns, sql_where, params, frugal=frugal))
+    return frame_from_arrow(scan(parts, columns, sql_where, params, frugal=frugal, store=s))
 
 
 def _part_of(k: object, n: object) -> str:
@@ -204,12 +207,13 @@ def not_valid_evidence(
     start: pd.Timestamp | None = None,
     end: pd.Timestamp | None = None,
 ) -> pd.DataFrame:
-    """``source, line`` and :data:`EVIDENCE_COLUMNS` of every record that is not ``valid``,
-    received in ``[start, end]`` (as :func:`load_deliveries`): few rows, bodies included."""
+    """``source, line``, :data:`EVIDENCE_COLUMNS` and ``record_sha256`` (the key to join them
+    by) of every record that is not ``valid``, received in ``[start, end]`` (as
+    :func:`load_deliveries`): few rows, bodies included."""
     s = open_store(store)
     months = None if start is None or end is None else [*months_between(start, end), "none"]
     parts = _source_order(s, s.parts(months))
-    columns = ["source", "line", *EVIDENCE_COLUMNS]
+    columns = ["source", "line", *EVIDENCE_COLUMNS, "record_sha256"]
     if not parts:
         return STORED_DELIVERIES.empty()[columns]
     where, params = ["verdict <> 'valid'"], []
@@ -217,7 +221,8 @@ def not_valid_evidence(
         if bound is not None:
             where.append(f"(received_at IS NULL OR epoch_ns(received_at) {op} ?)")
             params.append(bound.value)
-    return frame_from_arrow(scan(parts, columns, "WHERE " + " AND ".join(where), params))
+    where_sql = "WHERE " + " AND ".join(where)
+    return frame_from_arrow(scan(parts, columns, where_sql, params, store=s))
 
 
 def latest_receipt(store: Store | str | os.PathLike[str]) -> pd.Timestamp | None:

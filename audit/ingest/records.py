@@ -220,13 +220,19 @@ def combine_columns(schema: pa.Schema, columns: list[Any], *, frugal: bool = Tru
 
 
 #: The columns of :func:`evidence_table`.
-EVIDENCE_NAMES: tuple[str, ...] = ("source", "line", "received_at", *EVIDENCE_COLUMNS)
+EVIDENCE_NAMES: tuple[str, ...] = (
+    "source",
+    "line",
+    "received_at",
+    *EVIDENCE_COLUMNS,
+    "record_sha256",
+)
 
 
 def evidence_table(columns: Columns) -> pa.Table:
-    """``source, line, received_at`` and the request as received
-    (:data:`audit.tables.EVIDENCE_COLUMNS`) of the rows whose ``verdict`` is not ``valid``:
-    the few rows a report shows whole."""
+    """``source, line, received_at``, the request as received
+    (:data:`audit.tables.EVIDENCE_COLUMNS`) and ``record_sha256`` (what a report joins them
+    by) of the rows whose ``verdict`` is not ``valid``: the few rows a report shows whole."""
     keep = [i for i, v in enumerate(columns["verdict"]) if v != "valid"]
     picked = {n: [columns[n][i] for i in keep] for n in EVIDENCE_NAMES}
     return stored_columns(picked, EVIDENCE_NAMES)

@@ -12,12 +12,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.ingest import parallel, records
 from audit.ingest.extract import EXTRACTED, body_columns
 from audit.ingest.formats import CaptureFormat, format_of, jsonl
+from audit.ingest.identity import (
+    first_sightings,
+    record_ids,
+    repeated_message,
+    settle,
+    unsettled,
+)
 from audit.ingest.load import LoadWarning, distinct_logs, expand_paths
 from audit.ingest.parallel import Verdicts
 from audit.ingest.secrets import SecretStore, read_secrets
@@ -70,16 +78,25 @@ def read_logs(
     ``upto``, ``rows`` leaves out the records received after it (``inputs`` still counts
     them), piece by piece, so no frame of every record is built and then filtered.
     ``secrets_path`` may be secrets already read (:class:`audit.ingest.secrets.SecretStore`). With
-    ``evidence``, the bodies of the records that are not valid come back too (``evidence``).
+    ``evidence``, the bodies of the records that are not valid come back too (``evidence``,
+    with each record's ``record_sha256``, the key to join it by).
+
+    A record read from an earlier file (a partial copy of a log, a log rotated by
+    ``copytruncate`` beside its copy) is counted once, where first seen, as the evidence store
+    keeps it (a :class:`~audit.ingest.load.LoadWarning` says how many); a line repeated within
+    one file stays two receipts. ``inputs`` still counts every record of each file.
     """
     import pandas as pd  # start-up: pandas only once a frame is built (`audit verify` never)
 
     from audit.ingest.scan import frame_from_arrow  # start-up: scan loads pandas
 
+    # What finds the records seen in several files (and settles the unreadable ones' hashes).
+    needed = ("record_sha256", "source", "line", "verdict", "detail") if hash_files else ()
+    added = [c for c in needed if c not in columns]
     got = _read(
         logs,
         secrets_path,
-        columns=columns,
+        columns=[*columns, *added],
         header_prefix=header_prefix,
         tolerance_s=tolerance_s,
         workers=workers,
@@ -106,7 +123,46 @@ def read_logs(
     if got.naive:
         warnings.warn(_naive_message(got.naive), LoadWarning, stacklevel=2)
     proof = None if got.evidence is None else frame_from_arrow(got.evidence)
+    if hash_files:
+        rows, proof, inputs = _counted_once(rows, proof, inputs)
+    if added:
+        rows = rows.drop(columns=added)
     return LogRows(rows, inputs, got.naive, proof)
+
+
+def _counted_once(
+    rows: pd.DataFrame, proof: pd.DataFrame | None, inputs: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame]:
+    """``rows`` (and the evidence ``proof``) with the unreadable records' ``record_sha256``
+    settled (:func:`audit.ingest.identity.settle`) and without the records read from an earlier
+    file (:func:`audit.ingest.identity.first_sightings`), said in one warning; ``inputs`` then
+    counts each file's records without those (as a store's manifest counts the records stored
+    from it)."""
+    bad = (rows["verdict"] == "unreadable").to_numpy(dtype=bool, na_value=False)
+    if bad.any():
+        old = rows.loc[bad, "record_sha256"]
+        right = settle(
+            old.tolist(),
+            sources=rows.loc[bad, "source"].tolist(),
+            lines=[int(n) for n in rows.loc[bad, "line"]],
+            details=[None if d is None or d != d else str(d) for d in rows.loc[bad, "detail"]],
+            file_sha256=dict(zip(inputs["source"], inputs["sha256"], strict=True)),
+        )
+        rows.loc[bad, "record_sha256"] = old.map(right)
+        if proof is not None and len(proof):
+            proof["record_sha256"] = proof["record_sha256"].map(lambda v: right.get(v, v))
+    if len(inputs) > 1:
+        order = {s: i for i, s in enumerate(inputs["source"])}
+        files = rows["source"].map(order).to_numpy(dtype="int64")
+        keep = first_sightings(files, pa.array(rows["record_sha256"].to_numpy(dtype=object)))
+        if not keep.all():
+            warnings.warn(repeated_message(int((~keep).sum())), LoadWarning, stacklevel=3)
+            rows = rows[keep].reset_index(drop=True)
+            elsewhere = np.bincount(files[~keep], minlength=len(inputs))
+            inputs = inputs.assign(records=inputs["records"] - elsewhere)
+    if proof is not None:
+        proof = proof.drop_duplicates("record_sha256").reset_index(drop=True)
+    return rows, proof, inputs
 
 
 @dataclass(frozen=True)
@@ -370,6 +426,8 @@ def _whole(
     cols = buf.columns()
     cols["subscription_logged"] = subscription_logged(cols)
     cols.update(verify_parsed(cols, secrets, tolerance_s=tolerance_s))
+    if "record_sha256" in names:  # unreadable ones settled by read_logs
+        cols["record_sha256"] = record_ids(cols, unsettled(source_name(path))).to_pylist()
     if set(names) & set(EXTRACTED):
         cols.update(body_columns(cols["body"]))
     not_valid = records.evidence_table(cols) if evidence else None
