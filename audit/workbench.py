@@ -52,7 +52,7 @@ from audit.analysis.survival_by import kaplan_meier_by
 from audit.errors import ParameterError
 from audit.findings.catalogue import SEVERITIES
 from audit.findings.runner import STATUSES
-from audit.ingest.load import expand_paths, load_captures
+from audit.ingest.load import LoadWarning, expand_paths, load_captures
 from audit.ingest.query import latest_receipt, not_valid_evidence
 from audit.ingest.scan import frame_from_arrow, open_store, scan
 from audit.ingest.verdict_rules import VERDICTS
@@ -352,7 +352,9 @@ class Workbench:
 
     def _timeline(self, rows: pd.DataFrame, extra: pd.DataFrame | None = None) -> Timeline:
         raw = _raw_requests(self._source, rows)
-        requests = rows.merge(raw, on=["source", "line"], how="left", validate="1:1")
+        # By what each record is (a rotated or truncated log repeats a source and line; a line
+        # repeated within a file is two rows of one record, the same request).
+        requests = rows.merge(raw, on="record_sha256", how="left", validate="many_to_one")
         requests["kind"] = "request"
         requests["status"] = requests["body"].map(_status_carried)
         frames = [requests] if extra is None or extra.empty else [requests, extra]
@@ -430,22 +432,25 @@ def _status_carried(body: object) -> str | None:
 
 
 def _raw_requests(source: _Source, rows: pd.DataFrame) -> pd.DataFrame:
-    """``source, line`` and :data:`_RAW_COLUMNS` of ``rows`` (one row each), read again: from
-    the store (the parts, by file and line), or from the capture files the rows came from."""
-    pairs = rows[["source", "line"]].drop_duplicates()
-    columns = ["source", "line", *(c for c in _RAW_COLUMNS if c not in rows.columns)]
+    """``record_sha256`` and :data:`_RAW_COLUMNS` of the records of ``rows`` (one row per
+    record), read again by their ``record_sha256``, never by source and line (a log rotated by
+    ``copytruncate``, truncated or rewritten, or two receivers' same-named files, repeat
+    those): from the store's parts, or from the capture files the rows came from."""
+    ids = sorted(set(rows["record_sha256"].dropna().astype(str)))
+    columns = ["record_sha256", *(c for c in _RAW_COLUMNS if c not in rows.columns)]
     if source.store is not None:
-        sources = sorted(set(pairs["source"].astype(str)))
-        lines = sorted({int(n) for n in pairs["line"]})
-        where = "WHERE list_contains(?, source) AND list_contains(?, line)"
-        got = frame_from_arrow(
-            scan(open_store(source.store).parts(), columns, where, [sources, lines])
-        )
+        where = "WHERE list_contains(?, record_sha256)"
+        read = ["source", "line", *columns]  # the scan orders rows by where they were seen
+        got = frame_from_arrow(scan(open_store(source.store).parts(), read, where, [ids]))
     else:
-        files = [source.files[s] for s in sorted(set(pairs["source"])) if s in source.files]
-        got = load_captures(files, header_prefix=source.header_prefix, workers=1).deliveries
-        got = got[columns]
-    return pairs.merge(got, on=["source", "line"], how="left").drop_duplicates(["source", "line"])
+        files = [source.files[s] for s in sorted(set(rows["source"])) if s in source.files]
+        with warnings.catch_warnings():  # said when the files were first read
+            warnings.simplefilter("ignore", LoadWarning)
+            got = load_captures(
+                files, header_prefix=source.header_prefix, workers=1, record_sha256=True
+            ).deliveries
+        got = got.loc[got["record_sha256"].isin(ids), columns]
+    return got[columns].drop_duplicates("record_sha256").reset_index(drop=True)
 
 
 # -- open -------------------------------------------------------------------------------------
