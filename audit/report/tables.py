@@ -181,8 +181,13 @@ _ADDED = (
 
 
 def _with_evidence(requests: pd.DataFrame, evidence: pd.DataFrame) -> pd.DataFrame:
-    """The request columns a store keeps out of the analyses, in the raw captures' order."""
-    out = requests.merge(evidence, on=["source", "line"], how="left", validate="1:1")
+    """The request columns a store keeps out of the analyses, in the raw captures' order,
+    joined by ``record_sha256`` (what a record is known by: a log rotated by ``copytruncate``,
+    or two receivers' same-named files, repeat a source and line; a record held twice has the
+    same request)."""
+    kept = [c for c in evidence.columns if c not in requests.columns or c == "record_sha256"]
+    ev = evidence[kept].drop_duplicates("record_sha256")
+    out = requests.merge(ev, on="record_sha256", how="left", validate="many_to_one")
     out.index = requests.index
     order = [c for c in COLUMNS if c in out.columns]
     return out[order + [c for c in out.columns if c not in order]]
