@@ -383,3 +383,21 @@ def test_a_seven_day_capture_gap_fails_cap_01_with_a_banner_raw_and_store(month,
     html = (runs["raw"][1] / "report.html").read_text()
     assert html.index('class="verdict') < html.index("No capture for 24 h or more")
     assert "24 of 31 days held captures; none 2026-10-10 to 2026-10-16" in html
+
+
+def test_audit_open_says_the_secrets_file_is_the_likely_cause_in_its_repr(tmp_path):
+    import warnings
+
+    import audit
+    from audit.demo.simulate import simulate
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 20 incidents: small groups, imprecise estimates
+        demo = simulate(tmp_path / "demo", days=7, incidents=20)
+        wrong = _wrong_secrets(Path(demo.secrets), tmp_path / "wrong.json")
+        bad = audit.open(logs=demo.captures, secrets=wrong, progress=False)
+        good = audit.open(logs=demo.captures, secrets=demo.secrets, progress=False)
+    line = f"the secrets file {wrong} likely holds wrong or outdated secrets"
+    assert line in repr(bad) and line in bad._repr_html_()
+    assert "warning" not in repr(good)
+    assert "whsec_" not in repr(bad)
