@@ -3,6 +3,7 @@ finding, and each page names its run; without Chromium, printing says so in one 
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
@@ -142,3 +143,91 @@ def test_chromium_s_error_line_has_known_secrets_cut_and_controls_shown(monkeypa
     with pytest.raises(ReportError) as e:
         print_pdf(page, tmp_path / "report.pdf")
     assert secret not in str(e.value) and "\x1b" not in str(e.value) and "boom" in str(e.value)
+
+
+@pytest.mark.slow
+def test_every_finding_uid_on_the_page_survives_pdftotext_whole(printed):
+    # issue 42: 11 of 28 uids wrapped mid-id on paper; a uid on one line is one token
+    run, text = printed["run"], printed["text"]
+    assert isinstance(run, Path) and isinstance(text, str)
+    page = (run / "report.html").read_text(encoding="utf-8")
+    tokens = set(re.findall(r"[0-9a-f]{16}", text))
+    on_page = {
+        f["finding_uid"]
+        for f in json.loads((run / "findings.json").read_text("utf-8"))
+        if f["finding_uid"] in page
+    }
+    assert len(on_page) >= 28
+    assert sorted(on_page - tokens) == []
+
+
+@pytest.mark.slow
+def test_the_first_printed_page_lists_the_failing_controls(printed):
+    run, text = printed["run"], printed["text"]
+    assert isinstance(run, Path) and isinstance(text, str)
+    first = text.split("\f", 1)[0]
+    failing = [
+        f["check_id"]
+        for f in json.loads((run / "findings.json").read_text("utf-8"))
+        if f["status"] in ("fail", "error")
+    ]
+    assert "What failed" in first
+    assert all(c in first for c in failing)
+
+
+def _fake_chromium(tmp_path: Path, body: str) -> Path:
+    """A stand-in Chromium: a shell script that notes its profile folder, then runs ``body``
+    (``$PROFILE`` and ``$PDF`` set from its arguments)."""
+    fake = tmp_path / "chromium"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do case "$a" in\n'
+        "  --user-data-dir=*) PROFILE=${a#--user-data-dir=} ;;\n"
+        "  --print-to-pdf=*) PDF=${a#--print-to-pdf=} ;;\n"
+        "esac; done\n"
+        f'echo "$PROFILE" > {tmp_path / "profile.txt"}\n' + body,
+        encoding="utf-8",
+    )
+    fake.chmod(0o755)
+    return fake
+
+
+def test_chromium_s_stderr_is_read_to_its_end_but_only_its_last_bytes_kept(monkeypatch, tmp_path):
+    # Before: communicate() held the whole log (4.3 GB once); here 16 MiB of it.
+    fake = _fake_chromium(
+        tmp_path,
+        "head -c 16777216 /dev/zero | tr '\\0' 'x' >&2\n"
+        "printf '\\nERROR: the last line\\n' >&2\nexit 1\n",
+    )
+    monkeypatch.setattr(pdf.shutil, "which", lambda name: str(fake))
+    seen: list[int] = []
+    last_line = pdf._last_line
+    monkeypatch.setattr(pdf, "_last_line", lambda b: seen.append(len(b)) or last_line(b))
+    page = tmp_path / "report.html"
+    page.write_text("<p>x</p>", encoding="utf-8")
+    with pytest.raises(ReportError, match=r"\(exit 1\): ERROR: the last line$"):
+        print_pdf(page, tmp_path / "report.pdf")
+    assert seen == [pdf.STDERR_KEPT]
+
+
+@pytest.mark.parametrize(
+    ("body", "timeout"),
+    [
+        ('mkdir -p "$PROFILE/Default/Cache"; echo x > "$PROFILE/Default/Cache/a"\n'
+         'printf %s "%PDF-1.4 x" > "$PDF"\n', 60.0),  # printed
+        ('mkdir -p "$PROFILE/Default"; echo x > "$PROFILE/Default/a"\nexit 2\n', 60.0),  # failed
+        ('mkdir -p "$PROFILE/Default"\nsleep 300\n', 1.0),  # stopped
+    ],
+    ids=["printed", "failed", "stopped"],
+)  # fmt: skip
+def test_chromium_s_profile_folder_is_removed_however_the_print_ends(
+    monkeypatch, tmp_path, body, timeout
+):
+    fake = _fake_chromium(tmp_path, body)
+    monkeypatch.setattr(pdf.shutil, "which", lambda name: str(fake))
+    page = tmp_path / "report.html"
+    page.write_text("<p>x</p>", encoding="utf-8")
+    with contextlib.suppress(ReportError):
+        print_pdf(page, tmp_path / "report.pdf", timeout=timeout)
+    profile = Path((tmp_path / "profile.txt").read_text().strip())
+    assert profile.name.startswith("audit-chromium-") and not profile.exists()
