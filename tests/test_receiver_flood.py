@@ -221,3 +221,48 @@ def test_the_flood_log_keeps_one_line_per_interval_and_counts_the_rest():
 def test_limits_must_be_positive():
     with socket.socket() as sock, pytest.raises(InputError, match="must be at least 1"):
         make_server(_app, sock, max_connections=0)
+
+
+def test_senders_that_leave_before_their_body_are_logged_once_per_interval(tmp_path):
+    # Before: one line per connection (4,556 lines in 28 s of a flood of them).
+    import asyncio
+
+    from audit.receiver.asgi import CaptureMiddleware
+
+    async def app(scope, receive, send):  # never reached: no body arrives
+        raise AssertionError("called")
+
+    async def leave():
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        raise AssertionError("answered")
+
+    scope = {"type": "http", "method": "POST", "path": "/hook", "headers": []}
+    middleware = CaptureMiddleware(app, tmp_path / "captures")
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("audit.receiver")
+    now = [0.0]
+    flood = FloodLog(10.0, clock=lambda: now[0])
+    logger.addHandler(handler)
+    logger.addFilter(flood)  # as the reference receiver's server does while it runs
+    try:
+        for i in range(4556):
+            now[0] = i * 28 / 4556
+            asyncio.run(middleware(scope, leave, send))
+        flood.flush(force=True)
+    finally:
+        logger.removeFilter(flood)
+        logger.removeHandler(handler)
+    # by hand: passed at i = 0, 1628 (10.006 s) and 3256 (20.011 s); 1627, 1627 and 1299 left out
+    assert len(lines) == 4, lines  # at 0 s, 10 s and 20 s, then the count of the rest
+    assert lines[0] == "sender left before its body arrived (0 bytes read): not captured"
+    assert lines[1].endswith("(1627 more like it in the last 10 s)")
+    assert lines[3].startswith(
+        "sender left before its body arrived: not captured: 1299 more in the last 8 s"
+    )
+    assert not list((tmp_path / "captures").glob("*.jsonl")) or all(
+        p.stat().st_size == 0 for p in (tmp_path / "captures").glob("*.jsonl")
+    )

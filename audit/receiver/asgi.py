@@ -51,6 +51,10 @@ RECEIVED_AT_KEY = "audit.received_at"
 CAPTURES_AT_ONCE = 2
 
 log = logging.getLogger("audit.receiver")
+#: The kinds of this module's per-connection log lines: the reference receiver logs each at
+#: most once per interval and counts the rest (:class:`audit.receiver.serving.FloodLog`).
+LEFT_EARLY = "sender left before its body arrived: not captured"
+TOO_LARGE = "request body over the limit answered 413"
 
 
 class CaptureMiddleware:
@@ -118,14 +122,20 @@ class CaptureMiddleware:
         while more:
             message = await receive()
             if message["type"] == "http.disconnect":  # nothing to answer, said in the log
-                log.warning(
-                    "sender left before its body arrived (%d bytes read): not captured", size
+                log.warning(  # once per connection: limited as a flood while a server runs
+                    "sender left before its body arrived (%d bytes read): not captured",
+                    size,
+                    extra={"flood_kind": LEFT_EARLY},
                 )
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:  # kept as evidence: headers and size, no body
-                log.warning("request body over %d bytes answered 413", self.max_body_bytes)
+                log.warning(
+                    "request body over %d bytes answered 413",
+                    self.max_body_bytes,
+                    extra={"flood_kind": TOO_LARGE},
+                )
                 await self._capture_oversized(scope, received_at, started, size)
                 await _answer(send, 413)
                 return
