@@ -491,9 +491,9 @@ def test_plot_clock_skew_window_and_points():
     assert [len(p.get_offsets()) for p in points] == [1, 3, 2]  # the unreadable row has no skew
     assert legend_texts(ax) == [
         "accepted window ±300 s",
-        "stale_timestamp (n=1)",
+        "stale timestamp (n=1)",  # codes as words (issue 42)
         "valid (n=3)",
-        "signature_mismatch (n=2)",
+        "signature mismatch (n=2)",
     ]
     colours = {tuple(p.get_facecolor()[0][:3]) for p in points}
     assert len(colours) == 3  # one colour per verdict
@@ -528,9 +528,9 @@ def test_plot_verdict_counts_bars_equal_hand_counts():
     assert [p.get_width() for p in ax.patches] == [1, 1, 3, 2]
     assert [t.get_text() for t in ax.get_yticklabels()] == [
         "unreadable",
-        "stale_timestamp",
+        "stale timestamp",  # codes as words (issue 42)
         "valid",
-        "signature_mismatch",
+        "signature mismatch",
     ]
     assert ax.get_xscale() == "linear"
     assert "3 (42.9%)" in texts(fig)  # 3 of 7
@@ -727,7 +727,7 @@ def test_a_dense_clock_skew_is_drawn_from_fewer_points_to_the_same_picture(monke
         == labels
         == [
             "accepted window ±300 s",
-            "stale_timestamp (n=1)",
+            "stale timestamp (n=1)",
             f"valid (n={n})",
         ]
     )

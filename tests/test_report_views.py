@@ -170,6 +170,11 @@ def test_every_catalogue_severity_has_a_symbol_and_a_colour():
 
 RLO, ESC = chr(0x202E), chr(0x1B)
 HOSTILE = f"<script>alert(1)</script> {RLO}evil.example{ESC}[31m javascript:alert(2) https://x.evil.example/a"
+#: The report's own text (catalogue, parameters, paths, versions): escaped, never defanged.
+OWN = f"<i>own</i> report.ipynb, secrets file: size only, end of data: line 1 {RLO}x"
+OWN_SHOWN = (
+    "&lt;i&gt;own&lt;/i&gt; report.ipynb, secrets file: size only, end of data: line 1 \\u202ex"
+)
 
 
 def _hostile_run():
@@ -178,9 +183,9 @@ def _hostile_run():
     from audit.report.rundir import RunData
 
     manifest = {
-        "title": HOSTILE,
+        "title": OWN,
         "run_id": "20261101T000000Z-abc123",
-        "client_id": HOSTILE,
+        "client_id": OWN,
         "period": {
             "label": "2026-10",
             "start": "2026-10-01T00:00:00+00:00",
@@ -191,7 +196,7 @@ def _hostile_run():
         "inputs": [
             {
                 "kind": "capture log",
-                "source": HOSTILE,
+                "source": OWN,
                 "size": 10,
                 "records": 0,
                 "unreadable": 0,
@@ -199,12 +204,12 @@ def _hostile_run():
             }
         ],
         "coverage": {"deliveries": 0, "valid": 0, "first_received": None, "last_received": None},
-        "skipped_inputs": [{"path": HOSTILE, "reason": "no capture record"}],
+        "skipped_inputs": [{"path": OWN, "reason": "no capture record"}],
         "snapshots": {"newest_taken_at": "2026-06-30T12:00:00+00:00"},
-        "parameters": {"client_id": HOSTILE, "thresholds": {HOSTILE: 1}},
+        "parameters": {"client_id": OWN, "thresholds": {OWN: 1}},
         "notes": [HOSTILE],
-        "versions": {"audit": HOSTILE},
-        "notebook": {"path": HOSTILE, "sha256": HOSTILE},
+        "versions": {"audit": OWN},
+        "notebook": {"path": OWN, "sha256": OWN},
     }
     evidence = {
         "examples": [HOSTILE] * 20,
@@ -217,12 +222,12 @@ def _hostile_run():
         [
             {
                 "check_id": "TKD-03",
-                "title": HOSTILE,
+                "title": OWN,
                 "status": "fail",
                 "severity": "critical",
                 "resource": HOSTILE,
                 "reason": HOSTILE,
-                "remediation": HOSTILE,
+                "remediation": OWN,
                 "evidence": _json.dumps(evidence),
                 "finding_uid": "uid-critical-1",
                 "spec_url": "javascript:alert(3)",
@@ -242,7 +247,7 @@ def _hostile_run():
         ]
     )
     trend = {
-        "previous": {"run_id": HOSTILE, "period": HOSTILE},
+        "previous": {"run_id": OWN, "period": OWN},
         "new": [
             {"check_id": HOSTILE, "severity": "high", "resource": HOSTILE, "finding_uid": HOSTILE}
         ],
@@ -318,6 +323,9 @@ def _every_section(run) -> str:
 def test_hostile_data_is_escaped_and_defanged_in_every_template():
     html = _every_section(_hostile_run())
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    # the report's own text is escaped, its invisible characters shown, and never defanged
+    assert "<i>own" not in html and OWN_SHOWN in html
+    assert "report[.]ipynb" not in html and "file[:]" not in html and "data[:]" not in html
     assert RLO not in html and ESC not in html
     assert "\\u202e" in html and "\\u001b" in html
     assert "javascript:" not in html and "javascript[:]alert(2)" in html
@@ -380,14 +388,17 @@ def test_evidence_reads_as_small_tables_with_true_totals_and_human_units():
 
     html = str(views.failing(_hostile_run()))
     assert "showing 10 of 1,373" in html  # the control's total, not the cap
-    assert "150 d 10 h" in html and "4 h 44 min" in html  # 3610.4 h; 17,040 s
+    # one unit per column, named in its header: 3610.4 under "(h)", 17,040 under "(s)"
+    assert '<caption class="list-label">wait (h)</caption>' in html and ">3,610<" in html
+    assert "<th>delay (s)</th>" in html and ">17,040<" in html
     assert "e+0" not in html and "None" not in html and "nan" not in html.lower()
     assert "not recorded" in html
     capped = views.evidence({"incidents": {"items": ["a", "b"], "total": 2636}})
     assert capped.lists == [views.EvidenceList("incidents", ["a", "b"], 2636)]
     stats = views.evidence({"ack_ms": {"n": 5170, "p50": 42.0, "max": 8975.0}})
+    assert stats.tables[0].label == "ack (ms)"
     assert stats.tables[0].headers == ["values", "median", "maximum"]
-    assert [c.value for c in stats.tables[0].rows[0]] == ["5,170", "42 ms", "9 s"]
+    assert [c.value for c in stats.tables[0].rows[0]] == ["5,170", "42", "8,975"]
 
 
 def test_the_notebook_headings_carry_the_contents_anchors():
@@ -402,13 +413,18 @@ def test_the_notebook_headings_carry_the_contents_anchors():
         assert f'<h2 id="{anchor}">{name}</h2>' in cells
 
 
-def test_the_stylesheet_prints_cards_whole_with_the_page_count():
+def test_the_stylesheet_prints_with_the_page_count_and_keeps_headings_with_their_content():
     from audit.report.markup import CSS
 
     assert "@media print" in CSS and "@page" in CSS
     assert 'counter(page) " of " counter(pages)' in CSS
-    card = CSS[CSS.index("@media print") :]
-    assert ".finding { break-inside: avoid" in card
+    printed = CSS[CSS.index("@media print") :]
+    # JupyterLab's avoid-page on each output moved a page-tall output whole (a blank page 1,
+    # page 3 two-thirds empty): outputs flow, and headings stay with what follows them
+    assert ".jp-OutputArea-child, .jp-Cell, .jp-Cell-outputWrapper { break-inside: auto" in printed
+    assert "h1, h2, h3, caption, .list-label { break-after: avoid" in printed
+    assert ".jp-MarkdownCell { break-after: avoid" in printed
+    assert ".finding h3 { break-after: avoid" in printed
 
 
 def test_a_card_names_its_rule_and_a_capped_mapping_gives_its_total():
@@ -427,7 +443,7 @@ def test_a_card_names_its_rule_and_a_capped_mapping_gives_its_total():
     html = str(views.failing(RunData(run.manifest, f)))
     assert "specification: <code>spec 5.2 rules 4-5</code>" in html
     assert "entry: <code>docs/controls.md#tkd-03</code>" in html
-    assert "showing 2 of 4" in html and "30 h 00 min" in html and "27 h 12 min" in html
+    assert "showing 2 of 4" in html and ">30<" in html and ">27.2<" in html
 
 
 def test_the_trend_says_which_damaged_runs_it_left_out() -> None:

@@ -24,6 +24,7 @@ from audit.plotting.base import (
     thinned,
 )
 from audit.spec import CLOCK_TOLERANCE_S
+from audit.words import words
 
 __all__ = ["plot_clock_skew", "plot_verdict_counts"]
 
@@ -76,7 +77,7 @@ def plot_clock_skew(
     ...                            "skew_s": [1.5, 900.0], "verdict": ["valid", "stale_timestamp"]})
     >>> ax = plot_clock_skew(deliveries).axes[0]
     >>> ax.get_yscale(), [text.get_text() for text in ax.get_legend().get_texts()]
-    ('symlog', ['accepted window ±300 s', 'stale_timestamp (n=1)', 'valid (n=1)'])
+    ('symlog', ['accepted window ±300 s', 'stale timestamp (n=1)', 'valid (n=1)'])
     """
     if yscale not in ("auto", "linear", "symlog"):
         raise ParameterError(f"yscale must be 'auto', 'linear' or 'symlog', got {yscale!r}")
@@ -128,7 +129,7 @@ def plot_clock_skew(
             color=_SKEW_COLOURS.get(verdict, "black"),
         )
         handles.append(h)
-        labels.append(f"{safe_label(verdict)} (n={n})")
+        labels.append(f"{safe_label(words(verdict))} (n={n})")  # codes as words
     date_axis(ax)
     ax.set_xlabel("received at (UTC)")
     ax.set_ylabel("skew (s" + (", symlog scale)" if yscale == "symlog" else ")"))
@@ -190,7 +191,7 @@ def plot_verdict_counts(
             va="center",
             fontsize="small",
         )
-    ax.set_yticks(y, [safe_label(v) for v in counts["verdict"]])
+    ax.set_yticks(y, [safe_label(words(v)) for v in counts["verdict"]])  # codes as words
     ax.invert_yaxis()
     ax.set_xlim(right=n.max() * (4 if log else 1.2))
     ax.set_xlabel("records" + (" (log scale)" if log else ""))

@@ -16,6 +16,7 @@ from audit.report.params import Period
 from audit.report.rundir import RunData
 from audit.report.tables import deliveries_in_period, in_period
 from audit.spec import schedule_text
+from audit.words import words
 
 if TYPE_CHECKING:  # annotations only
     from matplotlib.figure import Figure
@@ -117,7 +118,7 @@ def verdicts(run: RunData) -> HTML:
     from audit.plotting import plot_verdict_counts  # start-up: matplotlib, as in _embed
 
     counts = run.table("verdict_counts")
-    listed = ", ".join(f"{r.verdict} {r.count:,}" for r in counts.itertuples()) or "none"
+    listed = ", ".join(f"{words(r.verdict)} {r.count:,}" for r in counts.itertuples()) or "none"
     return _embed(
         plot_verdict_counts(_period_deliveries(run)),
         f"Bar chart of the period's requests by signature verdict: {listed}.",

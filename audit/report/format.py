@@ -1,8 +1,11 @@
 """Readable values and tables: human units, rounded numbers, cells for the templates.
 
 :func:`table` takes a frame and a column spec ``{column: (label, kind)}``; kinds are ``text``,
-``url`` (defanged), ``label`` (an enum value, ``_`` shown as a space), ``file`` (its name;
-the full path is in the appendix), ``hash``, ``int``, ``float``, ``pct`` (a share 0-1),
+``url`` (defanged), ``label`` (an enum value, ``_`` shown as a space, a known code as words),
+``code`` (a known code as words, anything else as it is: a column of codes and ids),
+``own`` (the toolkit's own text: escaped, never defanged), ``id`` (kept on one line),
+``file`` (its name; the full path is in the appendix), ``hash``, ``int``, ``float``, ``pct``
+(a share 0-1),
 ``s``/``ms``/``h`` (durations, in hours and minutes), ``time`` (UTC) and
 ``status``/``severity`` (badges). It renders ``templates/html/table.j2`` (autoescaped).
 :func:`human` formats one evidence value by its key's unit.
@@ -22,6 +25,7 @@ import pandas as pd
 from audit.report.templating import render
 from audit.safe import defang
 from audit.timeutil import duration
+from audit.words import words
 
 __all__ = [
     "HTML",
@@ -73,14 +77,16 @@ def percent(share: float) -> str:
 
 #: What a missing value reads as (never ``None``, ``NaN`` or ``NaT``).
 MISSING = "not recorded"
+#: Ids up to this length are kept on one line (paper and phone); a longer value wraps.
+ID_MAX = 48
 
 
 class Cell(NamedTuple):
     """One formatted value for a template: ``kind`` says how the template shows it.
 
     ``text`` (attacker-controlled: escaped, URLs and hosts defanged), ``plain`` (our own
-    formatting: escaped), ``uid`` (monospace), ``badge`` (a status or severity) or
-    ``missing`` (greyed).
+    formatting: escaped), ``uid`` (monospace, on one line), ``id`` (an id from the data:
+    defanged, on one line), ``badge`` (a status or severity) or ``missing`` (greyed).
     """
 
     value: str
@@ -139,30 +145,29 @@ def unit_of(key: str) -> float | None:
     return None
 
 
-def human(key: str, value: object, *, seconds: float | None = None, share: bool = False) -> str:
-    """One evidence value for people, by its key: a duration for ``*_h``/``*_s``/``*_ms``/
-    ``*_days`` (or ``seconds`` per unit given by the caller), a percentage for ``*rate`` or
-    ``*share`` (or ``share``), a UTC time for an ISO 8601 text, thousands separators,
-    ``yes``/``no``, and :data:`MISSING` for a missing value.
+def human(key: str, value: object, *, share: bool = False) -> str:
+    """One evidence value for people, by its key: a number in the unit the key names
+    (``*_h``, ``*_s``, ``*_ms``, ``*_days``: the value's label names that unit, one unit per
+    column), a percentage for ``*rate`` or ``*share`` (or ``share``), a UTC time for an ISO
+    8601 text, thousands separators, ``yes``/``no``, a known code as words, and
+    :data:`MISSING` for a missing value.
 
     >>> [human(k, v) for k, v in (("max_wait_h", 3610.4), ("rate", 0.005029),
     ...  ("events", 4851), ("valid_from", None), ("small_sample", True),
-    ...  ("fetched_at", "2026-10-16T15:00:00+00:00"), ("ack_p50_ms", 42.0))]
-    ['150 d 10 h', '0.50%', '4,851', 'not recorded', 'yes', '2026-10-16 15:00 UTC', '42 ms']
-    """
+    ...  ("fetched_at", "2026-10-16T15:00:00+00:00"), ("ack_p50_ms", 42.0),
+    ...  ("threshold_days", 90), ("verdict", "missing_signature"))]
+    ['3,610', '0.50%', '4,851', 'not recorded', 'yes', '2026-10-16 15:00 UTC', '42', '90', 'missing signature']
+    """  # noqa: E501
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return MISSING
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, int | float):
-        factor = seconds if seconds is not None else unit_of(key)
         if share or key.endswith(("rate", "share")):
             return percent(float(value))
-        if factor is not None:
-            return duration(float(value) * factor)
         return number(value)
     s = str(value)
-    return when(s) if _ISO.match(s) else s
+    return when(s) if _ISO.match(s) else words(s)
 
 
 def cell(value: object, kind: str) -> Cell:
@@ -188,11 +193,17 @@ def cell(value: object, kind: str) -> Cell:
     if kind == "url":  # a domain has no scheme: defang it anyway
         return Cell(str(defang(str(value))), "plain")
     if kind == "label":
-        return Cell(str(value).replace("_", " "))
+        return Cell(words(value).replace("_", " "))
+    if kind == "code":
+        return Cell(words(value))
+    if kind == "own":
+        return Cell(str(value), "plain")
     if kind == "file":
         return Cell(PurePath(str(value)).name)
     if kind == "hash":
         return Cell(str(value), "uid")
+    if kind == "id" and len(str(value)) <= ID_MAX:
+        return Cell(str(value), "id")
     if isinstance(value, bool):
         return Cell("yes" if value else "no", "plain")
     return Cell(str(value))
@@ -219,6 +230,11 @@ def _number_cell(value: object, kind: str) -> Cell | None:
     return Cell(shown, "plain", True)
 
 
+def _kind(column: str, kind: str) -> str:
+    """A text column of ids (``*_id``) keeps each id on one line."""
+    return "id" if kind == "text" and column.endswith("_id") else kind
+
+
 def table(
     df: pd.DataFrame | None,
     spec: Spec,
@@ -233,7 +249,8 @@ def table(
     a cut table says "Showing the first N of TOTAL rows" and, with ``full`` (a table's name),
     links ``tables/<full>.csv`` and ``tables/<full>.parquet`` (the whole table, beside the
     report). A missing value reads ``missing``. Tables of 7 columns or more are ``wide``
-    (they wrap, and print smaller).
+    (they wrap, and print smaller). Ids (a ``text`` column named ``*_id``) and numbers never
+    wrap.
 
     >>> html = str(table(pd.DataFrame({"n": [1234]}), {"n": ("Records", "int")}, caption="C"))
     >>> "<th>Records</th>" in html, "<td class=\\"num\\">1,234</td>" in html
@@ -242,9 +259,10 @@ def table(
     if df is None or df.empty:
         return HTML(render("table.j2", caption=caption, empty=empty or "none", rows=[]))
     cols = [c for c in spec if c in df.columns]
+    kinds = [_kind(col, spec[col][1]) for col in cols]
     rows = []
     for rec in df.head(max_rows)[cols].itertuples(index=False, name=None):
-        row = [cell(value, spec[col][1]) for value, col in zip(rec, cols, strict=True)]
+        row = [cell(value, kind) for value, kind in zip(rec, kinds, strict=True)]
         rows.append([c._replace(value=missing) if c.kind == "missing" else c for c in row])
     return HTML(
         render(

@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import pandas as pd
 
@@ -24,11 +24,11 @@ from audit.report.format import (
     duration,
     human,
     table,
-    unit_of,
     when,
 )
 from audit.report.rundir import RunData, open_run
 from audit.report.templating import render
+from audit.words import words
 
 __all__ = [
     "SECTIONS",
@@ -37,6 +37,8 @@ __all__ = [
     "deliveries",
     "evidence",
     "failing",
+    "failing_controls",
+    "failing_rows",
     "family",
     "header",
     "open_run",
@@ -246,6 +248,7 @@ def header(run: RunData) -> HTML:
             period_line=period_line,
             page_label=_page_label("Run", m.get("run_id"), "· period", p.get("label")),
             verdict=verdict(run.findings),
+            failing=failing_controls(run),
             severities=SEVERITIES,
             banners=banners,
             facts=facts,
@@ -361,10 +364,19 @@ class EvidenceTable(NamedTuple):
     total: int
 
 
+class Fact(NamedTuple):
+    """One scalar of the evidence: its label (with the unit its value is in) and its value;
+    a number is kept on one line, its digits aligned."""
+
+    label: str
+    value: str
+    numeric: bool = False
+
+
 class Evidence(NamedTuple):
     """A finding's evidence for people: scalar facts, small tables, lists with their totals."""
 
-    facts: list[tuple[str, str]]
+    facts: list[Fact]
     tables: list[EvidenceTable]
     lists: list[EvidenceList]
 
@@ -394,25 +406,27 @@ def evidence(raw: object) -> Evidence:
     """A finding's evidence (a JSON object, or its text) as facts, small tables and lists.
 
     A list's total is the control's ``<key>_total`` beside it (or ``{"items": [...],
-    "total": N}``) when given, else its length; only the first items are shown. Values take
-    their unit from their key (``*_h``, ``*_s``, ``*_ms``, ``*_days``, ``*rate``).
+    "total": N}``) when given, else its length; only the first items are shown. A key ending
+    in a unit (``*_h``, ``*_s``, ``*_ms``, ``*_days``) names it in its label, and its values
+    are numbers in that unit (one unit per column); ``*rate`` values are percentages. Codes
+    (``missing_signature``) read as words; the JSON and CSV files keep them.
 
     >>> ev = evidence({"examples": ["a", "b"], "examples_total": 1373, "max_wait_h": 3610.4,
     ...                "rate": 0.005029, "threshold": 0.005, "valid_from": None})
-    >>> ev.facts
-    [('max wait (h)', '150 d 10 h'), ('rate', '0.50%'), ('threshold', '0.50%'), ('valid from', 'not recorded')]
+    >>> [tuple(f) for f in ev.facts]
+    [('max wait (h)', '3,610', True), ('rate', '0.50%', True), ('threshold', '0.50%', True), ('valid from', 'not recorded', False)]
     >>> ev.lists
     [EvidenceList(label='examples', items=['a', 'b'], total=1373)]
     """  # noqa: E501
     try:
         ev = json.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError:
-        return Evidence([("evidence", str(raw))], [], [])
+        return Evidence([Fact("evidence", str(raw))], [], [])
     if ev is None or ev == {} or ev == "":
         return Evidence([], [], [])
     if not isinstance(ev, Mapping):
-        return Evidence([("evidence", str(ev))], [], [])
-    facts: list[tuple[str, str]] = []
+        return Evidence([Fact("evidence", str(ev))], [], [])
+    facts: list[Fact] = []
     tables: list[EvidenceTable] = []
     lists: list[EvidenceList] = []
     has_rate = any(str(k).endswith("rate") for k in ev)
@@ -433,12 +447,16 @@ def evidence(raw: object) -> Evidence:
         elif isinstance(value, list):
             total = _total(ev.get(f"{key}_total"), len(value))
             if not value and not total:
-                facts.append((_label(key), "none"))
+                facts.append(Fact(_label(key), "none"))
             else:
                 lists.append(EvidenceList(_label(key), _items(value), total))
         else:
-            facts.append((_label(key), human(key, value, share=share)))
+            facts.append(Fact(_label(key), human(key, value, share=share), _is_number(value)))
     return Evidence(facts, tables, lists)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _is_capped(value: Mapping[str, Any]) -> bool:
@@ -466,27 +484,28 @@ def _items(values: list[Any]) -> list[str]:
 
 def _mapping_table(key: str, value: Mapping[str, Any], total: int) -> EvidenceTable:
     """A mapping as a small table: statistics (``p50``, ``max``) or up to 6 values by name in
-    one row under their names, more values by name in two columns; values in the key's unit."""
-    seconds = unit_of(key)
+    one row under their names, more values by name in two columns; values are numbers in
+    the unit the key names (its label says which), names that are codes read as words."""
+    share = key.endswith(("rate", "share"))
     names = [str(k) for k in value]
     if names and all(k in _STAT_NAMES for k in names):
-        cells = [_value_cell(k, v, None if k == "n" else seconds) for k, v in value.items()]
+        cells = [_value_cell(k, v) if k == "n" else _value_cell(key, v) for k, v in value.items()]
         return EvidenceTable(_label(key), [_STAT_NAMES[k] for k in names], [cells], 1)
     items = list(value.items())
     if len(items) <= 6 and total <= len(items):  # a few values by name: one row under them
-        cells = [_value_cell(str(k), v, seconds) for k, v in items]
-        return EvidenceTable(_label(key), names, [cells], 1)
-    rows = [[Cell(str(k)), _value_cell(str(k), v, seconds)] for k, v in items[:TABLE_SHOWN]]
+        cells = [_value_cell(str(k), v, share=share) for k, v in items]
+        return EvidenceTable(_label(key), [words(k) for k in names], [cells], 1)
+    rows = [[Cell(words(k)), _value_cell(str(k), v, share=share)] for k, v in items[:TABLE_SHOWN]]
     return EvidenceTable(_label(key), [], rows, max(total, len(items)))
 
 
-def _value_cell(key: str, value: object, seconds: float | None) -> Cell:
+def _value_cell(key: str, value: object, *, share: bool = False) -> Cell:
     if value is None:
         return Cell(MISSING, "missing")
     if isinstance(value, dict | list):
         return Cell(json.dumps(value, default=str)[:300])
-    shown = human(key, value, seconds=seconds) if seconds else human(key, value)
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    shown = human(key, value, share=share)
+    if _is_number(value):
         return Cell(shown, "plain", True)
     return Cell(shown)  # text from the data: defanged
 
@@ -495,7 +514,7 @@ def _records_table(key: str, records: list[Mapping[str, Any]], total: int) -> Ev
     heads: list[str] = []
     for r in records:
         heads += [str(k) for k in r if str(k) not in heads]
-    rows = [[_value_cell(h, r.get(h), unit_of(h)) for h in heads] for r in records[:TABLE_SHOWN]]
+    rows = [[_value_cell(h, r.get(h)) for h in heads] for r in records[:TABLE_SHOWN]]
     return EvidenceTable(_label(key), [_label(h) for h in heads], rows, total)
 
 
@@ -509,12 +528,77 @@ def _href(url: object) -> str | None:
     return url.strip()
 
 
+class FailingRow(NamedTuple):
+    """One line of the failing controls at the top of the report, linking its card."""
+
+    check_id: str
+    title: str
+    severity: str
+    status: str
+    resource: str
+    reason: str
+    anchor: str
+
+
+#: A reason in the table at the top is cut to one line of about this many characters.
+REASON_SHOWN = 160
+
+
+def _anchored(findings: pd.DataFrame) -> list[tuple[str, dict[str, Any]]]:
+    """The failing findings, most severe first, each with its card's anchor: ``finding-`` and
+    its uid, or its rank when the uid is missing or repeated (anchors are unique)."""
+    bad = _failing(findings)
+    if len(bad) and "severity" in bad.columns:
+        rank = {s: i for i, s in enumerate(SEVERITIES)}
+        order = bad["severity"].map(lambda s: rank.get(s, len(rank)))
+        bad = bad.iloc[order.reset_index(drop=True).argsort(kind="stable").to_numpy()]
+    out: list[tuple[str, dict[str, Any]]] = []
+    seen: set[str] = set()
+    records: list[dict[str, Any]] = bad.to_dict("records")  # type: ignore[assignment]
+    for n, r in enumerate(records, start=1):
+        uid = r.get("finding_uid")
+        anchor = f"finding-{quote(str(uid), safe='')}" if isinstance(uid, str) and uid else ""
+        if not anchor or anchor in seen:
+            anchor = f"finding-{n}"
+        seen.add(anchor)
+        out.append((anchor, r))
+    return out
+
+
+def _one_line(value: object, limit: int = REASON_SHOWN) -> str:
+    text = " ".join(str(value or "").split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def failing_rows(run: RunData) -> list[FailingRow]:
+    """The failing (or errored) findings for the table under the verdict: control, title,
+    severity, resource, a one-line reason and the anchor of its card (:func:`failing`)."""
+    return [
+        FailingRow(
+            check_id=str(r.get("check_id") or MISSING),
+            title=str(r.get("title") or ""),
+            severity=str(r.get("severity")),
+            status=str(r.get("status")),
+            resource=str(r.get("resource") or ""),
+            reason=_one_line(r.get("reason")),
+            anchor=anchor,
+        )
+        for anchor, r in _anchored(run.findings)
+    ]
+
+
+def failing_controls(run: RunData) -> HTML:
+    """The short table of failing controls (under the verdict, in :func:`header`)."""
+    return HTML(render("report_failing_top.j2", rows=failing_rows(run)))
+
+
 def failing(run: RunData) -> HTML:
-    """Every failing (or errored) finding as a card: remediation, evidence as small tables,
-    its rule in the spec and its entry in docs/controls.md (the catalogue's ``spec_ref`` and
-    ``docs_ref``, shown; ``spec_url`` and ``docs_url``, linked, when http(s)), and its uid."""
+    """Every failing (or errored) finding as a card, most severe first: remediation,
+    evidence as small tables, its rule in the spec and its entry in docs/controls.md (the
+    catalogue's ``spec_ref`` and ``docs_ref``, shown; ``spec_url`` and ``docs_url``, linked,
+    when http(s)), and its uid. Each card's anchor is the one the table at the top links."""
     cards = []
-    for r in _failing(run.findings).to_dict("records"):
+    for anchor, r in _anchored(run.findings):
         links = [
             (label, href)
             for label, href in (
@@ -543,6 +627,7 @@ def failing(run: RunData) -> HTML:
                     if isinstance(ref, str) and ref.strip()
                 ],
                 "uid": r.get("finding_uid") or MISSING,
+                "anchor": anchor,
             }
         )
     return HTML(render("report_findings.j2", cards=cards))
@@ -710,7 +795,7 @@ def takedown(run: RunData) -> HTML:
     )
     spec = {
         "by": ("Grouped by", "label"),
-        "group": ("Group", "text"),
+        "group": ("Group", "code"),
         "n": ("Incidents", "int"),
         "events": ("Taken down", "int"),
         "censored": ("Censored", "int"),
@@ -784,8 +869,8 @@ def appendix(run: RunData) -> HTML:
     inputs = table(
         pd.DataFrame(m.get("inputs", [])),
         {
-            "kind": ("Kind", "text"),
-            "source": ("File", "text"),
+            "kind": ("Kind", "own"),
+            "source": ("File", "own"),
             "size": ("Bytes", "int"),
             "records": ("Records", "int"),
             "unreadable": ("Unreadable", "int"),
@@ -800,7 +885,7 @@ def appendix(run: RunData) -> HTML:
         {"name": list(m.get("versions", {})), "value": list(m.get("versions", {}).values())}
     )
     notes = pd.DataFrame({"note": m.get("notes", [])})
-    kv = {"name": ("Name", "text"), "value": ("Value", "text")}
+    kv = {"name": ("Name", "own"), "value": ("Value", "own")}  # the operator's: not defanged
     nb = m.get("notebook", {})
     return (
         inputs
