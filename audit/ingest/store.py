@@ -562,8 +562,10 @@ def _read_file(
     done: _FileIngested,
 ) -> tuple[int, list[Staged]]:
     """Read and verify ``path`` from byte ``skip`` into staged parts, counting into ``done``;
-    (the lines read, the staged parts)."""
+    (the lines read, the staged parts). Rows name the file by its resolved path, as its manifest
+    entry does (``store_inputs``), whatever spelling was given (``docs/scale.md``)."""
     fmt, sha = seen.fmt, seen.sha
+    source = source_name(seen.resolved)
     newlines = 0
     written: list[Staged] = []
     if not fmt.SPLITS_AT_LINES:
@@ -571,7 +573,7 @@ def _read_file(
         table, naive = records.verify_chunk(
             records.read_whole(path),
             kind=fmt.NAME,
-            source=source_name(path),
+            source=source,
             first_line=1,
             wanted=settings.wanted,
             secrets=settings.secrets,
@@ -592,7 +594,7 @@ def _read_file(
     results = settings.runner.map(
         _ingest_piece,
         pieces,
-        sources={str(path): source_name(path)},
+        sources={str(path): source},
         call={"staging": staging, "file_sha256": sha},
     )
     with contextlib.closing(results):  # an error here stops the workers at once
