@@ -196,8 +196,11 @@ def verification_coverage(
     d = d[(d["verdict"] != "unreadable").fillna(False).astype(bool)]
     if d.empty:
         return []
-    key = d["subscription_id"].astype(object).where(d["subscription_id"].notna(), _UNKNOWN)
-    table = pd.crosstab(key.astype(str), d["verdict"].astype(str))
+    # Counted on the columns as they are (no Python object per row: 1M rows), then labelled
+    sizes = d.groupby(["subscription_id", "verdict"], dropna=False, observed=True).size()
+    table = sizes.unstack("verdict", fill_value=0)
+    table.index = [_UNKNOWN if pd.isna(k) else str(k) for k in table.index]
+    table.columns = [str(c) for c in table.columns]
     everything = table.sum()
     out: list[dict[str, Any]] = []
     for sub, row in table.sort_index().iterrows():
