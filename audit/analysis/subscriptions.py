@@ -7,7 +7,9 @@ answers, :func:`load_snapshots` for the files written by ``audit snapshot``.
 
 A snapshot file is ``{"fetched_at": "<ISO time>", "base_url": "...", "response": <body>}``. A
 ``secret`` found in a listing is never kept: only the fact that one was shown survives, as
-``secret_exposed``.
+``secret_exposed``. A listing (a file, or the service's answer) whose objects name a key twice,
+at any level (two ``data``: JSON readers keep one list and drop the other's subscriptions), is
+refused with the reason (:func:`unique_keys`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from audit.errors import LoadError
 from audit.paths import expand, read_regular, source_name
-from audit.redaction import exposes_secret, redact_secrets
+from audit.redaction import exposes_secret, redact_secrets, scrub
 from audit.tables import SUBSCRIPTIONS
 from audit.text import NOT_TEXT, holds_lone_surrogate
 from audit.timeutil import FIRST_YEAR, LAST_YEAR, ns_in_range, parse_iso_ns
@@ -31,9 +33,11 @@ if TYPE_CHECKING:  # pandas only where a frame is built: `audit snapshot` never 
 
 __all__ = [
     "SNAPSHOT_COLUMNS",
+    "RepeatedKey",
     "SnapshotWarning",
     "load_snapshots",
     "secret_exposed",
+    "unique_keys",
     "unwrap_listing",
 ]
 
@@ -47,6 +51,34 @@ _STRING_FIELDS = {
     "description": "description",
     "last_delivery_status": "lastDeliveryStatus",
 }
+
+
+class RepeatedKey(ValueError):
+    """A JSON object names a key twice (the message says which)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: the object, or :class:`RepeatedKey` when it
+    names a key twice (JSON readers keep one value and drop the other silently).
+
+    >>> try:
+    ...     json.loads('{"data": [1], "data": [2]}', object_pairs_hook=unique_keys)
+    ... except RepeatedKey as e:
+    ...     print(e)
+    names the key 'data' twice in one object (JSON readers keep one and drop the other)
+    """
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                break
+            seen.add(key)
+        shown = repr(scrub(key)) if len(key) <= 40 else repr(scrub(key)[:37]) + "..."
+        raise RepeatedKey(
+            f"names the key {shown} twice in one object (JSON readers keep one and drop the other)"
+        )
+    return out
 
 
 def unwrap_listing(body: Any) -> list[dict[str, Any]]:
@@ -139,7 +171,9 @@ def _read_snapshot(path: Path) -> tuple[int, list[dict[str, Any]]]:
             f"{path}: cannot read snapshot ({e.strerror or type(e).__name__})"
         ) from None
     try:
-        doc = json.loads(raw.decode("utf-8-sig"))
+        doc = json.loads(raw.decode("utf-8-sig"), object_pairs_hook=unique_keys)
+    except RepeatedKey as e:
+        raise LoadError(f"{path}: not a snapshot: {e}") from None
     except RecursionError:
         raise LoadError(f"{path}: not a snapshot: JSON nested too deeply") from None
     except UnicodeDecodeError:

@@ -19,6 +19,7 @@ from typing import Any, Self
 
 import httpx
 
+from audit.analysis.subscriptions import RepeatedKey, unique_keys
 from audit.errors import (
     InputError,
     PayloadTooLarge,
@@ -351,7 +352,17 @@ def json_body(response: httpx.Response, where: str, *, allow_empty: bool = False
             f"{where}: {_status_text(response)} with an empty body", status=response.status_code
         )
     try:  # NaN, Infinity and 1e400 are not JSON numbers: a snapshot would not be JSON either
-        body = json.loads(response.content, parse_constant=_not_json, parse_float=_finite)
+        body = json.loads(
+            response.content,
+            parse_constant=_not_json,
+            parse_float=_finite,
+            object_pairs_hook=unique_keys,  # a key named twice is refused, never read last-wins
+        )
+    except RepeatedKey as e:
+        raise ServiceError(
+            f"{where}: {_status_text(response)} with a JSON body that {e}",
+            status=response.status_code,
+        ) from None
     except (ValueError, UnicodeDecodeError):
         raise ServiceError(
             f"{where}: {_status_text(response)} with a body that is not JSON",
