@@ -149,9 +149,10 @@ def test_the_trend_against_the_previous_period_is_shown(tmp_path):
     write_run(tmp_path, "2026-11", "r2")
     page = build_index(tmp_path).read_text()
     with_trend, without = rows(page)[1], rows(page)[0]
-    assert badges_in(with_trend)[-3:] == [
+    assert badges_in(with_trend)[-4:] == [
         "new: NEW 1",
         "resolved: RESOLVED 4",
+        "not_judged zero: NOT JUDGED 0",  # a run written before "not judged" counted none
         "persisting: PERSISTING 2",
     ]
     assert "vs 2026-09" in with_trend

@@ -171,6 +171,12 @@ def _strings(obj: object, seen: set[int]) -> list[str]:
     is_flag=True,
     help="Also print the report to report.pdf (needs a Chromium on PATH).",
 )
+@click.option(
+    "--allow-quiet",
+    "allow_quiet",
+    is_flag=True,
+    help="A period with no delivery at all exits 0 when nothing failed (default: exit 1).",
+)
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 def report(
     logs: tuple[str, ...],
@@ -185,13 +191,15 @@ def report(
     timeout_s: int,
     notebook: Path | None,
     pdf: bool,
+    allow_quiet: bool,
     quiet: bool,
     store_dir: Path | None,
 ) -> int:
     """Run the compliance report for a period: notebook, HTML, findings, manifest, index.
 
-    Exit codes: 0 no failing finding at or above --fail-on, 1 failing findings, 2 a control
-    errored, 3 bad input or a runtime failure. --pdf never changes them: without a Chromium,
+    Exit codes: 0 no failing finding at or above --fail-on, 1 failing findings or a period
+    with no delivery at all (unless --allow-quiet), 2 a control errored, 3 bad input or a
+    runtime failure. --pdf never changes them: without a Chromium,
     or when printing fails, it says so on stderr and in the manifest.
     """
     need_logs(logs, store_dir)
@@ -217,6 +225,9 @@ def report(
         store=store_dir,
         notice=_progress,  # what was written to the store is told even with --quiet
         pdf=pdf,
+        allow_quiet=allow_quiet,
     )
     _print_report(result)
+    if result.quiet:
+        click.echo(f"audit: {result.quiet}", err=True)
     return result.exit_code

@@ -16,6 +16,7 @@ import pandas as pd
 from audit.analysis.analyze import Analysis, run_analyses
 from audit.analysis.coverage import capture_coverage, secrets_sentence, verification_coverage
 from audit.findings import run_controls
+from audit.findings.listing import covers
 from audit.memory import release_free_memory
 from audit.redaction import cut_secrets, scrub
 from audit.report.inputs import Inputs
@@ -30,7 +31,8 @@ class Computed:
     """The analyses, the findings and the report tables of one period (in memory).
 
     ``coverage``: what the period received (:func:`coverage`); ``snapshots``: the newest
-    listing snapshot used (``newest_taken_at``, ISO 8601, or None without one).
+    listing snapshot used (``newest_taken_at``, ISO 8601, or None without one) and whether a
+    listing covers the period (``covers_period``, :mod:`audit.findings.listing`).
     """
 
     analysis: Analysis
@@ -87,7 +89,13 @@ def compute(inputs: Inputs, params: ReportParams, period: Period) -> Computed:
         notes,
         coverage=coverage(analysis.deliveries, tables.get("verdict_counts"), period)
         | evidence_coverage(analysis, period, params.as_of, inputs.secrets_file),
-        snapshots={"newest_taken_at": _iso(newest)},
+        snapshots={
+            "newest_taken_at": _iso(newest),
+            # the rule of audit.findings.listing, as the controls judged it
+            "covers_period": covers(subs["fetched_at"], period.start, period.end)
+            if not subs.empty
+            else False,
+        },
     )
 
 

@@ -200,6 +200,7 @@ def takedown(run: RunData) -> HTML:
     return _embed(
         fig,
         alt,
-        "Share of incidents not yet taken down, by class (blue, with its 95% band) against "
-        "all incidents (grey). The time axis stops near the 99th percentile of durations.",
+        "Share of the incidents created in the period not yet taken down, by class (blue, "
+        "with its 95% band) against all of them (grey). The time axis stops near the 99th "
+        "percentile of durations.",
     )

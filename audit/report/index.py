@@ -34,6 +34,7 @@ __all__ = [
     "FINDINGS_LIMIT",
     "MANIFEST_LIMIT",
     "MAX_DEPTH",
+    "TREND_KINDS",
     "RunEntry",
     "build_index",
     "check_findings",
@@ -50,6 +51,9 @@ FINDINGS_LIMIT = 16 << 20
 MAX_DEPTH = 64
 
 STATUS_ORDER = ("fail", "error", "pass", "skip", "info", "muted")
+#: The trend's kinds of failures against the previous period (``audit.report.trend``): new,
+#: resolved (passing now), not judged (now skip, error, muted or absent), persisting.
+TREND_KINDS = ("new", "resolved", "not_judged", "persisting")
 #: Severities shown for every run (zero counts greyed); ``info`` only when counted.
 SEVERITY_ORDER = tuple(s for s in SEVERITIES if s != "info")
 _KINDS = {"month": "Months", "week": "Weeks", "range": "Date ranges", "other": "Other folders"}
@@ -185,7 +189,7 @@ def check_manifest(m: object) -> dict[str, Any]:
         _text_or_none(trend, k) for k in ("previous_period", "previous_run")
     ):
         raise ValueError("trend is not an object of counts")
-    if not _counts({k: v for k, v in trend.items() if k in ("new", "resolved", "persisting")}):
+    if not _counts({k: v for k, v in trend.items() if k in TREND_KINDS}):
         raise ValueError("trend counts are not counts")
     for key in ("rendering", "failure"):
         part = m.get(key, {})
@@ -386,7 +390,7 @@ def _row(root: Path, e: RunEntry) -> dict[str, Any]:
     row["trend"] = (
         {
             "previous": trend["previous_period"],
-            "counts": {k: trend.get(k, 0) for k in ("new", "resolved", "persisting")},
+            "counts": {k: trend.get(k, 0) for k in TREND_KINDS},
         }
         if trend.get("previous_period")
         else None

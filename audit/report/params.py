@@ -43,7 +43,14 @@ __all__ = [
 ]
 
 #: The keys a ``--params`` file may hold.
-PARAMETER_NAMES = ("as_of", "client_id", "clock_start", "header_prefix", "thresholds")
+PARAMETER_NAMES = (
+    "allow_quiet",
+    "as_of",
+    "client_id",
+    "clock_start",
+    "header_prefix",
+    "thresholds",
+)
 
 
 @dataclass(frozen=True)
@@ -133,13 +140,18 @@ def parse_period(text: str, *, today: date | None = None) -> Period:
 
 @dataclass(frozen=True)
 class ReportParams:
-    """Checked report parameters (see :func:`check_params`)."""
+    """Checked report parameters (see :func:`check_params`).
+
+    ``allow_quiet``: a period with no delivery at all exits 0 when nothing failed (by
+    default it exits 1, so that a scheduler notices a receiver or a capture that stopped).
+    """
 
     as_of: pd.Timestamp
     client_id: str | None = None
     clock_start: str = "created"
     header_prefix: str = DEFAULT_HEADER_PREFIX
     thresholds: Mapping[str, float] = field(default_factory=dict)
+    allow_quiet: bool = False
 
     def as_dict(self) -> dict[str, object]:
         """JSON-able form, for the manifest."""
@@ -149,6 +161,7 @@ class ReportParams:
             "clock_start": self.clock_start,
             "header_prefix": self.header_prefix,
             "thresholds": dict(self.thresholds),
+            "allow_quiet": self.allow_quiet,
         }
 
 
@@ -218,12 +231,16 @@ def check_params(params: Mapping[str, object] | None, period: Period) -> ReportP
     prefix = params.get("header_prefix", DEFAULT_HEADER_PREFIX)
     if not isinstance(prefix, str) or not prefix:
         raise ParameterError("header_prefix must be non-empty text")
+    allow_quiet = params.get("allow_quiet", False)
+    if not isinstance(allow_quiet, bool):
+        raise ParameterError(f"allow_quiet must be true or false, not {_kind(allow_quiet)}")
     return ReportParams(
         as_of=_as_of(params.get("as_of"), period),
         client_id=client_id,
         clock_start=str(clock_start),
         header_prefix=prefix,
         thresholds=_thresholds(params.get("thresholds")),
+        allow_quiet=allow_quiet,
     )
 
 

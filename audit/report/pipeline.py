@@ -196,7 +196,9 @@ def exit_code(findings: pd.DataFrame, fail_on: str) -> int:
 
 @dataclass(frozen=True)
 class ReportResult:
-    """Where a run wrote, and how it ended."""
+    """Where a run wrote, and how it ended; ``quiet``: one line when the period received no
+    delivery at all (it exits 1 unless quiet periods are allowed or something else decides),
+    else empty."""
 
     exit_code: int
     run_dir: Path | None
@@ -207,6 +209,7 @@ class ReportResult:
     skipped: bool = False
     rendering_failed: bool = False
     pdf: Path | None = None
+    quiet: str = ""
 
 
 def _completed(root: Path, period: Period) -> Path | None:
@@ -255,6 +258,7 @@ def run_report(
     store: str | os.PathLike[str] | None = None,
     notice: Progress | None = None,
     pdf: bool = False,
+    allow_quiet: bool = False,
 ) -> ReportResult:
     """Compute the findings of a period, write the run folder, render the report, index it.
 
@@ -270,7 +274,8 @@ def run_report(
     never changes the exit code).
 
     Returns a :class:`ReportResult` whose ``exit_code`` is 0 (no failing finding at or above
-    ``fail_on``), 1 (failing findings), 2 (a control errored). Bad input raises an
+    ``fail_on``), 1 (failing findings, or a period with no delivery at all: ``quiet``, unless
+    ``allow_quiet`` or the parameter ``allow_quiet``), 2 (a control errored). Bad input raises an
     :class:`~audit.errors.AuditError` before anything is written.
     """
     say = progress or (lambda _line: None)
@@ -318,6 +323,14 @@ def run_report(
     computed = compute(inputs, checked, period)
     del inputs
     code = exit_code(computed.findings, fail_on)
+    quiet = ""
+    if computed.coverage.get("deliveries") == 0:
+        quiet = f"no delivery received in {period.label}"
+        if allow_quiet or checked.allow_quiet:
+            quiet += " (quiet period allowed)"
+        elif code == EXIT_OK:
+            code = EXIT_FAILING  # no evidence is no pass: a scheduler must notice it
+            quiet += ": exit 1 (--allow-quiet, or allow_quiet: true in --params, accepts it)"
     failing = int((computed.findings["status"] == "fail").sum())
     say(f"analyses and controls done: {len(computed.findings)} findings, {failing} failing")
     run_id = f"{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
@@ -378,6 +391,7 @@ def run_report(
         False,
         bool(message),
         printed if pdf and printed.is_file() else None,
+        quiet,
     )
 
 

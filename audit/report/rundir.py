@@ -38,7 +38,7 @@ from audit.errors import OutputError, ParameterError, ReportError
 from audit.findings.ocsf import ocsf_findings
 from audit.ingest.workers import threads
 from audit.report.params import Period, ReportParams
-from audit.report.trend import trend_for
+from audit.report.trend import TREND_KINDS, trend_for
 from audit.safe import write_csv
 from audit.tables import longest_first
 
@@ -283,7 +283,7 @@ def write_run(
         "trend": {
             "previous_period": (trend["previous"] or {}).get("period"),
             "previous_run": (trend["previous"] or {}).get("run_id"),
-            **{k: len(trend[k]) for k in ("new", "resolved", "persisting")},
+            **{k: len(trend[k]) for k in TREND_KINDS},
         },
         "notes": computed.notes,
         "exit_status": code,

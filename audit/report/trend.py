@@ -1,4 +1,9 @@
-"""Trend against the previous period: new, resolved and persisting failures.
+"""Trend against the previous period: new, resolved, not judged and persisting failures.
+
+A failure of the previous run is **resolved** only when its control and resource *pass* now.
+One that is now ``skip`` (nothing to judge: an empty month, no listing covering the period),
+``error``, ``muted`` or absent (the resource no longer seen) is **not judged**: nothing shows
+it was fixed (``not_judged`` in ``trend.json``, with ``status_now``).
 
 The previous run is the newest *completed* run (findings written, exit status 0, 1 or 2) in the
 same ``--out`` whose period, of the same kind (month, week, range), ends where this one starts.
@@ -19,6 +24,7 @@ import pandas as pd
 from audit.errors import ParameterError
 from audit.report.index import (
     FINDINGS_LIMIT,
+    TREND_KINDS,
     RunEntry,
     check_findings,
     period_kind,
@@ -27,7 +33,7 @@ from audit.report.index import (
 )
 from audit.report.params import Period, parse_period
 
-__all__ = ["Previous", "compare", "previous_run", "trend_for"]
+__all__ = ["TREND_KINDS", "Previous", "compare", "previous_run", "trend_for"]
 
 _KEEP = ("finding_uid", "check_id", "severity", "title", "resource", "reason")
 
@@ -90,20 +96,22 @@ def _rows(df: pd.DataFrame) -> list[dict]:
 def compare(
     current: pd.DataFrame, previous: pd.DataFrame | None, previous_info: dict | None = None
 ) -> dict:
-    """New, resolved and persisting failures (pure).
+    """New, resolved, not judged and persisting failures (pure): a failure of ``previous``
+    no longer failing is ``resolved`` when its control and resource pass now, else
+    ``not_judged`` (now skip, error, muted, or absent); both carry ``status_now``.
 
-    >>> now = pd.DataFrame({"check_id": ["A", "B"], "resource": ["x", "x"],
-    ...                     "status": ["fail", "fail"], "finding_uid": ["1", "2"]})
-    >>> before = pd.DataFrame({"check_id": ["B", "C"], "resource": ["x", "x"],
-    ...                        "status": ["fail", "fail"], "finding_uid": ["8", "9"]})
+    >>> now = pd.DataFrame({"check_id": ["A", "B", "D"], "resource": ["x", "x", "x"],
+    ...                     "status": ["fail", "fail", "pass"], "finding_uid": ["1", "2", "3"]})
+    >>> before = pd.DataFrame({"check_id": ["B", "C", "D"], "resource": ["x", "x", "x"],
+    ...                        "status": ["fail", "fail", "fail"], "finding_uid": ["7", "8", "9"]})
     >>> t = compare(now, before, {"run_id": "r"})
-    >>> [[r["check_id"] for r in t[k]] for k in ("new", "persisting", "resolved")]
-    [['A'], ['B'], ['C']]
-    >>> t["resolved"][0]["status_now"]
+    >>> [[r["check_id"] for r in t[k]] for k in ("new", "persisting", "resolved", "not_judged")]
+    [['A'], ['B'], ['D'], ['C']]
+    >>> t["not_judged"][0]["status_now"]
     'absent'
     """
     if previous is None:
-        return {"previous": None, "new": [], "resolved": [], "persisting": []}
+        return {"previous": None, **{k: [] for k in TREND_KINDS}}
     now, before = _failing(current), _failing(previous)
     key_now = now["check_id"].astype(str) + "\x1f" + now["resource"].astype(str)
     key_before = before["check_id"].astype(str) + "\x1f" + before["resource"].astype(str)
@@ -118,14 +126,18 @@ def compare(
     if len(current) and {"check_id", "resource", "status"} <= set(current.columns):
         keys = current["check_id"].astype(str) + "\x1f" + current["resource"].astype(str)
         status_now = dict(zip(keys, current["status"].astype(str), strict=True))
+    fixed: list[dict] = []
+    unjudged: list[dict] = []
     for row, key in zip(resolved_rows, key_before[resolved.index], strict=True):
-        # "resolved" only says the failure is gone: now pass, or skip (nothing to judge), or
-        # muted, or absent (the resource is no longer seen).
+        # Resolved needs a pass; skip (nothing to judge), error, muted or absent (the resource
+        # is no longer seen) show nothing was fixed.
         row["status_now"] = status_now.get(key, "absent")
+        (fixed if row["status_now"] == "pass" else unjudged).append(row)
     return {
         "previous": previous_info,
         "new": _rows(now[~key_now.isin(set(key_before))]),
-        "resolved": resolved_rows,
+        "resolved": fixed,
+        "not_judged": unjudged,
         "persisting": persisting_rows,
     }
 

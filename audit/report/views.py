@@ -17,6 +17,7 @@ from urllib.parse import quote, urlsplit
 import pandas as pd
 
 from audit.findings import SEVERITIES
+from audit.findings.listing import LISTING_MAX_AGE, covers
 from audit.report.format import (
     HTML,
     MISSING,
@@ -26,6 +27,7 @@ from audit.report.format import (
     table,
     when,
 )
+from audit.report.index import TREND_KINDS
 from audit.report.rundir import RunData, open_run
 from audit.report.templating import render
 from audit.words import words
@@ -75,8 +77,9 @@ FINDING_SPEC = {
     "reason": ("Reason", "text"),
     "finding_uid": ("Finding uid", "hash"),
 }
-#: A listing snapshot older than this before the period's end is flagged at the top.
-STALE_SNAPSHOT = pd.Timedelta(days=7)
+#: A listing snapshot older than this before the period's end is flagged at the top; before
+#: the period, it covers it no more (the one rule of :mod:`audit.findings.listing`).
+STALE_SNAPSHOT = LISTING_MAX_AGE
 #: Items of an evidence list shown (the rest counted).
 LIST_SHOWN = 10
 #: Rows of an evidence table shown (the rest counted).
@@ -146,6 +149,17 @@ def _newest_snapshot(run: RunData) -> pd.Timestamp | None:
         s = run.table("subscriptions_latest", ["fetched_at"])
         taken = s["fetched_at"].max() if not s.empty else None
     return _utc(taken)
+
+
+def _listing_covers(run: RunData, newest: pd.Timestamp, end: pd.Timestamp) -> bool:
+    """Whether a listing covers the period (:mod:`audit.findings.listing`), as the run
+    recorded it; for an older run folder, the rule applied to its newest snapshot."""
+    snaps = run.manifest.get("snapshots")
+    given = snaps.get("covers_period") if isinstance(snaps, Mapping) else None
+    if isinstance(given, bool):
+        return given
+    start = _utc((run.manifest.get("period") or {}).get("start"))
+    return start is not None and covers(pd.Series([newest]), start, end)
 
 
 def _utc(value: object) -> pd.Timestamp | None:
@@ -220,11 +234,23 @@ def header(run: RunData) -> HTML:
             )
         )
     banners += _coverage_banners(cov)
-    if snap is not None and end is not None and snap < end - STALE_SNAPSHOT:
+    if snap is not None and end is not None and not _listing_covers(run, snap, end):
+        banners.append(
+            Banner(
+                "No listing snapshot covers the period",
+                f"The newest listing snapshot was taken {when(snap)}; none was fetched in the "
+                f"period, nor before it within {STALE_SNAPSHOT.days} days of its end: the "
+                "subscription controls and SIG-05 are skipped (a listing of another time is "
+                "no evidence). Fetch a listing at the end of each period.",
+                [],
+                alarm=True,
+            )
+        )
+    elif snap is not None and end is not None and snap < end - STALE_SNAPSHOT:
         age = duration((end - snap).total_seconds())
         banners.append(
             Banner(
-                "Listing snapshot older than the period",
+                "Listing snapshot taken well before the period's end",
                 f"The newest listing snapshot was taken {when(snap)}, {age} before the "
                 "period's end: the subscription controls describe the subscriptions as they "
                 "were then. Fetch a listing at the end of each period.",
@@ -634,7 +660,8 @@ def failing(run: RunData) -> HTML:
 
 
 def trend(run: RunData) -> HTML:
-    """New, resolved and persisting failures against the previous period's completed run."""
+    """New, resolved (passing now), not judged (now skip, error, muted or absent) and
+    persisting failures against the previous period's completed run."""
     t = run.trend or {}
     prev = t.get("previous")
     skipped = [str(n) for n in t.get("skipped") or [] if isinstance(n, str)]
@@ -650,16 +677,21 @@ def trend(run: RunData) -> HTML:
     tables = [
         table(
             pd.DataFrame(t.get(key, [])),
-            resolved_spec if key == "resolved" else spec,
+            resolved_spec if key in ("resolved", "not_judged") else spec,
             caption=caption,
         )
         for key, caption in (
             ("new", "New failures"),
             ("persisting", "Persisting failures"),
-            ("resolved", "No longer failing (uid of the previous period; skip: not judged now)"),
+            ("resolved", "Resolved: passing now (uid of the previous period)"),
+            (
+                "not_judged",
+                "Not judged now: skipped, in error, muted or no longer seen; nothing shows "
+                "them fixed (uid of the previous period)",
+            ),
         )
     ]
-    counts = {k: len(t.get(k, [])) for k in ("new", "resolved", "persisting")}
+    counts = {k: len(t.get(k, [])) for k in TREND_KINDS}
     return HTML(
         render("report_trend.j2", previous=prev, counts=counts, tables=tables, skipped=skipped)
     )
@@ -673,13 +705,25 @@ def family(run: RunData, prefix: str) -> HTML:
 
 
 def signatures(run: RunData) -> HTML:
-    """Verdict counts and the requests that are not valid."""
+    """Verdict counts (with the populations the SIG controls judge) and the requests that
+    are not valid."""
+    vc = run.table("verdict_counts")
     counts = table(
-        run.table("verdict_counts"),
+        vc,
         {"verdict": ("Verdict", "label"), "count": ("Requests", "int"), "share": ("Share", "pct")},
-        caption="Signature verdicts of the period's requests",
+        caption="Signature verdicts of every request read in the period",
         empty="no request in the period",
     )
+    if {"verdict", "count"} <= set(vc.columns) and len(vc):
+        total = int(vc["count"].sum())
+        unreadable = int(vc.loc[vc["verdict"] == "unreadable", "count"].sum())
+        valid = int(vc.loc[vc["verdict"] == "valid", "count"].sum())
+        counts += _note(
+            f"{total:,} requests read in the period: {total - unreadable:,} readable, "
+            f"{unreadable:,} unreadable (a line that cannot be read has no receipt time and "
+            "counts in the period of its file's records). SIG-01 judges the readable requests "
+            f"that are not valid; SIG-02 and SIG-03 the {valid:,} valid deliveries."
+        )
     bad = table(
         run.table("not_valid_requests"),
         {
@@ -787,7 +831,8 @@ def retries(run: RunData) -> HTML:
 
 
 def takedown(run: RunData) -> HTML:
-    """The clock's start and end, then median and p90 time to takedown with their bounds."""
+    """The clock's start and end, the population counted (the incidents created in the
+    period, as TKD-01 and TKD-02), then median and p90 time to takedown with their bounds."""
     start = (
         "incident creation"
         if run.manifest.get("parameters", {}).get("clock_start", "created") == "created"
@@ -795,7 +840,7 @@ def takedown(run: RunData) -> HTML:
     )
     spec = {
         "by": ("Grouped by", "label"),
-        "group": ("Group", "code"),
+        "group": ("Group", "text"),
         "n": ("Incidents", "int"),
         "events": ("Taken down", "int"),
         "censored": ("Censored", "int"),
@@ -804,6 +849,10 @@ def takedown(run: RunData) -> HTML:
         "median_ci_upper_h": ("Median, upper 95%", "h"),
         "p90_h": ("90th percentile", "h"),
     }
+    summary = run.table("takedown_summary")
+    every = summary[summary["by"] == "all"] if {"by", "n"} <= set(summary.columns) else summary
+    n = int(every["n"].sum()) if "n" in every.columns else 0
+    seen = len(run.table("incidents", ["incident_id"]))
     intro = [
         ("Time to takedown runs from ", False),
         (start, True),
@@ -815,12 +864,22 @@ def takedown(run: RunData) -> HTML:
             False,
         ),
     ]
-    return HTML(render("report_note.j2", parts=intro, note=False)) + table(
-        run.table("takedown_summary"),
-        spec,
-        caption="Time to takedown",
-        empty="no incident in the data",
-        missing="not reached",
+    why = (
+        f"Every number here counts the {n:,} incidents created in the period (with a "
+        f"duration), as TKD-01 and TKD-02 do; the data holds {seen:,} incidents in all, "
+        "those created earlier left out. TKD-03 and TKD-04 judge the incidents created in the "
+        "period or still open at as_of."
+    )
+    return (
+        HTML(render("report_note.j2", parts=intro, note=False))
+        + HTML(render("report_note.j2", parts=[(why, False)], note=True))
+        + table(
+            summary,
+            spec,
+            caption="Time to takedown of the incidents created in the period",
+            empty="no incident created in the period",
+            missing="not reached",
+        )
     )
 
 

@@ -34,6 +34,7 @@ from audit.analysis.coverage import (
     suspect_subscriptions,
     verification_coverage,
 )
+from audit.findings.listing import covering
 
 __all__ = [
     "DONE_STATUSES",
@@ -167,8 +168,9 @@ class Scope:
         Incidents created before ``period_end`` that were created in the period or are still
         open (status not ``closed`` nor ``takedown_success``) at ``as_of``.
     snapshots
-        Listing rows fetched in the period, or those of the latest snapshot fetched before it
-        when none falls in it (none when there is no such snapshot).
+        Listing rows of the snapshots that cover the period (:mod:`audit.findings.listing`):
+        fetched in the period, or the newest fetched before it when none falls in it and it is
+        at most 7 days older than the period's end; none otherwise.
     capture
         Which days and hours of the period (up to ``as_of``) held captures, and the gaps
         (:func:`audit.analysis.coverage.capture_coverage`).
@@ -229,16 +231,11 @@ class Scope:
 
     @cached_property
     def snapshots(self) -> pd.DataFrame:
+        # the one rule of audit.findings.listing, which the report's banner uses too
         subs = self.analysis.subscriptions
-        fetched = subs["fetched_at"]
-        inside = in_period(fetched, self.period_start, self.period_end)
-        if inside.any():
-            return subs[inside]
-        before = fetched[(fetched < self.period_start).fillna(False).astype(bool)]
-        if before.empty:
-            return subs.iloc[:0]
-        latest: pd.DataFrame = subs[fetched == before.max()]
-        return latest
+        keep = covering(subs["fetched_at"], self.period_start, self.period_end)
+        judged: pd.DataFrame = subs[keep]
+        return judged
 
     @cached_property
     def capture(self) -> dict[str, Any]:
@@ -279,10 +276,8 @@ class Scope:
         """Which snapshots were judged, and by which rule (for the evidence)."""
         times = sorted(pd.Timestamp(t) for t in self.snapshots["fetched_at"].dropna().unique())
         inside = bool(times) and times[0] >= self.period_start
-        return {
-            "snapshots": [t.isoformat() for t in times],
-            "snapshot_rule": "fetched in the period" if inside else "latest before the period",
-        }
+        rule = "fetched in the period" if inside else "newest before the period, 7 days or less"
+        return {"snapshots": [t.isoformat() for t in times], "snapshot_rule": rule}
 
 
 # --------------------------------------------------------------------------------------------

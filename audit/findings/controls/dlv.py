@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from audit.findings.controls.base import (
     Outcome,
@@ -22,6 +23,23 @@ from audit.timeutil import duration
 
 _TIMEOUT_S = DELIVERY_TIMEOUT_MS / 1000
 _NO_EVENT = "No event was first received in the period."
+
+
+def _events(e: pd.DataFrame) -> str:
+    """The events judged, counted as the report's tables count them: incident events, and
+    the test events beside them (the tables leave those out).
+
+    >>> _events(pd.DataFrame({"is_test": [False, False, True]}))
+    '3 events first received in the period (2 incident events, 1 test event)'
+    """
+    n_test = int(e["is_test"].fillna(False).astype(bool).sum()) if "is_test" in e else 0
+    what = f"{len(e)} events first received in the period"
+    if not n_test:
+        return what
+    return (
+        f"{what} ({len(e) - n_test} incident events, {n_test} test event"
+        f"{'s' if n_test > 1 else ''})"
+    )
 
 
 def dlv_01(s: Scope) -> Outcome:
@@ -105,11 +123,11 @@ def dlv_03(s: Scope) -> Outcome:
         **listed("incidents", bad["incident_id"]),
     }
     if bad.empty:
-        reason = f"None of the {len(e)} events first received in the period was exhausted or lost."
+        reason = f"None of the {_events(e)} was exhausted or lost."
         return Outcome("pass", reason, res, ev)
     exhausted = int((bad["outcome"] == "exhausted").sum())
     reason = (
-        f"{len(bad)} of {len(e)} events never got through: {exhausted} exhausted, "
+        f"{len(bad)} of the {_events(e)} never got through: {exhausted} exhausted, "
         f"{len(bad) - exhausted} lost."
     )
     return Outcome("fail", reason, res, ev)
@@ -134,10 +152,10 @@ def dlv_04(s: Scope) -> Outcome:
         **listed("examples", bad["event_id"]),
     }
     if bad.empty:
-        reason = f"The retries of all {len(e)} events kept the published schedule."
+        reason = f"The retries of all the {_events(e)} kept the published schedule."
         return Outcome("pass", reason, res, ev)
     reason = (
-        f"{len(bad)} of {len(e)} events broke the retry rules: {int(off.sum())} off schedule, "
+        f"{len(bad)} of the {_events(e)} broke the retry rules: {int(off.sum())} off schedule, "
         f"{int(many.sum())} above {MAX_ATTEMPTS} attempts, {int(after.sum())} retried after a "
         "timely 2xx."
     )
@@ -163,7 +181,7 @@ def dlv_05(s: Scope) -> Outcome:
     }
     ok = stats["p95"] <= limit
     reason = (
-        f"p95 emission latency over {len(e)} events is {duration(stats['p95'])}, "
+        f"p95 emission latency over {len(e)} incident events is {duration(stats['p95'])}, "
         f"{'within' if ok else 'above'} {limit:g} s."
     )
     return verdict(ok, reason, res, ev)
@@ -182,7 +200,7 @@ def dlv_06(s: Scope) -> Outcome:
         **listed("examples", many["event_id"]),
     }
     reason = (
-        f"{len(many)} of {len(e)} events were accepted more than once; the receiver must "
+        f"{len(many)} of the {_events(e)} were accepted more than once; the receiver must "
         "process events idempotently, keyed on the event id."
     )
     return Outcome("info", reason, res, ev)

@@ -1,7 +1,9 @@
 """SUB controls: subscription hygiene, judged on ``GET /webhooks`` listing snapshots.
 
-The snapshots judged are those fetched in the period, or the latest one fetched before it when
-none falls in it (:attr:`audit.findings.controls.base.Scope.snapshots`).
+The snapshots judged are those that cover the period (:mod:`audit.findings.listing`): fetched in
+the period, or the newest one fetched before it when none falls in it and it is at most 7 days
+older than the period's end (:attr:`audit.findings.controls.base.Scope.snapshots`). Without
+one, every SUB control is ``skip`` and says why: a listing of another month is no evidence.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from audit.findings.controls.base import (
-    NO_SNAPSHOT,
     Outcome,
     Scope,
     capped,
@@ -21,9 +22,15 @@ from audit.findings.controls.base import (
     skip,
     verdict,
 )
+from audit.findings.listing import uncovered_reason
 from audit.spec import INCIDENT_EVENTS, MAX_SUBSCRIPTIONS_PER_CLIENT
 
 _NO_CLIENT, _NO_ID = "(no client id)", "(no id)"
+
+
+def _no_listing(s: Scope) -> str:
+    """Why no snapshot is judged: none given, or none that covers the period."""
+    return uncovered_reason(s.analysis.subscriptions["fetched_at"], s.period_start, s.period_end)
 
 
 def is_https(url: object) -> bool:
@@ -46,7 +53,7 @@ def sub_01(s: Scope) -> list[Outcome]:
     """No client has more than 5 subscriptions in any snapshot; one row per client."""
     snaps, cap = s.snapshots, MAX_SUBSCRIPTIONS_PER_CLIENT
     if snaps.empty:
-        return [skip(NO_SNAPSHOT, "all clients")]
+        return [skip(_no_listing(s), "all clients")]
     out = []
     for client, g in groups(snaps, "client_id", _NO_CLIENT):
         per = g.groupby(["fetched_at", "source"], dropna=False)["subscription_id"].nunique()
@@ -73,7 +80,7 @@ def sub_01(s: Scope) -> list[Outcome]:
 def sub_02(s: Scope) -> list[Outcome]:
     """Every subscription URL is HTTPS; one row per subscription (any judged snapshot)."""
     if s.snapshots.empty:
-        return [skip(NO_SNAPSHOT, "all subscriptions")]
+        return [skip(_no_listing(s), "all subscriptions")]
     out = []
     for sub, g in groups(s.snapshots, "subscription_id", _NO_ID):
         urls = list(dict.fromkeys(g["url"].dropna()))
@@ -97,7 +104,7 @@ def sub_03(s: Scope) -> list[Outcome]:
     incident event type; one row per client, listing the missing types."""
     snaps = s.snapshots
     if snaps.empty:
-        return [skip(NO_SNAPSHOT, "all clients")]
+        return [skip(_no_listing(s), "all clients")]
     out = []
     for client, g in groups(snaps, "client_id", _NO_CLIENT):
         active = g[g["active"].fillna(False).astype(bool)]
@@ -137,7 +144,7 @@ def sub_03(s: Scope) -> list[Outcome]:
 def sub_04(s: Scope) -> list[Outcome]:
     """Every subscription is active in every judged snapshot; one row per subscription."""
     if s.snapshots.empty:
-        return [skip(NO_SNAPSHOT, "all subscriptions")]
+        return [skip(_no_listing(s), "all subscriptions")]
     out = []
     for sub, g in groups(s.snapshots, "subscription_id", _NO_ID):
         known = g[g["active"].notna()]
@@ -161,7 +168,7 @@ def sub_05(s: Scope) -> list[Outcome]:
     """No subscription's lastDeliveryStatus is ``failed`` in the latest judged snapshot; one row
     per subscription listed in it."""
     if s.snapshots.empty:
-        return [skip(NO_SNAPSHOT, "all subscriptions")]
+        return [skip(_no_listing(s), "all subscriptions")]
     latest_at = s.snapshots["fetched_at"].max()
     latest = s.snapshots[s.snapshots["fetched_at"] == latest_at]
     out = []

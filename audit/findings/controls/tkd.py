@@ -72,14 +72,15 @@ def time_to_takedown(s: Scope, q: float, label: str, limit_h: float) -> Outcome:
     if est.reached and est.time is not None:  # reached: a time (KMQuantile)
         ok = est.time <= limit_s
         reason = (
-            f"The {name} over {len(d)} incidents is {duration(est.time)}, "
+            f"The {name} over the {len(d)} incidents created in the period is "
+            f"{duration(est.time)}, "
             f"{'within' if ok else 'above'} {limit_h:g} h."
         )
         return verdict(ok, reason, res, ev)
     if follow_s >= limit_s:
         reason = (
-            f"The {name} is not reached: fewer than {q:.0%} of {len(d)} incidents were taken "
-            f"down within {limit_h:g} h, so it is above {limit_h:g} h."
+            f"The {name} is not reached: fewer than {q:.0%} of the {len(d)} incidents created "
+            f"in the period were taken down within {limit_h:g} h, so it is above {limit_h:g} h."
         )
         return Outcome("fail", reason, res, ev)
     reason = (
@@ -133,8 +134,8 @@ def tkd_03(s: Scope) -> Outcome:
     }
     if over.empty:
         reason = (
-            f"{len(waiting)} of {len(inc)} incidents wait on the client at as_of, none for more "
-            f"than {limit_h:g} h."
+            f"{len(waiting)} of the {len(inc)} incidents created in the period or still open "
+            f"wait on the client at as_of, none for more than {limit_h:g} h."
         )
         return Outcome("pass", reason, res, ev)
     reason = (
@@ -154,6 +155,9 @@ def tkd_04(s: Scope) -> Outcome:
     if inc.empty:
         return skip(_NO_INCIDENT, res)
     open_ = inc[~inc["status"].isin(DONE_STATUSES)]
+    if open_.empty:  # nothing can have been silent: no evidence, no pass
+        reason = f"None of the {len(inc)} incidents judged is open at as_of: none can be silent."
+        return skip(reason, res, incidents=len(inc), open=0)
     last = pd.concat([open_["last_event_at"], open_["last_history_update_at"]], axis=1).max(axis=1)
     silent_d = (s.as_of - last).dt.total_seconds() / 86400.0
     over = open_.assign(_silent=silent_d)[silent_d > limit_d].sort_values(
