@@ -11,15 +11,21 @@ Also: incidents still open at the end, four waiting on the client for more than 
 and ``webhook.test`` deliveries (one early, one after each repair).
 
 It streams: the events' bodies (:class:`~audit.demo.spill.Bodies`) and the captured requests
-(:class:`~audit.demo.write.CaptureSpill`) go to scratch files in a hidden folder of ``out_dir``
-as they are made, and the captures are written one day at a time; memory holds about a day
-(a month of 1M deliveries peaks under 1 GiB).
+(:class:`~audit.demo.write.CaptureSpill`) go to scratch files in a hidden folder as they are
+made, and the captures are written one day at a time; memory holds about a day (a month of 1M
+deliveries peaks under 1 GiB).
+
+The folder appears whole or not at all, and private: everything is written into a new folder
+of mode 0700 beside ``out_dir`` (``.<name>.simulate-*``, which no one else can enter), renamed
+to ``out_dir`` at the end. Nothing can be planted in the demo data while it is made (a shared
+``/tmp`` let anyone add a capture file or a secret to the folder an analyst then opened).
 """
 
 from __future__ import annotations
 
 import os
 import random
+import shutil
 import tempfile
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -76,8 +82,10 @@ def simulate(
     ----------
     out_dir
         An empty or missing folder; receives ``captures/``, ``snapshots/``, ``secrets.json``
-        (mode 0600) and ``truth.json`` (everything planted, never a secret value); while it
-        runs, also a hidden scratch folder (removed at the end, after an error too).
+        (mode 0600) and ``truth.json`` (everything planted, never a secret value), all at
+        once (made in a private folder beside it, renamed into place); it is then of mode
+        0700. A folder that is no longer empty at the end is refused (InputError) and left
+        as it is; the private folder is removed after an error too.
     seed
         Seed of the one ``random.Random`` everything derives from.
     start, days
@@ -123,7 +131,51 @@ def simulate(
         for s, n in (("wh_main", 2), ("wh_siem", 1))
     }
     daily_offset = [rng.uniform(-1.0, 2.5) for _ in range(days + 2)]
-    out.mkdir(parents=True, exist_ok=True)
+    where = Path(os.path.abspath(out))  # "." too has a name and a parent
+    where.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{where.name}.simulate-", dir=where.parent))  # 0700
+    try:
+        made = _write(work, rng, plan, keys, daily_offset, incidents, progress)
+        _publish(work, where)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    moved = [Path(out, p.relative_to(work)) for p in (*made.captures, *made.snapshots)]
+    return SimulationResult(
+        moved[: len(made.captures)],
+        out / made.secrets.relative_to(work),
+        moved[len(made.captures) :],
+        out / made.truth.relative_to(work),
+        made.records,
+        made.attempts,
+        made.events,
+        made.incidents,
+    )
+
+
+def _publish(work: Path, out: Path) -> None:
+    """Rename the finished folder ``work`` to ``out`` (missing, or an empty folder, which it
+    replaces; a link there, or a folder no longer empty, refuses it: never followed, never
+    merged)."""
+    try:
+        os.rename(work, out)
+    except OSError as e:
+        raise InputError(
+            f"{out}: the output folder must be empty or missing (it is no longer: "
+            f"{e.strerror or type(e).__name__}); the demo data was not written"
+        ) from None
+
+
+def _write(
+    out: Path,
+    rng: random.Random,
+    plan: FaultPlan,
+    keys: dict[str, list[str]],
+    daily_offset: list[float],
+    incidents: int,
+    progress: Progress | None,
+) -> SimulationResult:
+    """Write the demo data into the (private, new) folder ``out``."""
     with tempfile.TemporaryDirectory(prefix=".simulate-", dir=out) as scratch:
         bodies = Bodies(Path(scratch, "bodies"))
         try:

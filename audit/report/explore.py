@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import tempfile
 from collections.abc import Iterable
@@ -24,7 +23,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from audit.demo import simulate
-from audit.errors import ParameterError
+from audit.errors import InputError, ParameterError
 from audit.ingest.scan import open_store
 from audit.ingest.store import ingest
 from audit.report.compute import compute
@@ -82,20 +81,20 @@ def demo_inputs(seed: int = 7) -> dict[str, object]:
 
     The folder is this user's (``audit-demo-seed<seed>-<uid>``): one that is a link, or that
     another user made first (a shared temporary directory), is never read; the demo is then
-    generated into a fresh private folder instead."""
+    generated into a fresh private folder instead. It is made whole in a private folder (mode
+    0700) and renamed into place, so nothing can be planted in it while it is made."""
     root = Path(tempfile.gettempdir()) / f"audit-demo-seed{seed}-{os.getuid()}"
     if not _own_folder(root) and (root.exists() or root.is_symlink()):
         # planted or another user's: not ours to read or replace
         root = Path(tempfile.mkdtemp(prefix=f"audit-demo-seed{seed}-")) / "demo"
         simulate(root, seed=seed)
     if not (root / "truth.json").is_file():
-        tmp = Path(tempfile.mkdtemp(prefix="audit-demo-"))
-        shutil.rmtree(tmp)
-        simulate(tmp, seed=seed)
-        try:
-            os.replace(tmp, root)
-        except OSError:  # another process made it first
-            shutil.rmtree(tmp, ignore_errors=True)
+        try:  # made whole in a private folder beside it, then renamed (audit.demo.simulate)
+            simulate(root, seed=seed)
+        except InputError:  # something there now: another process of ours made it first?
+            if not (_own_folder(root) and (root / "truth.json").is_file()):
+                root = Path(tempfile.mkdtemp(prefix=f"audit-demo-seed{seed}-")) / "demo"
+                simulate(root, seed=seed)
     truth = json.loads((root / "truth.json").read_text())
     return {
         "logs": [str(root / "captures")],
