@@ -278,3 +278,9 @@ def test_words_know_every_event_outcome():
     from audit.words import codes
 
     assert set(OUTCOMES) <= codes()
+
+
+def test_statistics_read_in_a_fixed_order_whatever_the_control_wrote():
+    ev = views.evidence({"ack_ms": {"max": 8975.0, "n": 5170, "p99": 209.0, "p50": 42.0}})
+    assert ev.tables[0].headers == ["values", "median", "99th pct", "maximum"]
+    assert [c.value for c in ev.tables[0].rows[0]] == ["5,170", "42", "209", "8,975"]

@@ -407,15 +407,15 @@ class Evidence(NamedTuple):
     lists: list[EvidenceList]
 
 
-_STAT_NAMES = {
+_STAT_NAMES = {  # in the order shown
     "n": "values",
+    "min": "minimum",
+    "mean": "mean",
     "p50": "median",
     "p90": "90th pct",
     "p95": "95th pct",
     "p99": "99th pct",
     "max": "maximum",
-    "min": "minimum",
-    "mean": "mean",
 }
 _TOTAL_KEYS = ("total", "count")
 
@@ -514,9 +514,10 @@ def _mapping_table(key: str, value: Mapping[str, Any], total: int) -> EvidenceTa
     the unit the key names (its label says which), names that are codes read as words."""
     share = key.endswith(("rate", "share"))
     names = [str(k) for k in value]
-    if names and all(k in _STAT_NAMES for k in names):
-        cells = [_value_cell(k, v) if k == "n" else _value_cell(key, v) for k, v in value.items()]
-        return EvidenceTable(_label(key), [_STAT_NAMES[k] for k in names], [cells], 1)
+    if names and all(k in _STAT_NAMES for k in names):  # in a fixed order: n, min, ..., max
+        stats = sorted(value.items(), key=lambda kv: list(_STAT_NAMES).index(str(kv[0])))
+        cells = [_value_cell(k, v) if k == "n" else _value_cell(key, v) for k, v in stats]
+        return EvidenceTable(_label(key), [_STAT_NAMES[str(k)] for k, _ in stats], [cells], 1)
     items = list(value.items())
     if len(items) <= 6 and total <= len(items):  # a few values by name: one row under them
         cells = [_value_cell(str(k), v, share=share) for k, v in items]
@@ -840,7 +841,7 @@ def takedown(run: RunData) -> HTML:
     )
     spec = {
         "by": ("Grouped by", "label"),
-        "group": ("Group", "text"),
+        "group": ("Group", "code"),
         "n": ("Incidents", "int"),
         "events": ("Taken down", "int"),
         "censored": ("Censored", "int"),
