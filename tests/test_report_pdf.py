@@ -231,3 +231,28 @@ def test_chromium_s_profile_folder_is_removed_however_the_print_ends(
         print_pdf(page, tmp_path / "report.pdf", timeout=timeout)
     profile = Path((tmp_path / "profile.txt").read_text().strip())
     assert profile.name.startswith("audit-chromium-") and not profile.exists()
+
+
+@pytest.mark.slow
+def test_no_printed_page_but_the_last_is_half_empty(printed, tmp_path):
+    # issue 42: page 2 was two-thirds empty (JupyterLab kept each output on one page, so a
+    # tall card or the header moved whole to the next); now outputs flow
+    from PIL import Image
+
+    run = printed["run"]
+    assert isinstance(run, Path)
+    if shutil.which("pdftoppm") is None:
+        pytest.skip("pdftoppm (poppler-utils) is not installed")
+    subprocess.run(
+        ["pdftoppm", "-r", "30", "-gray", "-png", str(run / "report.pdf"), str(tmp_path / "p")],
+        check=True,
+        timeout=120,
+    )
+    pages = sorted(tmp_path.glob("p-*.png"))
+    assert len(pages) > 3
+    for n, path in enumerate(pages[:-1], start=1):
+        im = Image.open(path).convert("L")
+        w, h = im.size
+        body = range(int(h * 0.92))  # above the foot, where run id and page number are
+        inked = [y for y in body if min(im.getpixel((x, y)) for x in range(0, w, 2)) < 200]
+        assert inked and inked[-1] > h / 2, f"page {n} of {len(pages)} is half empty or more"
