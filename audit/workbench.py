@@ -124,7 +124,8 @@ class Timeline(pd.DataFrame):
     status it held (``kind`` "status", at the status's start), in time order.
 
     ``evidence``: the raw requests of the rows (``source, line``, the headers as captured, the
-    body bytes exactly as signed), one row per request; kept through slicing.
+    body bytes exactly as signed, and ``record_sha256``, what each is known by and joined by),
+    one row per request; kept through slicing.
     """
 
     _metadata: ClassVar[list[str]] = ["evidence"]
@@ -363,7 +364,7 @@ class Workbench:
         t["line"] = t["line"].astype("Int64")  # a status row has none: not 23.0
         t = ordered(t, VERDICT_ORDER)
         out = Timeline(t[[c for c in _TIMELINE_COLUMNS if c in t.columns]].reset_index(drop=True))
-        ev = ["source", "line", "received_at", "verdict", *_RAW_COLUMNS]
+        ev = ["source", "line", "received_at", "verdict", *_RAW_COLUMNS, "record_sha256"]
         out.evidence = ordered(
             cut_secrets(
                 requests.sort_values("received_at", kind="stable", na_position="last")[

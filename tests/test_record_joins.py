@@ -10,6 +10,8 @@ files hold for that event (read here with plain json, apart from the code under 
 from __future__ import annotations
 
 import base64
+import gzip
+import hashlib
 import json
 import shutil
 import warnings
@@ -21,6 +23,7 @@ import pytest
 import audit
 from audit.demo.simulate import simulate
 from audit.ingest.load import LoadWarning, load_captures
+from audit.ingest.secrets import read_secrets
 from audit.ingest.store import ingest
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -235,3 +238,35 @@ def test_partial_copy(week, tmp_path):
         return Counter(zip(f["check_id"], f["status"].astype(str), f["reason"], strict=True))
 
     assert said(a) == said(b)  # the retry control failed from the raw captures alone
+
+
+def test_raw_captures_and_the_store_know_each_record_by_the_same_hash(week, tmp_path):
+    # An unreadable record is known by its file's sha256 as the store has it: a gzip file's
+    # is that of its inflated content, not of its bytes on disk.
+    days, secrets = week
+    logs, store = tmp_path / "logs", tmp_path / "store"
+    logs.mkdir()
+    content = _torn_at(b"".join(_lines(days[:2])), [5])
+    with gzip.open(logs / "receiver.jsonl.1.gz", "wb") as f:
+        f.write(content)
+    (logs / "receiver.jsonl").write_bytes(_torn_at(b"".join(_lines(days[2:])), [5]))
+    _ingest([logs], secrets, store)
+    a = audit.open(logs=[logs], secrets=secrets, progress=False)
+    b = audit.open(store=store, secrets=secrets, progress=False)
+    assert (a.deliveries["verdict"] == "unreadable").sum() >= 2
+    assert sorted(a.deliveries["record_sha256"]) == sorted(b.deliveries["record_sha256"])
+    got = load_captures([logs], record_sha256=True).deliveries
+    assert sorted(got["record_sha256"]) == sorted(b.deliveries["record_sha256"])
+    # verified as it is read: a subscription inferred from its secret is not one logged
+    verified = load_captures([logs], record_sha256=True, secrets=read_secrets(secrets))
+    assert (verified.deliveries["subscription_id"] == "wh_siem").any()
+    assert sorted(verified.deliveries["record_sha256"]) == sorted(b.deliveries["record_sha256"])
+    # the known answer for one: the torn line of the gzip file, by the documented recipe
+    sha = hashlib.sha256(content).hexdigest()
+    torn = got[(got["verdict"] == "unreadable") & got["source"].str.endswith(".gz")]
+    detail = torn["detail"].iloc[0]
+    key = b"unreadable" + b"".join(
+        b"+%d:%s" % (len(x), x) for x in (sha.encode(), b"5", detail.encode())
+    )
+    assert torn["line"].iloc[0] == 5
+    assert torn["record_sha256"].iloc[0] == hashlib.sha256(key).hexdigest()

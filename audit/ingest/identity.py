@@ -47,6 +47,7 @@ __all__ = [
     "record_ids",
     "repeated_message",
     "settle",
+    "stored_sha256",
     "unsettled",
 ]
 
@@ -226,7 +227,9 @@ _HASHED = (
 def record_ids(columns: Columns, file_sha256: str) -> pa.Array:
     """``record_sha256`` of parsed records (lists by column, times as int64 ns, as the
     capture formats give them; verified or not), the unreadable ones known by ``file_sha256``
-    (their file's), line and reason: the values the evidence store keeps."""
+    (their file's), line and reason: the values the evidence store keeps. Verified columns
+    must hold ``subscription_logged`` as parsed: the verification fills in an inferred
+    subscription."""
     n = len(columns["line"])
     cols = dict(columns)
     cols["file_sha256"] = [file_sha256] * n
@@ -286,3 +289,9 @@ def settle(
         details=details,
     )
     return dict(zip(ids, right, strict=True))
+
+
+def stored_sha256(path: Path, sha_of_bytes: str) -> str:
+    """The sha256 the evidence store knows the file ``path`` by, given that of its bytes: a
+    gzip file's is that of its inflated content (:func:`content_sha256`)."""
+    return content_sha256(path, gz=True) if is_gzip(path) else sha_of_bytes

@@ -40,11 +40,14 @@ from audit.ingest.identity import (
     first_sightings,
     record_ids,
     repeated_message,
+    settle,
+    stored_sha256,
+    unsettled,
 )
 from audit.ingest.lines import Chunk, read_lines
 from audit.ingest.parts import to_micros
 from audit.ingest.secrets import SecretStore
-from audit.ingest.signatures import verify_parsed
+from audit.ingest.signatures import subscription_logged, verify_parsed
 from audit.ingest.workers import default_workers, forked_workers
 from audit.paths import expand, source_name
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
@@ -166,7 +169,8 @@ class _Task(NamedTuple):
     tolerance_s: float
     #: The chunk's lines over the record limit (emptied in its bytes).
     overlong: dict[int, int]
-    #: The file's sha256 when the records' ``record_sha256`` is wanted, else None.
+    #: What stands for the file's sha256 in the records' ``record_sha256`` when they are
+    #: wanted (:func:`audit.ingest.identity.unsettled`), else None.
     file_sha256: str | None = None
 
 
@@ -182,10 +186,13 @@ def _work(task: _Task, data: bytes | None = None) -> tuple[pa.RecordBatch, int, 
     parse, more = FORMATS[task.kind].parse, ({"overlong": task.overlong} if task.overlong else {})
     buf = parse(data, task.source, task.wanted, task.first_line, **more)
     columns = buf.columns()
+    # as logged, before the verification infers a subscription from the matching secret
+    logged = subscription_logged(columns) if task.file_sha256 is not None else []
     if task.secrets is not None:
         columns.update(verify_parsed(columns, task.secrets, tolerance_s=task.tolerance_s))
     if task.file_sha256 is not None:
-        columns["record_sha256"] = record_ids(columns, task.file_sha256).to_pylist()
+        ids = record_ids({**columns, "subscription_logged": logged}, task.file_sha256)
+        columns["record_sha256"] = ids.to_pylist()
     return _batch(columns), buf.naive_times, buf.unreadable
 
 
@@ -299,7 +306,7 @@ def load_captures(
                 secrets,
                 tolerance_s,
                 chunk.overlong,
-                content.sha256 if hashed else None,
+                unsettled(source) if hashed else None,
             )
             tasks.append(task)
             inputs.append(chunk.data)
@@ -355,6 +362,7 @@ def _assemble(
     )
     table = pa.Table.from_batches([b for b, _, _ in results])
     if "record_sha256" in table.column_names:
+        table = _settled(table, files, contents)
         rows = [b.num_rows for b, _, _ in results]
         file_of = np.repeat(np.array([t.file for t in tasks], dtype=np.int64), rows)
         keep = first_sightings(file_of, table.column("record_sha256"))
@@ -367,6 +375,32 @@ def _assemble(
         if not keep_ids:
             table = table.drop_columns(["record_sha256"])
     return Captures(_frame(table), inputs, naive)
+
+
+def _settled(table: pa.Table, files: list[Path], contents: list[_Content]) -> pa.Table:
+    """``table`` with its unreadable records' ``record_sha256`` computed with their file's
+    sha256 as the store knows it (:func:`audit.ingest.identity.settle`)."""
+    bad = pc.fill_null(pc.equal(table.column("verdict"), "unreadable"), False)
+    if not pc.any(bad).as_py():
+        return table
+    picked = table.filter(bad)
+    ids = table.column("record_sha256").to_pylist()
+    named = set(picked.column("source").to_pylist())
+    shas = {
+        source_name(p): stored_sha256(p, c.sha256)
+        for p, c in zip(files, contents, strict=True)
+        if source_name(p) in named
+    }
+    right = settle(
+        picked.column("record_sha256").to_pylist(),
+        sources=picked.column("source").to_pylist(),
+        lines=picked.column("line").to_pylist(),
+        details=picked.column("detail").to_pylist(),
+        file_sha256=shas,
+    )
+    at = table.schema.get_field_index("record_sha256")
+    fixed = pa.array([right.get(v, v) for v in ids], table.schema.field(at).type)
+    return table.set_column(at, table.schema.field(at), fixed)
 
 
 @functools.cache

@@ -24,6 +24,7 @@ from audit.ingest.identity import (
     record_ids,
     repeated_message,
     settle,
+    stored_sha256,
     unsettled,
 )
 from audit.ingest.load import LoadWarning, distinct_logs, expand_paths
@@ -124,14 +125,14 @@ def read_logs(
         warnings.warn(_naive_message(got.naive), LoadWarning, stacklevel=2)
     proof = None if got.evidence is None else frame_from_arrow(got.evidence)
     if hash_files:
-        rows, proof, inputs = _counted_once(rows, proof, inputs)
+        rows, proof, inputs = _counted_once(rows, proof, inputs, files)
     if added:
         rows = rows.drop(columns=added)
     return LogRows(rows, inputs, got.naive, proof)
 
 
 def _counted_once(
-    rows: pd.DataFrame, proof: pd.DataFrame | None, inputs: pd.DataFrame
+    rows: pd.DataFrame, proof: pd.DataFrame | None, inputs: pd.DataFrame, files: list[Path]
 ) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame]:
     """``rows`` (and the evidence ``proof``) with the unreadable records' ``record_sha256``
     settled (:func:`audit.ingest.identity.settle`) and without the records read from an earlier
@@ -141,24 +142,29 @@ def _counted_once(
     bad = (rows["verdict"] == "unreadable").to_numpy(dtype=bool, na_value=False)
     if bad.any():
         old = rows.loc[bad, "record_sha256"]
+        named = set(rows.loc[bad, "source"])
         right = settle(
             old.tolist(),
             sources=rows.loc[bad, "source"].tolist(),
             lines=[int(n) for n in rows.loc[bad, "line"]],
             details=[None if d is None or d != d else str(d) for d in rows.loc[bad, "detail"]],
-            file_sha256=dict(zip(inputs["source"], inputs["sha256"], strict=True)),
+            file_sha256={
+                s: stored_sha256(f, sha)
+                for f, s, sha in zip(files, inputs["source"], inputs["sha256"], strict=True)
+                if s in named
+            },
         )
         rows.loc[bad, "record_sha256"] = old.map(right)
         if proof is not None and len(proof):
             proof["record_sha256"] = proof["record_sha256"].map(lambda v: right.get(v, v))
     if len(inputs) > 1:
         order = {s: i for i, s in enumerate(inputs["source"])}
-        files = rows["source"].map(order).to_numpy(dtype="int64")
-        keep = first_sightings(files, pa.array(rows["record_sha256"].to_numpy(dtype=object)))
+        file_of = rows["source"].map(order).to_numpy(dtype="int64")
+        keep = first_sightings(file_of, pa.array(rows["record_sha256"].to_numpy(dtype=object)))
         if not keep.all():
             warnings.warn(repeated_message(int((~keep).sum())), LoadWarning, stacklevel=3)
             rows = rows[keep].reset_index(drop=True)
-            elsewhere = np.bincount(files[~keep], minlength=len(inputs))
+            elsewhere = np.bincount(file_of[~keep], minlength=len(inputs))
             inputs = inputs.assign(records=inputs["records"] - elsewhere)
     if proof is not None:
         proof = proof.drop_duplicates("record_sha256").reset_index(drop=True)
