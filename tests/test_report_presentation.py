@@ -284,3 +284,12 @@ def test_statistics_read_in_a_fixed_order_whatever_the_control_wrote():
     ev = views.evidence({"ack_ms": {"max": 8975.0, "n": 5170, "p99": 209.0, "p50": 42.0}})
     assert ev.tables[0].headers == ["values", "median", "99th pct", "maximum"]
     assert [c.value for c in ev.tables[0].rows[0]] == ["5,170", "42", "209", "8,975"]
+
+
+def test_codes_shown_as_words_are_never_broken_inside_a_word():
+    # on paper a narrow "Verdict" column printed "unreadabl" / "e"
+    frame = pd.DataFrame({"verdict": ["unreadable", "signature_mismatch"]})
+    t = str(views.table(frame, {"verdict": ("Verdict", "label")}, caption="c"))
+    assert '<span class="word">unreadable</span>' in t
+    assert '<span class="word">signature mismatch</span>' in t
+    assert ".word { overflow-wrap: normal; word-break: normal; }" in CSS

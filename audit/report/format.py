@@ -86,7 +86,8 @@ class Cell(NamedTuple):
 
     ``text`` (attacker-controlled: escaped, URLs and hosts defanged), ``plain`` (our own
     formatting: escaped), ``uid`` (monospace, on one line), ``id`` (an id from the data:
-    defanged, on one line), ``badge`` (a status or severity) or ``missing`` (greyed).
+    defanged, on one line), ``word`` (a code as words: defanged, never broken inside a word),
+    ``badge`` (a status or severity) or ``missing`` (greyed).
     """
 
     value: str
@@ -193,9 +194,9 @@ def cell(value: object, kind: str) -> Cell:
     if kind == "url":  # a domain has no scheme: defang it anyway
         return Cell(str(defang(str(value))), "plain")
     if kind == "label":
-        return Cell(words(value).replace("_", " "))
+        return Cell(words(value).replace("_", " "), "word")
     if kind == "code":
-        return Cell(words(value))
+        return Cell(words(value), "word")
     if kind == "own":
         return Cell(str(value), "plain")
     if kind == "file":
