@@ -24,7 +24,9 @@ import audit
 from audit.demo.simulate import simulate
 from audit.ingest.load import LoadWarning, load_captures
 from audit.ingest.secrets import read_secrets
+from audit.ingest.signatures import sign
 from audit.ingest.store import ingest
+from tests.builders import capture, write_jsonl, write_secrets
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -270,3 +272,22 @@ def test_raw_captures_and_the_store_know_each_record_by_the_same_hash(week, tmp_
     )
     assert torn["line"].iloc[0] == 5
     assert torn["record_sha256"].iloc[0] == hashlib.sha256(key).hexdigest()
+
+
+def test_a_line_repeated_within_a_file_stays_two_receipts(tmp_path):
+    secret = "whsec_joins_1"
+    body = '{"id":"evt_1","event":"incident.created","data":{"incidentId":"inc_1"}}'
+    other = '{"id":"evt_2","event":"incident.created","data":{"incidentId":"inc_2"}}'
+    one = capture(body, signature=sign(secret, 1790812800, body.encode()))
+    two = capture(other, signature=sign(secret, 1790812800, other.encode()))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    write_jsonl(logs / "x.jsonl", [one, one, two])  # the receiver logged one request twice
+    write_jsonl(logs / "x.partial-copy.jsonl", [one, one])  # part of it, copied beside it
+    secrets = write_secrets(tmp_path / "s.json", {"wh_1": [{"secret": secret}]})
+    _ingest([logs], secrets, tmp_path / "store")
+    with pytest.warns(LoadWarning, match=r"^2 record\(s\) seen in more than one file"):
+        raw = load_captures([logs]).deliveries
+    assert raw["line"].tolist() == [1, 2, 3]  # by hand: x.jsonl's three receipts
+    stored = audit.open(store=tmp_path / "store", progress=False).deliveries
+    assert sorted(stored["line"]) == [1, 2, 3]
