@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 
 from audit.errors import InputError
+from audit.ingest.formats import format_of
 from audit.ingest.query import load_deliveries
 from audit.ingest.record_id import table_hashes
 from audit.ingest.scan import frame_from_arrow, open_store, scan
-from audit.ingest.store import Store
+from audit.ingest.store import Store, unreadable_line_hashes
 from audit.ingest.verdicts import read_logs
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
 from audit.tables import STORED_DELIVERIES
@@ -102,16 +104,25 @@ def _held_rows(
     ).rows
     table = pa.Table.from_pandas(read, preserve_index=False)
     table = table.append_column("file_sha256", pa.array([entry["sha256"]] * len(read)))
+    hashes_here = table_hashes(table).to_pylist()
+    # An unreadable line is stored known by its bytes (audit.ingest.store), or, when it was
+    # stored before that, by its file, line and reason: either is looked up.
+    bad = {n for v, n in zip(read["verdict"], read["line"], strict=True) if v == "unreadable"}
+    lines_known = (
+        unreadable_line_hashes(Path(path), {int(n) for n in bad})
+        if bad and format_of(Path(path).name).SPLITS_AT_LINES
+        else {}
+    )
     here = pd.DataFrame(
         {
             "source": read["source"].to_numpy(),
             "line": read["line"].to_numpy(),
-            "record_sha256": table_hashes(table).to_pylist(),
+            "record_sha256": hashes_here,
         }
     )
     del read, table
     wanted = [c for c in columns if c not in ("source", "line")]
-    hashes = sorted(set(here["record_sha256"]))
+    hashes = sorted(set(here["record_sha256"]) | set(lines_known.values()))
     stored = frame_from_arrow(
         scan(
             store.parts(),
@@ -123,6 +134,11 @@ def _held_rows(
     # One row per record (a line repeated within a file is stored twice, alike), without the
     # source and line it was first stored with.
     stored = stored.drop_duplicates("record_sha256")[[*wanted, "record_sha256"]]
+    if lines_known:
+        held = set(stored["record_sha256"])
+        by_bytes = here["line"].map(lambda n: lines_known.get(int(n)))
+        use = by_bytes.isin(held)
+        here.loc[use, "record_sha256"] = by_bytes[use]
     got = here.merge(stored, on="record_sha256", how="left", validate="many_to_one")
     missing = int((~here["record_sha256"].isin(stored["record_sha256"])).sum())
     if missing:

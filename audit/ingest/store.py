@@ -17,7 +17,9 @@ Rules
   end) ingests only the new lines. Any other change (rewritten, truncated, copytruncated) adds
   the new version's records and keeps the earlier one's: nothing stored is ever deleted.
 * A record is known by ``record_sha256`` (``audit.ingest.record_id``): one already stored is
-  not stored again (``audit.ingest.known_records``), so readers count each once.
+  not stored again (``audit.ingest.known_records``), so readers count each once. An unreadable
+  line of a JSON Lines log is known by its bytes (:func:`unreadable_line_hashes`): the same
+  torn line in a rewritten version of its log is stored once.
 * Each part's sha256 and rows are in the manifest (format 2, ``audit.ingest.store_folder``)
   and checked before it is read. An ingest given the capture file of a damaged or missing part
   reads it again (a repair); a store of format 1 is upgraded in place (``audit.ingest.upgrade``).
@@ -526,6 +528,8 @@ def _ingest_file(
         outcome = "added"
     done = _FileIngested(resolved, outcome, messages=messages, obsolete=obsolete)
     newlines, written = _read_file(path, seen, skip, first_line, staging, settings, done)
+    if seen.fmt.SPLITS_AT_LINES:  # an unreadable line is known by its bytes, not its place
+        written = _unreadable_by_their_lines(path, written, staging, sha[:16], skip, first_line)
     own = {p["name"] for p in entry["parts"]} if entry is not None else set()
     kept = target.known.keep(written, staging, sha[:16], own)
     done.records -= kept.known
@@ -606,6 +610,76 @@ def _read_file(
             done.naive_times += piece.naive_times
             newlines += piece.newlines
     return newlines, written
+
+
+def unreadable_line_hashes(
+    path: Path, lines: set[int], *, skip_bytes: int = 0, first_line: int = 1
+) -> dict[int, str]:
+    """``record_sha256`` of the unreadable records at ``lines`` of the JSON Lines file
+    ``path`` (read from byte ``skip_bytes``, numbered from ``first_line``), as the store keeps
+    them: the sha256 of ``audit unreadable line v1\n`` and the line's bytes, so that the same
+    torn line in a rewritten version of its log is one record, stored once. An over-long line
+    (its bytes not read) is left out: it keeps the hash of its file, line and reason
+    (:mod:`audit.ingest.record_id`)."""
+    out: dict[int, str] = {}
+    if not lines:
+        return out
+    last = max(lines)
+    chunks = records.read_chunks(path, skip_bytes=skip_bytes, first_line=first_line)
+    for chunk in chunks:
+        if chunk.first_line > last:
+            break
+        for i, raw in enumerate(chunk.data.split(b"\n")):
+            n = chunk.first_line + i
+            if n in lines and n not in chunk.overlong:
+                out[n] = hashlib.sha256(_UNREADABLE_LINE + raw).hexdigest()
+    return out
+
+
+_UNREADABLE_LINE = b"audit unreadable line v1\n"
+
+
+def _unreadable_by_their_lines(
+    path: Path, written: list[Staged], staging: Path, stem: str, skip: int, first_line: int
+) -> list[Staged]:
+    """``written`` with the ``record_sha256`` of its unreadable records made that of their
+    lines' bytes (:func:`unreadable_line_hashes`): the staged parts holding any are written
+    again."""
+    import pyarrow as pa  # as pyarrow.compute: loaded already
+    import pyarrow.parquet as pq
+
+    where: dict[int, pa.Table] = {}
+    for i, part in enumerate(written):
+        table = pq.read_table(part.path, columns=["verdict", "line"])
+        if pc.any(pc.equal(table.column("verdict"), "unreadable")).as_py():
+            where[i] = table
+    if not where:
+        return written
+    lines = {
+        n
+        for t in where.values()
+        for v, n in zip(t.column("verdict").to_pylist(), t.column("line").to_pylist(), strict=True)
+        if v == "unreadable"
+    }
+    by_line = unreadable_line_hashes(path, lines, skip_bytes=skip, first_line=first_line)
+    out: list[Staged] = []
+    for i, part in enumerate(written):
+        if i not in where:
+            out.append(part)
+            continue
+        table = pq.read_table(part.path)
+        hashes = table.column("record_sha256").to_pylist()
+        verdicts = table.column("verdict").to_pylist()
+        for j, (v, n) in enumerate(zip(verdicts, table.column("line").to_pylist(), strict=True)):
+            if v == "unreadable" and n in by_line:
+                hashes[j] = by_line[n]
+        at = table.schema.get_field_index("record_sha256")
+        table = table.set_column(at, table.schema.field(at), pa.array(hashes, pa.string()))
+        part.path.unlink()
+        writer = PartWriter(staging, stem)
+        writer.write(table)
+        out.extend(writer.finish())
+    return out
 
 
 def _gone_from(path: str, sha: str, holds: dict[str, str]) -> bool:
