@@ -33,6 +33,8 @@ from tests.receiver_servers import serve_asgi
 OLD = "whsec_previous_secret_value_1"
 CURRENT = "whsec_current_secret_value_22"
 SUB = "wh_main"
+#: Seconds after which a test's server gives up: a guard against hangs, never a bound on speed.
+HANG_S = 120
 ALL_IDS = [c.id for c in CHECKS]
 
 
@@ -200,14 +202,21 @@ def test_broken_receiver_is_caught_by_the_right_check(decide, caught_by, secrets
 
 @pytest.mark.slow
 def test_receiver_answering_after_6_s_fails_the_timeout(secrets_file):
-    started = time.monotonic()
-    with serve_asgi(receiver(answers_after_6_s)) as url:
+    requests = []
+
+    async def counted(body, h):
+        requests.append(body)
+        return await answers_after_6_s(body, h)
+
+    with serve_asgi(receiver(counted)) as url:
         result = run_probe(url, secrets_file, SUB, only=["valid_accepted", "within_timeout"])
     assert _failed(result) == {"valid_accepted", "within_timeout"}
     valid = result.checks[0]
+    # Cut by the timeout, not answered (the answer would carry a status): no bound on how long
+    # a busy machine took to see it.
     assert valid.status is None and valid.detail == "no answer within 5 s"
-    assert 5000 <= valid.ms < 5900
-    assert time.monotonic() - started < 8  # one request, no retry
+    assert valid.ms >= 5000
+    assert len(requests) <= 1  # one request, no retry
 
 
 def test_old_secret_check_is_skipped_without_a_previous_secret(tmp_path):
@@ -655,7 +664,8 @@ def test_a_receiver_trickling_header_lines_is_cut_at_the_delivery_timeout(secret
         try:
             conn.recv(65536)
             conn.sendall(b"HTTP/1.1 204 No Content\r\n")
-            for _ in range(50):  # 10 s at most, so a failing test does not hang
+            # HANG_S at most, so that a failing test fails (another detail) and does not hang
+            for _ in range(HANG_S * 5):
                 if stop.wait(0.2):
                     break
                 conn.sendall(b"X-A: b\r\n")
@@ -677,7 +687,6 @@ def test_a_receiver_trickling_header_lines_is_cut_at_the_delivery_timeout(secret
     handlers: list[tuple[threading.Thread, socket.socket]] = []
     acceptor = threading.Thread(target=accept, daemon=True)
     acceptor.start()
-    started = time.monotonic()
     try:
         result = run_probe(
             f"http://127.0.0.1:{listener.getsockname()[1]}/hook",
@@ -696,8 +705,8 @@ def test_a_receiver_trickling_header_lines_is_cut_at_the_delivery_timeout(secret
                 conn.shutdown(socket.SHUT_RDWR)  # wakes a blocked recv
             handler.join(5)
     valid, missing, timely = result.checks
+    # The headers never end: only the cap ends the exchange (no bound on how long it took).
     assert (valid.passed, valid.status, valid.detail) == (False, None, "no answer within 1 s")
-    assert 1000 <= valid.ms < 1500
+    assert valid.ms >= 1000
     assert (missing.passed, missing.detail) == (False, "no answer within 1 s")
     assert timely.passed is False
-    assert time.monotonic() - started < 4

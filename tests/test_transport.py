@@ -19,6 +19,8 @@ from audit.service.exchange import deadline_scope, install_deadline
 from audit.service.retry import RetryPolicy
 
 KEY = "ak_transport_test_0a1b2c3d"
+#: Seconds after which a call is taken for hung: a guard against hangs, never a bound on speed.
+HANG_S = 120
 
 
 def _serve(reply) -> Iterator[str]:
@@ -53,13 +55,16 @@ def _serve(reply) -> Iterator[str]:
 
 @pytest.fixture
 def header_trickle():
-    """Sends the status line, then one header line every 0.2 s for 8 s (never a blank line)."""
+    """Sends the status line, then one header line every 0.2 s until the test ends (never a
+    blank line): each line comes well within any read timeout and the headers never end, so
+    only a deadline ends a call to it, however slow the machine (no test times it). After
+    HANG_S it stops, so that a broken deadline fails its test (another error) instead of
+    hanging it."""
 
     def reply(conn: socket.socket, stop: threading.Event) -> None:
         conn.sendall(b"HTTP/1.1 200 OK\r\n")
-        for _ in range(40):
-            if stop.wait(0.2):
-                return
+        hung = time.monotonic() + HANG_S
+        while not stop.wait(0.2) and time.monotonic() < hung:
             conn.sendall(b"X-A: b\r\n")
 
     yield from _serve(reply)
@@ -89,10 +94,8 @@ def _client(url: str, **kw) -> ServiceClient:
 
 def test_trickled_headers_cannot_hold_a_call_past_the_deadline(header_trickle):
     client = _client(header_trickle, timeout=5.0, deadline_s=1.0)
-    t0 = time.monotonic()
     with pytest.raises(ServiceError, match="did not arrive within the 1 s deadline") as err:
-        client.list_webhooks()
-    assert time.monotonic() - t0 < 2.5
+        client.list_webhooks()  # the headers never end: only the deadline ends the call
     assert "\n" not in str(err.value)
 
 
@@ -102,11 +105,9 @@ def test_trickled_headers_cannot_hold_a_command_past_its_deadline(
     monkeypatch.setenv("AUDIT_BASE_URL", header_trickle)
     monkeypatch.setenv("AUDIT_API_KEY", KEY)
     monkeypatch.setenv("AUDIT_DEADLINE_S", "1")
-    t0 = time.monotonic()
     assert main(["webhooks", "list", "--timeout", "5", "--max-attempts", "1"]) == 3
     err = capsys.readouterr().err
     assert "deadline" in err and err.count("\n") == 1
-    assert time.monotonic() - t0 < 2.5
 
 
 def test_a_non_repeatable_request_cut_at_the_deadline_says_to_list_first(header_trickle):
@@ -119,10 +120,8 @@ def test_the_deadline_wraps_the_client_network_layer_only_inside_its_scope(heade
     with httpx.Client(timeout=5.0) as http:
         assert install_deadline(http) == 1
         assert install_deadline(http) == 0  # idempotent
-        t0 = time.monotonic()
         with deadline_scope(time.monotonic() + 0.5), pytest.raises(httpx.ReadTimeout):
-            http.get(header_trickle)
-        assert time.monotonic() - t0 < 1.0
+            http.get(header_trickle)  # a header line every 0.2 s: the 5 s timeout never ends it
 
 
 def test_stacked_gzip_over_a_socket_is_refused_before_decoding(bomb_server):
