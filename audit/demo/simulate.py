@@ -161,7 +161,7 @@ def _publish(work: Path, out: Path) -> None:
         os.rename(work, out)
     except OSError as e:
         raise InputError(
-            f"{out}: the output folder must be empty or missing (it is no longer: "
+            f"{out}: the output folder must be empty or missing (it could not be replaced: "
             f"{e.strerror or type(e).__name__}); the demo data was not written"
         ) from None
 
