@@ -20,7 +20,7 @@ def serve_asgi(app) -> Iterator[str]:
     server = make_uvicorn(app, sock, log_level="error")
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # a guard against hangs, not a bound on speed
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("uvicorn did not start")
@@ -29,7 +29,7 @@ def serve_asgi(app) -> Iterator[str]:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
-        thread.join(10)
+        thread.join(120)
         sock.close()
 
 
@@ -45,4 +45,4 @@ def serve_wsgi(app) -> Iterator[str]:
         yield f"http://127.0.0.1:{server.server_port}"
     finally:
         server.shutdown()
-        thread.join(10)
+        thread.join(120)

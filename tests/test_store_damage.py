@@ -269,12 +269,12 @@ def test_workers_of_a_killed_ingest_neither_hold_its_lock_nor_outlive_it(tmp_pat
     )
     store = tmp_path / "store"
     proc = subprocess.run(
-        [sys.executable, "-c", script, str(store)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", script, str(store)], capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == -signal.SIGKILL
     workers = proc.stdout.split()
     assert len(workers) >= 1
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # a guard against hangs, not a bound on speed
     with open(store / ".lock", "a+b") as f:
         while not try_lock_file(f):
             assert time.monotonic() < deadline, "the killed ingest's workers hold its lock"
