@@ -120,3 +120,15 @@ def test_each_headline_number_equals_the_table_it_summarises(two_months, tmp_pat
                       _reason(page, "DLV-03"))  # fmt: skip
     outcomes = sum(_int(r["Events"]) for r in _table(page, "Event outcomes"))
     assert dlv03 and _int(dlv03[2] or dlv03[1]) == outcomes
+
+    # Figures say what they count, as the tables beside them.
+    captions = [c.get_text(" ", strip=True) for c in page.find_all("figcaption")]
+    captions += [img["alt"] for img in page.find_all("img") if img.get("alt")]
+    (lat,) = [c for c in captions if c.startswith("Histograms")]
+    ack = _int(latency["Acknowledgement latency"]["Values"])
+    emitted = _int(latency["Emission latency"]["Values"])
+    assert f"milliseconds ({ack:,} valid deliveries)" in lat
+    assert f"seconds ({emitted:,} incident events)" in lat
+    (bars,) = [c for c in captions if c.startswith("Bar chart")]
+    assert bars.startswith("Bar chart of every request read in the period by signature verdict")
+    assert any(c.startswith("Share of the incidents created in the period") for c in captions)

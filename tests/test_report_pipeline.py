@@ -565,7 +565,8 @@ def test_no_skipped_input_is_an_empty_list(hostile, tmp_path, monkeypatch):  # n
     monkeypatch.setattr(pipeline, "render", _fake_render)
     logs, secrets = hostile
     m = _run(tmp_path, logs, secrets, out_dir=tmp_path / "r").manifest
-    assert m["skipped_inputs"] == [] and m["snapshots"] == {"newest_taken_at": None}
+    assert m["skipped_inputs"] == []
+    assert m["snapshots"] == {"newest_taken_at": None, "covers_period": False}  # no listing
 
 
 @pytest.mark.slow

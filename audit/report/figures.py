@@ -121,7 +121,7 @@ def verdicts(run: RunData) -> HTML:
     listed = ", ".join(f"{words(r.verdict)} {r.count:,}" for r in counts.itertuples()) or "none"
     return _embed(
         plot_verdict_counts(_period_deliveries(run)),
-        f"Bar chart of the period's requests by signature verdict: {listed}.",
+        f"Bar chart of every request read in the period by signature verdict: {listed}.",
     )
 
 
@@ -153,6 +153,16 @@ def daily_failures(run: RunData) -> HTML:
     )
 
 
+def _counted(lat: pd.DataFrame) -> dict[str, str]:
+    """What each latency histogram counts, as the latency table does: `` (N valid
+    deliveries)`` and `` (N incident events)``."""
+    if lat.empty or not {"metric", "n"} <= set(lat.columns):
+        return {}
+    n = lat.set_index("metric")["n"]
+    what = {"ack_latency_ms": "valid deliveries", "emission_latency_s": "incident events"}
+    return {m: f" ({int(n[m]):,} {w})" for m, w in what.items() if m in n and n[m] == n[m]}
+
+
 @styled
 def latency(run: RunData) -> HTML:
     """Acknowledgement and emission latency distributions."""
@@ -162,13 +172,16 @@ def latency(run: RunData) -> HTML:
 
     lat = run.table("latency")
     p95 = ""
+    counted = _counted(lat)
     if not lat.empty and "ack_latency_ms" in set(lat["metric"]):
         v = float(lat.set_index("metric")["p95"].astype(float)["ack_latency_ms"])
         p95 = f" The 95th percentile of acknowledgement latency is {v:,.0f} ms." if v == v else ""
     return _embed(
         plot_latency_distributions(_period_deliveries(run), _period_events(run), summary=lat),
-        "Histograms (log scale) of acknowledgement latency in milliseconds and emission "
-        "latency in seconds, with the 5-second delivery timeout marked." + p95,
+        "Histograms (log scale) of acknowledgement latency in milliseconds"
+        f"{counted.get('ack_latency_ms', '')} and emission latency in seconds"
+        f"{counted.get('emission_latency_s', '')}, with the 5-second delivery timeout marked."
+        + p95,
     )
 
 
