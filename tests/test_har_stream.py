@@ -4,6 +4,7 @@ last-wins, dropping entries); an escaped lone surrogate is still refused."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 
@@ -137,3 +138,31 @@ class _Cut(io.BytesIO):
         if self.cut is not None and n:
             n, self.cut = self.cut, None
         return super().read(n)
+
+
+def test_the_capture_check_reads_a_har_only_until_an_entry_reads(tmp_path):
+    # Before: the check before every command decoded the whole document (as long as the
+    # command's own read, and as much memory), to find its first record.
+    from audit.ingest.capture_check import check_captures, first_record
+
+    doc = _document(_entries_json(5000)).encode()
+    plain = tmp_path / "x.har"
+    plain.write_bytes(b"\xef\xbb\xbf" + doc)
+    packed = tmp_path / "y.har.gz"
+    packed.write_bytes(gzip.compress(doc))
+    for path in (plain, packed):
+        seen = first_record(path)
+        assert (seen.readable, seen.unreadable) == (1, 0)
+    blank = tmp_path / "quiet.har"
+    blank.write_bytes(b"\xef\xbb\xbf \n")
+    assert check_captures([plain, packed, blank]) == [
+        f"{blank}: empty, no capture record (a quiet day?)"
+    ]
+    empty_gz = tmp_path / "z.har.gz"
+    empty_gz.write_bytes(b"")
+    with pytest.raises(LoadError, match="empty file"):
+        first_record(empty_gz)
+    bad = tmp_path / "bad.har"
+    bad.write_text('{"log": {"entries": "none"}}')
+    with pytest.raises(LoadError, match=r"not a HAR 1\.2 file \(log\.entries is not a list\)"):
+        first_record(bad)

@@ -25,17 +25,18 @@ log costs one chunk of its start; only a file without one is read to its end.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import orjson
 
 from audit.errors import InputError, LoadError
-from audit.ingest.compressed import inflate
-from audit.ingest.formats import format_of
+from audit.ingest.compressed import GZIP_MAGIC, inflate, inflate_stream
+from audit.ingest.formats import format_of, har
 from audit.ingest.formats.base import Buffer
 from audit.ingest.lines import read_lines
 from audit.ingest.load import expand_paths
@@ -121,14 +122,32 @@ def first_record(path: Path, *, header_prefix: str = DEFAULT_HEADER_PREFIX) -> _
     wanted = {v: k for k, v in header_names(header_prefix).items()}
     seen = _Seen()
     source = str(path)
-    if not fmt.SPLITS_AT_LINES:  # a HAR file: one document, read whole as the loader does
+    if not fmt.SPLITS_AT_LINES:  # a HAR file: one document, read until an entry reads
         try:
-            blob = path.read_bytes()
+            f = path.open("rb")
         except OSError as e:
             raise LoadError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
-        data = inflate(path, blob).removeprefix(b"\xef\xbb\xbf")
-        if data.strip():
-            seen.add(fmt.parse(data, source, wanted))
+        with f:
+            head = f.read(2)
+            f.seek(0)
+            blocks: Iterator[bytes] = iter(lambda: f.read(2**20), b"")
+            if not head:
+                inflate(path, b"")  # a .gz name with no byte is an error, as the loaders say
+            elif head == GZIP_MAGIC:
+                blocks = inflate_stream(path, blocks)
+            first, at_start = b"", True
+            for block in blocks:  # past blank blocks (a blank HAR is a quiet day too)
+                if at_start:
+                    block, at_start = block.removeprefix(b"\xef\xbb\xbf"), False
+                if block.strip():
+                    first = block
+                    break
+            if first:
+                stream = har.BlockReader(itertools.chain([first], blocks))
+                try:
+                    seen.add(har.parse_har(stream, source, wanted, until_readable=True))
+                except ValueError as e:
+                    raise LoadError(f"{source}: not a HAR 1.2 file ({e})") from None
         return seen
     for chunk in read_lines(path, chunk_bytes=CHECK_CHUNK_BYTES):
         more = {"overlong": chunk.overlong} if chunk.overlong else {}

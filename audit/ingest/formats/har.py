@@ -15,16 +15,16 @@ says so.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from io import BytesIO
-from typing import IO, Any
+from typing import Any, Protocol
 
 import ijson  # type: ignore[import-untyped]  # ijson ships no type hints
 
 from audit.errors import LoadError
 from audit.ingest.formats.base import Buffer, _Envelopes, _record
 
-__all__ = ["NAME", "SPLITS_AT_LINES", "SUFFIXES", "parse", "parse_har"]
+__all__ = ["NAME", "SPLITS_AT_LINES", "SUFFIXES", "BlockReader", "Readable", "parse", "parse_har"]
 
 NAME = "har"
 SUFFIXES: tuple[str, ...] = ("har",)
@@ -35,8 +35,14 @@ MAX_DEPTH = 512
 _READ_BYTES = 2**20
 
 
+class Readable(Protocol):
+    """What the parser reads a HAR from: a binary file object, or a :class:`BlockReader`."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
 def parse(
-    data: bytes | IO[bytes],
+    data: bytes | Readable,
     source: str,
     wanted: dict[str, str],
     first_line: int = 1,
@@ -54,9 +60,12 @@ def parse(
         raise LoadError(f"{source}: not a HAR 1.2 file ({e})") from None
 
 
-def parse_har(data: bytes | IO[bytes], source: str, wanted: dict[str, str]) -> Buffer:
+def parse_har(
+    data: bytes | Readable, source: str, wanted: dict[str, str], *, until_readable: bool = False
+) -> Buffer:
     """Parse a HAR 1.2 document entry by entry: each entry's request is one record, ``line``
-    is the entry index.
+    is the entry index. With ``until_readable``, stop after the first entry that reads (the
+    rest of the document is neither read nor checked: a look at what the file holds).
 
     Raises ValueError (with a short reason) when the file is not HAR at all, or names ``log``,
     ``entries`` or another key of its top-level object or of ``log`` twice.
@@ -73,11 +82,33 @@ def parse_har(data: bytes | IO[bytes], source: str, wanted: dict[str, str]) -> B
             )
             if problem is not None:
                 buf.add_unreadable(source, i, problem)
+            elif until_readable:
+                break
     except ijson.JSONError:
         raise ValueError("not valid JSON") from None
     except UnicodeDecodeError:  # not UTF-8, or an escaped lone low surrogate
         raise ValueError("not valid JSON") from None
     return buf
+
+
+class BlockReader:
+    """A binary file object over byte blocks (an inflated gzip stream), for :func:`parse`."""
+
+    def __init__(self, blocks: Iterable[bytes]) -> None:
+        self.blocks = iter(blocks)
+        self.rest = b""
+
+    def read(self, n: int | None = -1) -> bytes:
+        """At most ``n`` bytes (``n`` < 0: all that is left)."""
+        while n is None or n < 0 or len(self.rest) < n:
+            block = next(self.blocks, None)
+            if block is None:
+                break
+            self.rest += block
+        if n is None or n < 0:
+            n = len(self.rest)
+        out, self.rest = self.rest[:n], self.rest[n:]
+        return out
 
 
 class _Noted(dict[str, Any]):
@@ -202,7 +233,7 @@ class _SurrogateCheck:
     surrogate (``\\ud800``) is followed by an escaped low one: the C parser would read a lone
     one as ``?`` (a changed body, not a refused file, which is what JSON requires)."""
 
-    def __init__(self, raw: IO[bytes]) -> None:
+    def __init__(self, raw: Readable) -> None:
         self.raw = raw
         self.tail = b""  # the end of the previous block (an escape cut in two)
 
