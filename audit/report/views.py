@@ -865,11 +865,16 @@ def takedown(run: RunData) -> HTML:
             False,
         ),
     ]
+    left_out = (
+        f"; the data holds {seen:,} incidents in all, the {seen - n:,} others (created before "
+        "the period, or without a duration) are left out"
+        if seen > n
+        else ""
+    )
     why = (
         f"Every number here counts the {n:,} incidents created in the period (with a "
-        f"duration), as TKD-01 and TKD-02 do; the data holds {seen:,} incidents in all, "
-        "those created earlier left out. TKD-03 and TKD-04 judge the incidents created in the "
-        "period or still open at as_of."
+        f"duration), as TKD-01 and TKD-02 do{left_out}. TKD-03 and TKD-04 judge the incidents "
+        "created in the period or still open at as_of."
     )
     return (
         HTML(render("report_note.j2", parts=intro, note=False))
