@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from functools import cache
 
+from audit.ingest.verdict_rules import VERDICTS
+from audit.spec import INCIDENT_CLASSES, SOURCES, STATUSES
+
 __all__ = ["codes", "words"]
 
 #: Outcomes of an event (``audit.analysis.deliveries.OUTCOMES``, repeated to stay import-light).
@@ -20,9 +23,6 @@ _OUTCOMES = ("delivered", "exhausted", "pending", "lost", "unknown")
 @cache
 def codes() -> frozenset[str]:
     """Every code :func:`words` rewrites: verdicts, outcomes, statuses, sources, classes."""
-    from audit.ingest.verdict_rules import VERDICTS
-    from audit.spec import INCIDENT_CLASSES, SOURCES, STATUSES
-
     return frozenset((*VERDICTS, *_OUTCOMES, *STATUSES, *SOURCES, *INCIDENT_CLASSES))
 
 

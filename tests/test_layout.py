@@ -44,6 +44,7 @@ STAGES = {
     # the flow
     "audit.ingest": 1,
     "audit.analysis": 2,
+    "audit.words": 2,  # the spec's and the verdicts' codes as words, for pages and figures
     "audit.findings": 3,
     "audit.plotting": 4,
     "audit.report": 4,

@@ -581,7 +581,7 @@ def _anchored(findings: pd.DataFrame) -> list[tuple[str, dict[str, Any]]]:
         bad = bad.iloc[order.reset_index(drop=True).argsort(kind="stable").to_numpy()]
     out: list[tuple[str, dict[str, Any]]] = []
     seen: set[str] = set()
-    records: list[dict[str, Any]] = bad.to_dict("records")  # type: ignore[assignment]
+    records: list[dict[str, Any]] = bad.to_dict("records")  # type: ignore[assignment]  # str columns
     for n, r in enumerate(records, start=1):
         uid = r.get("finding_uid")
         anchor = f"finding-{quote(str(uid), safe='')}" if isinstance(uid, str) and uid else ""
