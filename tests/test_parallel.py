@@ -57,6 +57,7 @@ def mixed(tmp_path):
     (folder / "a.jsonl").write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n", 3).encode())
     later = text.replace('"received_at": 17908128', '"received_at": 17908130')  # 200 s later
     later = later.replace("2026-10-01T00:00:05Z", "2026-10-01T00:00:06Z")  # other records
+    later = later.replace("{broken", "{broken later")  # a torn line is known by its bytes
     (folder / "b.jsonl.gz").write_bytes(gzip.compress(later.encode()))
     rec = valid()
     har = {

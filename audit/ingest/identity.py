@@ -17,6 +17,7 @@ import gzip
 import hashlib
 import os
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -276,18 +277,35 @@ def settle(
     sources: list[str],
     lines: list[int],
     details: list[str | None],
-    file_sha256: dict[str, str],
+    paths: dict[str, Path],
+    file_sha256: Callable[[str], str],
 ) -> dict[str, str]:
-    """The ``record_sha256`` of unreadable records whose file's sha256 was not known when they
-    were read (:func:`unsettled`): old value -> the one the store keeps, given each record's
-    file (``sources``), line and reason, and the files' sha256 by source."""
-    right = record_hashes(
-        {name: [None] * len(ids) for name in FIELDS},
-        verdicts=["unreadable"] * len(ids),
-        files=[file_sha256[s] for s in sources],
-        lines=lines,
-        details=details,
-    )
+    """The ``record_sha256`` of unreadable records whose file was not known when they were read
+    (:func:`unsettled`): old value -> the one the store keeps, given each record's file
+    (``sources``, a path by source in ``paths``), line and reason. A line of a JSON Lines log
+    is known by its bytes (:func:`audit.ingest.store.unreadable_line_hashes`); an over-long
+    line, or a record of another format, by its file's sha256 (``file_sha256(source)``), line
+    and reason."""
+    from audit.ingest.store import unreadable_line_hashes  # the store imports this module
+
+    by_line: dict[str, dict[int, str]] = {}
+    for source in dict.fromkeys(sources):
+        path = paths[source]
+        if format_of(path.name).SPLITS_AT_LINES:
+            wanted = {n for s, n in zip(sources, lines, strict=True) if s == source}
+            by_line[source] = unreadable_line_hashes(path, wanted)
+    right = []
+    for source, n, detail in zip(sources, lines, details, strict=True):
+        got = by_line.get(source, {}).get(n)
+        if got is None:
+            (got,) = record_hashes(
+                {name: [None] for name in FIELDS},
+                verdicts=["unreadable"],
+                files=[file_sha256(source)],
+                lines=[n],
+                details=[detail],
+            )
+        right.append(got)
     return dict(zip(ids, right, strict=True))
 
 

@@ -378,25 +378,22 @@ def _assemble(
 
 
 def _settled(table: pa.Table, files: list[Path], contents: list[_Content]) -> pa.Table:
-    """``table`` with its unreadable records' ``record_sha256`` computed with their file's
-    sha256 as the store knows it (:func:`audit.ingest.identity.settle`)."""
+    """``table`` with its unreadable records' ``record_sha256`` as the store keeps them
+    (:func:`audit.ingest.identity.settle`)."""
     bad = pc.fill_null(pc.equal(table.column("verdict"), "unreadable"), False)
     if not pc.any(bad).as_py():
         return table
     picked = table.filter(bad)
     ids = table.column("record_sha256").to_pylist()
-    named = set(picked.column("source").to_pylist())
-    shas = {
-        source_name(p): stored_sha256(p, c.sha256)
-        for p, c in zip(files, contents, strict=True)
-        if source_name(p) in named
-    }
+    paths = {source_name(p): p for p in files}
+    read = {source_name(p): c.sha256 for p, c in zip(files, contents, strict=True)}
     right = settle(
         picked.column("record_sha256").to_pylist(),
         sources=picked.column("source").to_pylist(),
         lines=picked.column("line").to_pylist(),
         details=picked.column("detail").to_pylist(),
-        file_sha256=shas,
+        paths=paths,
+        file_sha256=lambda source: stored_sha256(paths[source], read[source]),
     )
     at = table.schema.get_field_index("record_sha256")
     fixed = pa.array([right.get(v, v) for v in ids], table.schema.field(at).type)

@@ -142,17 +142,15 @@ def _counted_once(
     bad = (rows["verdict"] == "unreadable").to_numpy(dtype=bool, na_value=False)
     if bad.any():
         old = rows.loc[bad, "record_sha256"]
-        named = set(rows.loc[bad, "source"])
+        paths = dict(zip(inputs["source"], files, strict=True))
+        read = dict(zip(inputs["source"], inputs["sha256"], strict=True))
         right = settle(
             old.tolist(),
             sources=rows.loc[bad, "source"].tolist(),
             lines=[int(n) for n in rows.loc[bad, "line"]],
             details=[None if d is None or d != d else str(d) for d in rows.loc[bad, "detail"]],
-            file_sha256={
-                s: stored_sha256(f, sha)
-                for f, s, sha in zip(files, inputs["source"], inputs["sha256"], strict=True)
-                if s in named
-            },
+            paths=paths,
+            file_sha256=lambda source: stored_sha256(paths[source], read[source]),
         )
         rows.loc[bad, "record_sha256"] = old.map(right)
         if proof is not None and len(proof):
