@@ -67,8 +67,8 @@ def test_every_column_header_and_every_finding_uid_is_printed(printed):
         for f in json.loads((run / "findings.json").read_text("utf-8"))
         if f["status"] in ("fail", "error")
     ]
-    assert len(uids) == 28 and len(failing) == 11
-    assert [u for u in uids if u not in flat] == []
+    assert len(uids) >= 28 and len(failing) == 11  # the demo's, and CAP-01 since issue 42
+    assert [u for u in uids if u not in flat] == []  # every finding, the passing ones too
 
 
 @pytest.mark.slow

@@ -293,3 +293,22 @@ def test_codes_shown_as_words_are_never_broken_inside_a_word():
     assert '<span class="word">unreadable</span>' in t
     assert '<span class="word">signature mismatch</span>' in t
     assert ".word { overflow-wrap: normal; word-break: normal; }" in CSS
+
+
+@pytest.mark.slow
+def test_every_finding_of_the_demo_is_on_its_page(demo):
+    # CAP-01 (capture coverage) passing was on no page: its family had no table
+    html = (demo / "report.html").read_text(encoding="utf-8")
+    findings = json.loads((demo / "findings.json").read_text(encoding="utf-8"))
+    assert [f["check_id"] for f in findings if f["finding_uid"] not in html] == []
+
+
+def test_the_notebook_has_a_table_for_every_family_of_controls():
+    from audit.findings.catalogue import load_catalogue
+    from audit.report.render import default_notebook
+
+    source = default_notebook().read_text(encoding="utf-8")
+    families = {c.split("-")[0] for c in load_catalogue()}
+    assert families >= {"CAP", "SIG", "DLV", "SUB", "TKD"}
+    missing = sorted(f for f in families if f'views.family(run, \\"{f}\\")' not in source)
+    assert missing == []
