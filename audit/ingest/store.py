@@ -48,7 +48,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from audit.atomic import write_json_atomic
 from audit.errors import InputError
@@ -645,9 +647,6 @@ def _unreadable_by_their_lines(
     """``written`` with the ``record_sha256`` of its unreadable records made that of their
     lines' bytes (:func:`unreadable_line_hashes`): the staged parts holding any are written
     again."""
-    import pyarrow as pa  # as pyarrow.compute: loaded already
-    import pyarrow.parquet as pq
-
     where: dict[int, pa.Table] = {}
     for i, part in enumerate(written):
         table = pq.read_table(part.path, columns=["verdict", "line"])

@@ -115,7 +115,7 @@ class _Noted(dict[str, Any]):
     """A decoded JSON object (the last value of a key named twice, as JSON readers keep) that
     remembers the keys it named more than once."""
 
-    repeated: list[str]
+    repeated: list[str] = []  # noqa: RUF012  # replaced, never changed in place
 
 
 def _entries(events: Iterator[tuple[str, Any]]) -> Iterator[object]:
@@ -195,36 +195,40 @@ def _skip_rest(event: str, events: Iterator[tuple[str, Any]]) -> None:
                 return
 
 
+_OPENS = frozenset(("start_map", "start_array"))
+_END = ("end", None)
+
+
 def _value(event: str, value: Any, events: Iterator[tuple[str, Any]], depth: int) -> object:
-    """One decoded value that began with ``event`` (objects as :class:`_Noted`)."""
+    """One decoded value that began with ``event`` (objects as :class:`_Noted`). Scalars are
+    taken in the loops, not by a call each (most of a HAR's values)."""
+    if event not in _OPENS:
+        return value
+    if depth >= MAX_DEPTH:
+        raise ValueError("nested too deeply")
     if event == "start_map":
-        if depth >= MAX_DEPTH:
-            raise ValueError("nested too deeply")
         obj = _Noted()
-        obj.repeated = []
         for ev, key in events:
             if ev == "end_map":
                 return obj
             if key in obj:
-                obj.repeated.append(key)
-            ev, val = _next(events)
-            obj[key] = _value(ev, val, events, depth + 1)
+                obj.repeated = [*obj.repeated, key]
+            ev, val = next(events, _END)
+            obj[key] = _value(ev, val, events, depth + 1) if ev in _OPENS else val
+            if ev == "end":
+                break
         raise ValueError("not valid JSON")
-    if event == "start_array":
-        if depth >= MAX_DEPTH:
-            raise ValueError("nested too deeply")
-        items: list[object] = []
-        for ev, val in events:
-            if ev == "end_array":
-                return items
-            items.append(_value(ev, val, events, depth + 1))
-        raise ValueError("not valid JSON")
-    return value
+    items: list[object] = []
+    for ev, val in events:
+        if ev == "end_array":
+            return items
+        items.append(_value(ev, val, events, depth + 1) if ev in _OPENS else val)
+    raise ValueError("not valid JSON")
 
 
-#: A ``\\u`` escape of a UTF-16 surrogate, with the run of backslashes before it (an escape
-#: only when the run is odd: ``\\\\ud800`` is a backslash, then text).
-_SURROGATE = re.compile(rb"(\\+)u[dD]([89abAB]|[c-fC-F])[0-9a-fA-F]{2}")
+#: A ``\\u`` escape of a high UTF-16 surrogate (an escape only when the run of backslashes
+#: it ends is odd: ``\\\\ud800`` is a backslash, then text).
+_HIGH = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}")
 _LOW = re.compile(rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 
 
@@ -250,9 +254,12 @@ class _SurrogateCheck:
         return block
 
     def _check(self, buf: bytes, final: bool) -> None:
-        for m in _SURROGATE.finditer(buf):
-            if len(m.group(1)) % 2 == 0 or m.group(2) not in b"89abAB":
-                continue  # not an escape, or a low one (the parser refuses a lone low one)
+        for m in _HIGH.finditer(buf):  # (the parser refuses a lone low one itself)
+            k = m.start()
+            while k > 0 and buf[k - 1] == 0x5C:
+                k -= 1
+            if (m.start() - k) % 2:
+                continue  # an escaped backslash, then the text "ud800"
             end = m.end()
             if end + 6 > len(buf) and not final:
                 continue  # seen again with the next block (its tail is kept)
