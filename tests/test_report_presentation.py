@@ -312,3 +312,17 @@ def test_the_notebook_has_a_table_for_every_family_of_controls():
     assert families >= {"CAP", "SIG", "DLV", "SUB", "TKD"}
     missing = sorted(f for f in families if f'views.family(run, \\"{f}\\")' not in source)
     assert missing == []
+
+
+def test_the_latency_table_names_each_row_s_unit_and_keeps_its_values_in_it():
+    # the maximum acknowledgement latency read "9 s" beside medians in ms
+    lat = pd.DataFrame(
+        {"metric": ["ack_latency_ms", "emission_latency_s"], "n": [5170, 4847],
+         "p50": [42.0, 61.2], "p95": [125.0, 130.0], "p99": [209.0, 140.0],
+         "max": [8975.0, 600.0]}
+    )  # fmt: skip
+    html = str(views.deliveries(RunData({}, pd.DataFrame(), tables={"latency": lat})))
+    cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>.*?</td>", html)]
+    assert cells == ["Acknowledgement latency", "ms", "5,170", "42", "125", "209", "8,975",
+                     "Emission latency", "s", "4,847", "61.2", "130", "140", "600"]  # fmt: skip
+    assert "<th>Unit</th>" in html

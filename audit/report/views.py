@@ -753,18 +753,15 @@ def deliveries(run: RunData) -> HTML:
         "event_success": ("Event success", "pct"),
     }
     lat = run.table("latency").copy()
-    labels = {
-        "ack_latency_ms": ("Acknowledgement latency", 1e-3),
-        "emission_latency_s": ("Emission latency", 1.0),
-        "clock_skew_s": ("Clock skew", 1.0),
-        "abs_clock_skew_s": ("Clock skew, absolute", 1.0),
+    labels = {  # each measure in its own unit, named in the Unit column (one unit per row)
+        "ack_latency_ms": ("Acknowledgement latency", "ms"),
+        "emission_latency_s": ("Emission latency", "s"),
+        "clock_skew_s": ("Clock skew", "s"),
+        "abs_clock_skew_s": ("Clock skew, absolute", "s"),
     }
     if not lat.empty:
-        scale = lat["metric"].map(lambda m: labels.get(m, (m, 1.0))[1])
-        for col in ("p50", "p95", "p99", "max"):
-            if col in lat.columns:
-                lat[col] = pd.to_numeric(lat[col], errors="coerce") * scale
-        lat["metric"] = lat["metric"].map(lambda m: labels.get(m, (m, 1.0))[0])
+        lat.insert(1, "unit", lat["metric"].map(lambda m: labels.get(m, (m, "s"))[1]))
+        lat["metric"] = lat["metric"].map(lambda m: labels.get(m, (m, "s"))[0])
     return (
         table(
             run.table("event_outcomes"),
@@ -794,13 +791,14 @@ def deliveries(run: RunData) -> HTML:
             lat,
             {
                 "metric": ("Measure", "text"),
+                "unit": ("Unit", "own"),
                 "n": ("Values", "int"),
-                "p50": ("Median", "s"),
-                "p95": ("95th percentile", "s"),
-                "p99": ("99th percentile", "s"),
-                "max": ("Maximum", "s"),
+                "p50": ("Median", "float"),
+                "p95": ("95th percentile", "float"),
+                "p99": ("99th percentile", "float"),
+                "max": ("Maximum", "float"),
             },
-            caption="Latency and clock skew",
+            caption="Latency and clock skew (each row in the unit its Unit column names)",
         )
     )
 
