@@ -1068,6 +1068,16 @@ def test_sig_01_counts_no_unreadable_line_of_a_file_read_in_another_period():
     assert f["status"] == "skip" and f["reason"] == "No request was received in the period."
 
 
+def test_sig_01_counts_the_unreadable_lines_placed_in_the_period():
+    """A request received in the period and an unreadable line of its file: two requests read,
+    one unreadable, as the report's verdict table counts them (SIG-01 said 1 and 0)."""
+    timed = row(0, verdict="signature_mismatch", status=401) | {"source": "/captures/a.jsonl"}
+    a = analysis([timed, _unreadable("/captures/a.jsonl")])
+    f = one(run(a, only="SIG-01"), "SIG-01")
+    assert f["status"] == "pass"
+    assert (f["evidence"]["requests"], f["evidence"]["unreadable_excluded"]) == (2, 1)
+
+
 @pytest.mark.parametrize("dtype", ["str", "object", "category"])
 def test_counts_of_a_column_by_hand(dtype):
     """Sorted by the value as text; missing values as "(none)"; categories that do not occur

@@ -60,6 +60,15 @@ def _reason(page: BeautifulSoup, check_id: str) -> str:
     return row["Reason"]
 
 
+def _evidence(page: BeautifulSoup, check_id: str) -> dict[str, str]:
+    """The scalar evidence of the one card of ``check_id``, as {label: cell text}."""
+    (card,) = [
+        c for c in page.select("div.finding") if c.select_one("h3 .id").get_text() == check_id
+    ]
+    rows = card.select("dd.evidence table.ev > tbody > tr")
+    return {r.th.get_text(" ", strip=True): r.td.get_text(" ", strip=True) for r in rows if r.th}
+
+
 def _int(text: str) -> int:
     return int(text.replace(",", ""))
 
@@ -106,6 +115,11 @@ def test_each_headline_number_equals_the_table_it_summarises(two_months, tmp_pat
     unreadable = sum(_int(r["Requests"]) for r in verdicts if r["Verdict"] == "unreadable")
     assert f"{read - unreadable:,} readable, {unreadable:,} unreadable" in line
     assert f"the {valid:,} valid deliveries" in line
+    # SIG-01 judges the same requests: every one read, the unreadable ones left out and counted
+    # (an unreadable line has no receipt time; it counted 0 of them beside "unreadable 1").
+    sig01 = _evidence(page, "SIG-01")
+    assert unreadable > 0  # the data hold an unreadable line in October, or this checks nothing
+    assert (_int(sig01["requests"]), _int(sig01["unreadable excluded"])) == (read, unreadable)
 
     # Deliveries: each DLV headline against the table it summarises.
     latency = {r["Measure"]: r for r in _table(page, "Latency and clock skew")}

@@ -7,13 +7,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from audit.analysis.analyze import DELIVERY_TABLE_COLUMNS
 from audit.findings.controls.base import (
-    NO_SNAPSHOT,
     Outcome,
     Scope,
     capped,
     counts,
     delivery_examples,
+    in_period,
     iso,
     listed,
     quantiles,
@@ -22,6 +23,7 @@ from audit.findings.controls.base import (
     untimed_in_period,
     verdict,
 )
+from audit.findings.listing import uncovered_reason
 from audit.timeutil import duration
 
 
@@ -42,29 +44,40 @@ def _without_suspects(s: Scope, rows: pd.DataFrame) -> tuple[pd.DataFrame, dict[
     return rows[~out], ev, s.secrets_note()
 
 
+def _read_in_period(s: Scope) -> pd.DataFrame:
+    """The requests read in the period, as the report's verdict table counts them: those
+    received in it, and the unreadable lines (no receipt time) placed in it
+    (:func:`~audit.findings.controls.base.untimed_in_period`)."""
+    d = s.analysis.deliveries
+    d = d[[c for c in DELIVERY_TABLE_COLUMNS if c in d.columns]]
+    keep = in_period(d["received_at"], s.period_start, s.period_end)
+    if len(d) and "source" in d.columns:
+        held = readable_by_file(s.analysis.inputs)
+        keep |= untimed_in_period(d, s.period_start, s.period_end, held)
+    return d[keep]
+
+
 def sig_01(s: Scope) -> Outcome:
     """Every request whose verdict is not ``valid`` was answered 401.
 
-    ``unreadable`` records are left out (their request cannot be judged) and counted; requests
+    ``unreadable`` records are left out (their request cannot be judged) and counted, those
+    without a receipt time too when placed in the period (the report's verdict table counts
+    the same requests, :func:`_read_in_period`); requests
     without a captured answer are counted, and the control skips when none has one. The
     requests of a subscription whose requests mostly failed verification with one reason are
     left out too (the secrets file, not the receiver, is the likely cause: ``docs/controls.md``,
     "Verification coverage"); with nothing else read, the control skips naming the file.
     """
-    res, d = "all requests", s.deliveries
-    if d.empty:
-        everything = s.analysis.deliveries
-        unreadable = 0
-        if len(everything) and {"received_at", "source"} <= set(everything.columns):
-            held = readable_by_file(s.analysis.inputs)
-            mask = untimed_in_period(everything, s.period_start, s.period_end, held)
-            unreadable = int(mask.sum())
-        if unreadable:  # lines that could not be read, so carry no receipt time
+    res, d = "all requests", _read_in_period(s)
+    timed = d["received_at"].notna()
+    if not timed.any():
+        unreadable = len(d)  # lines that could not be read, so carry no receipt time
+        if unreadable:
             reason = (
                 f"No request with a receipt time was received in the period; {unreadable} "
                 "unreadable line(s) without one were captured, which cannot be judged."
             )
-            return skip(reason, res, requests=0, unreadable_excluded=unreadable)
+            return skip(reason, res, requests=unreadable, unreadable_excluded=unreadable)
         return skip("No request was received in the period.", res)
     d, left_out, note = _without_suspects(s, d)
     if note and not (d["verdict"] != "unreadable").any():
@@ -231,10 +244,12 @@ def sig_04(s: Scope) -> list[Outcome]:
 
 
 def sig_05(s: Scope) -> Outcome:
-    """No listing snapshot exposed a secret."""
+    """No listing snapshot exposed a secret; without a listing that covers the period
+    (:mod:`audit.findings.listing`), ``skip`` saying why, as the SUB controls do."""
     res, snaps = "all snapshots", s.snapshots
     if snaps.empty:
-        return skip(NO_SNAPSHOT, res)
+        fetched = s.analysis.subscriptions["fetched_at"]
+        return skip(uncovered_reason(fetched, s.period_start, s.period_end), res)
     exposed = snaps[snaps["secret_exposed"].astype(bool)]
     ev = s.snapshot_note() | {
         "listed": len(snaps),
