@@ -45,6 +45,7 @@ __all__ = [
     "expand",
     "name_pattern",
     "read_regular",
+    "resolved_name",
     "source_name",
 ]
 
@@ -117,6 +118,13 @@ def source_name(path: str | os.PathLike) -> str:
     except UnicodeEncodeError:  # a surrogate no file system decoding made: shown escaped
         raw = text.encode("utf-8", "backslashreplace")
     return raw.decode("utf-8", "backslashreplace")
+
+
+def resolved_name(path: str | os.PathLike[str]) -> str:
+    """:func:`source_name` of ``path`` resolved (absolute, symbolic links followed): a capture
+    log's name in rows and per-file counts, from raw captures as in an evidence store's
+    manifest, however it was typed (``logs/x.jsonl`` or ``/srv/logs/x.jsonl``)."""
+    return source_name(Path(path).resolve())
 
 
 def name_pattern(suffixes: Iterable[str]) -> re.Pattern[str]:

@@ -57,7 +57,7 @@ from audit.ingest.query import latest_receipt, not_valid_evidence
 from audit.ingest.scan import frame_from_arrow, open_store, scan
 from audit.ingest.verdict_rules import VERDICTS
 from audit.ingest.verification import verdict_counts
-from audit.paths import source_name
+from audit.paths import resolved_name
 from audit.progress import bar_class
 from audit.redaction import cut_secrets, shown
 from audit.report.compute import compute
@@ -665,7 +665,7 @@ def open(  # audit.open, as the issue names it
                 )
         else:
             folder = None
-            files = {source_name(p): p for p in expand_paths(log_list)}
+            files = {resolved_name(p): p for p in expand_paths(log_list)}
             inputs = load_inputs(
                 log_list,
                 secrets_path=secrets,  # type: ignore[arg-type]  # checked above: given with logs

@@ -118,6 +118,10 @@ def test_a_relative_ingest_counts_unreadable_lines_as_the_raw_captures_do(
         str((folder / "caps" / n).resolve()) for n in ("august.jsonl", "september.jsonl")
     ]
     assert set(load_deliveries("relative")["source"]) == set(files)
+    raw = audit.open(logs=["caps"], secrets="s.json", progress=False)  # typed as relative
+    assert set(raw.deliveries["source"]) == set(files)
+    logs = raw.inputs[raw.inputs["kind"] == "capture log"]
+    assert sorted(logs["source"]) == files
 
 
 def test_two_files_typed_alike_in_a_store_of_an_earlier_release_stay_two(folder, monkeypatch):

@@ -49,7 +49,7 @@ from audit.ingest.parts import to_micros
 from audit.ingest.secrets import SecretStore
 from audit.ingest.signatures import subscription_logged, verify_parsed
 from audit.ingest.workers import default_workers, forked_workers
-from audit.paths import expand, source_name
+from audit.paths import expand, resolved_name, source_name
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 
 if TYPE_CHECKING:
@@ -294,7 +294,7 @@ def load_captures(
     tasks: list[_Task] = []
     inputs: list[bytes] = []
     for k, (path, content) in enumerate(zip(files, contents, strict=True)):
-        kind, source = format_of(path.name).NAME, source_name(path)
+        kind, source = format_of(path.name).NAME, resolved_name(path)
         for chunk in content.chunks:
             task = _Task(
                 kind,
@@ -353,7 +353,7 @@ def _assemble(
 
     inputs = pd.DataFrame(
         {
-            "source": pd.Series([source_name(p) for p in files], dtype="str"),
+            "source": pd.Series([resolved_name(p) for p in files], dtype="str"),
             "size": pd.Series([c.size for c in contents], dtype="int64"),
             "sha256": pd.Series([c.sha256 for c in contents], dtype="str"),
             "records": pd.Series([r for r, _ in per_file], dtype="int64"),
@@ -385,8 +385,8 @@ def _settled(table: pa.Table, files: list[Path], contents: list[_Content]) -> pa
         return table
     picked = table.filter(bad)
     ids = table.column("record_sha256").to_pylist()
-    paths = {source_name(p): p for p in files}
-    read = {source_name(p): c.sha256 for p, c in zip(files, contents, strict=True)}
+    paths = {resolved_name(p): p for p in files}
+    read = {resolved_name(p): c.sha256 for p, c in zip(files, contents, strict=True)}
     right = settle(
         picked.column("record_sha256").to_pylist(),
         sources=picked.column("source").to_pylist(),

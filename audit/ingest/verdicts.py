@@ -33,7 +33,7 @@ from audit.ingest.secrets import SecretStore, read_secrets
 from audit.ingest.signatures import subscription_logged, verify_parsed
 from audit.ingest.verification import VERDICT_COLUMNS
 from audit.ingest.workers import workers_for
-from audit.paths import source_name
+from audit.paths import resolved_name
 from audit.progress import Progress, counting
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX, header_names
 from audit.tables import STORED_DELIVERIES
@@ -114,7 +114,7 @@ def read_logs(
     files = got.files
     inputs = pd.DataFrame(
         {
-            "source": pd.Series([source_name(f) for f in files], dtype="str"),
+            "source": pd.Series([resolved_name(f) for f in files], dtype="str"),
             "size": pd.Series([f.stat().st_size for f in files], dtype="int64"),
             "sha256": pd.Series(got.hashes, dtype="str"),
             "records": pd.Series([got.counts[str(f)][0] for f in files], dtype="int64"),
@@ -213,7 +213,7 @@ def _read(
     results = parallel.map_pieces(  # closed below, however the loop ends
         parallel.verdict_batch,
         pieces,
-        sources={str(f): source_name(f) for f in lines},
+        sources={str(f): resolved_name(f) for f in lines},
         wanted=wanted,
         secrets=secrets,
         tolerance_s=tolerance_s,
@@ -426,12 +426,12 @@ def _whole(
     evidence: bool = False,
 ) -> Verdicts:
     """A file read whole (not JSONL), verified by the exact path."""
-    buf = format_of(path.name).parse(records.read_whole(path), source_name(path), wanted)
+    buf = format_of(path.name).parse(records.read_whole(path), resolved_name(path), wanted)
     cols = buf.columns()
     cols["subscription_logged"] = subscription_logged(cols)
     cols.update(verify_parsed(cols, secrets, tolerance_s=tolerance_s))
     if "record_sha256" in names:  # unreadable ones settled by read_logs
-        cols["record_sha256"] = record_ids(cols, unsettled(source_name(path))).to_pylist()
+        cols["record_sha256"] = record_ids(cols, unsettled(resolved_name(path))).to_pylist()
     if set(names) & set(EXTRACTED):
         cols.update(body_columns(cols["body"]))
     not_valid = records.evidence_table(cols) if evidence else None
