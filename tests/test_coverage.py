@@ -133,6 +133,55 @@ def test_a_capture_at_midnight_keeps_its_day_and_missing_times_do_not_count():
     assert (gap["hours"], gap["days_without"]) == (53.0, ["2026-10-02", "2026-10-02"])
 
 
+def test_a_capture_at_as_of_counts_with_its_day():
+    """as_of defaults to the latest receipt, and the analysis keeps receipts up to and
+    including it: that capture is in the period for every control, so coverage counts it
+    too (it was left out: Oct 3 was listed as a day without a capture)."""
+    t = _times("2026-10-01T01:00Z", "2026-10-01T20:00Z", "2026-10-02T09:00Z", "2026-10-03T05:00Z")
+    c = _cov(t, "2026-10-01", "2026-11-01", as_of="2026-10-03T05:00")
+    assert (c["captures"], c["days"], c["days_with_captures"]) == (4, 3, 3)
+    assert c["days_without"] == [] and c["gaps"] == []  # Oct 2 09:00 -> Oct 3 05:00: 20 h
+    # 00:00 Oct 1 to 05:00 Oct 3 is 53 h, and the hour of the capture at as_of: 54, 4 held
+    assert (c["hours"], c["hours_with_captures"]) == (54, 4)
+    # as_of at midnight, a capture then: its day (Oct 3) held it
+    t = _times("2026-10-01T01:00Z", "2026-10-01T20:00Z", "2026-10-02T09:00Z", "2026-10-03T00:00Z")
+    c = _cov(t, "2026-10-01", "2026-11-01", as_of="2026-10-03T00:00")
+    assert (c["captures"], c["days"], c["days_with_captures"], c["days_without"]) == (4, 3, 3, [])
+    # a capture at the period's end is not in the period, as_of or not
+    t = _times("2026-10-01T01:00Z", "2026-10-01T20:00Z", "2026-10-02T09:00Z", "2026-10-03T00:00Z")
+    assert _cov(t, "2026-10-01", "2026-10-03", as_of="2026-10-03T00:00")["captures"] == 3
+
+
+def test_an_outage_longer_than_half_the_period_is_a_gap_not_a_quiet_receiver():
+    """Captures twice a day Oct 1-12, then none (the capture died): 12 of 31 days held
+    captures, so the median day held none, yet this is one outage, not a quiet receiver (it
+    was skipped as one, and the report said nothing of 19 days unseen)."""
+    t = _times(*(f"2026-10-{d:02}T{h}:00Z" for d in range(1, 13) for h in ("06", "18")))
+    c = _cov(t, "2026-10-01", "2026-11-01")
+    assert (c["days_with_captures"], c["median_per_day"], c["judged"]) == (12, 0.0, True)
+    # Oct 12 18:00 to Nov 1 00:00: 19 days and 6 h = 462 h; whole days Oct 13 to Oct 31
+    assert c["gaps"] == [
+        {
+            "start": "2026-10-12T18:00:00+00:00",
+            "end": "2026-11-01T00:00:00+00:00",
+            "hours": 462.0,
+            "days_without": ["2026-10-13", "2026-10-31"],
+        }
+    ]
+    # The same at the start (nothing until Oct 20) and with a quiet day kept elsewhere
+    days = [d for d in range(20, 32) if d != 25]
+    t = _times(*(f"2026-10-{d:02}T{h}:00Z" for d in days for h in ("06", "18")))
+    gaps = _cov(t, "2026-10-01", "2026-11-01")["gaps"]
+    assert [(g["start"][:16], g["end"][:16]) for g in gaps] == [
+        ("2026-10-01T00:00", "2026-10-20T06:00"),
+        ("2026-10-24T18:00", "2026-10-26T06:00"),
+    ]
+    # Scattered quiet days are no outage: runs of 2 and 2 and 1 days (Oct 2-3, 5-6, 8)
+    t = _times("2026-10-01T08:00Z", "2026-10-04T08:00Z", "2026-10-07T08:00Z")
+    c = _cov(t, "2026-10-01", "2026-10-09")
+    assert (c["median_per_day"], c["judged"], c["gaps"]) == (0.0, False, [])
+
+
 # --------------------------------------------------------------------------------------------
 # verification_coverage
 # --------------------------------------------------------------------------------------------

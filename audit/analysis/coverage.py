@@ -8,8 +8,11 @@ controls (CAP-01, SIG-01, SIG-02), the report's header and ``audit.open`` use th
   held a capture (a record with a receipt time, whatever its verdict), and the **gaps**: spans
   of at least :data:`MIN_GAP` (24 h) with no capture, counted from the window's start, from
   capture to capture, and to the window's end. Gaps are judged only when the period's median
-  day held captures (``judged``); a quiet receiver, whose median day held none, has days
-  without captures as its normal state and is not judged for gaps.
+  day held captures, or the median of its days outside the longest run of days without a
+  capture did, that run being at least as long as the others together (``judged``: one
+  outage longer than half the period is still an outage); a quiet
+  receiver, whose days held none at the median either way, has days without captures as its
+  normal state and is not judged for gaps.
 - :func:`verification_coverage` -- per subscription, the readable requests and how many failed
   verification with ``rotated_secret`` or ``signature_mismatch``; a subscription whose
   requests mostly fail with one of them (at least :data:`SUSPECT_SHARE` of its readable
@@ -88,6 +91,30 @@ def _per(
     return slots, held.reindex(slots, fill_value=0).to_numpy(dtype="int64")
 
 
+def _median_outside_longest_quiet(day_counts: np.ndarray) -> float:
+    """The median captures per day over the days outside the longest run of days without a
+    capture, when that run holds at least as many days as every other such run together (one
+    outage, not a quiet receiver's scattered days); else, or when no day is left, 0.0. One
+    outage longer than half the period must not make the receiver look quiet.
+
+    >>> _median_outside_longest_quiet(np.array([5, 6, 0, 0, 0, 0, 0, 4, 0]))  # of 5, 6, 4, 0
+    4.5
+    >>> _median_outside_longest_quiet(np.array([1, 0, 0, 1, 0, 0, 1, 0]))  # a quiet receiver
+    0.0
+    """
+    empty = np.concatenate([[0], (day_counts == 0).astype("int8"), [0]])
+    starts = np.flatnonzero(np.diff(empty) == 1)
+    lengths = np.flatnonzero(np.diff(empty) == -1) - starts
+    if not len(starts):
+        return float(np.median(day_counts)) if len(day_counts) else 0.0
+    longest = int(np.argmax(lengths))  # the first longest
+    if lengths[longest] < lengths.sum() - lengths[longest]:
+        return 0.0
+    first, stop = starts[longest], starts[longest] + lengths[longest]
+    rest = np.concatenate([day_counts[:first], day_counts[stop:]])
+    return float(np.median(rest)) if len(rest) else 0.0
+
+
 def capture_coverage(
     received_at: pd.Series,
     *,
@@ -97,13 +124,18 @@ def capture_coverage(
 ) -> dict[str, Any]:
     """Which UTC days and hours of ``[start, min(end, as_of))`` held captures, and the gaps.
 
+    A capture received at ``as_of`` itself (before ``end``) counts too, with its day and hour:
+    the analysis keeps every receipt up to and including ``as_of``, which defaults to the
+    latest receipt.
+
     ``received_at``: the receipt times of the captured records (the deliveries table's column,
     any verdict; missing times, unreadable lines, are left out). All bounds are UTC-aware.
 
     Returns a mapping: ``window`` (start and end judged, ISO), ``days`` (days of the window,
     a partial first or last day included), ``days_with_captures``, ``days_without`` (runs of
     consecutive days without a capture, ``[first, last]`` dates), ``median_per_day`` (captures
-    of the median day), ``judged`` (the median day held captures: gaps are judged), ``hours``,
+    of the median day), ``judged`` (the median day held captures, or the median day outside
+    the longest run of days without one did: gaps are judged), ``hours``,
     ``hours_with_captures``, ``busy`` (the median hour held captures), ``captures``, and
     ``gaps``: every span of at least 24 h without a capture (``start``, ``end``: the captures,
     or the window's bounds, around it; ``hours``; ``days_without``: the whole days inside it as
@@ -122,11 +154,15 @@ def capture_coverage(
     stop = _window(start, end, as_of)
     times = received_at.dropna()
     times = pd.Series(pd.to_datetime(times, utc=True))
-    times = times[(times >= start) & (times < stop)].sort_values()
-    days, day_counts = _per(times, start, stop, "D")
-    _, hour_counts = _per(times, start, stop, "h")
+    # A capture received at as_of itself is in the data (the analysis keeps receipts up to
+    # and including as_of, and as_of defaults to the latest one): it counts, with its day.
+    inside = (times >= start) & (times < end) & (times <= as_of)
+    times = times[inside].sort_values()
+    last = stop + pd.Timedelta(1, "ns") if len(times) and times.iloc[-1] >= stop else stop
+    days, day_counts = _per(times, start, last, "D")
+    _, hour_counts = _per(times, start, last, "h")
     median_day = float(np.median(day_counts)) if len(day_counts) else 0.0
-    judged = median_day > 0
+    judged = median_day > 0 or _median_outside_longest_quiet(day_counts) > 0
     gaps: list[dict[str, Any]] = []
     if judged:
         ns = pd.DatetimeIndex(times).as_unit("ns").asi8

@@ -9,7 +9,9 @@ from audit.findings.controls.base import Outcome, Scope, capped, skip, verdict
 
 def cap_01(s: Scope) -> Outcome:
     """No span of 24 h or more of the period (up to ``as_of``) went without a capture, when
-    the period's median day held captures (:func:`audit.analysis.coverage.capture_coverage`).
+    the period's median day held captures, or its median day outside the longest run of days
+    without a capture did (one outage longer than half the period is still an outage;
+    :func:`audit.analysis.coverage.capture_coverage`).
 
     A period without any capture skips (the empty period is told apart); so does a quiet
     receiver, whose median day held no capture: a day without one is its normal state.
