@@ -310,6 +310,23 @@ def test_sig_01_still_judges_the_other_subscriptions():
     assert f["evidence"]["left_out_requests"] == 30 and f["evidence"]["not_valid"] == 1
 
 
+def test_sig_01_counts_unreadable_lines_as_unreadable_not_as_the_suspects_requests():
+    """A receiver that logs no subscription id, a wrong secrets file (30 mismatched requests
+    without one: the requests without a subscription id are the suspect) and 2 unreadable
+    lines of the same log: the 30 are left out, the 2 stay counted as unreadable (they were
+    left out with the 30: 32 left out, 0 unreadable, beside a verdict table of 2 unreadable)."""
+    rows = [
+        row(600 * n, event_id=f"x{n}", verdict="signature_mismatch") | {"subscription_id": None}
+        for n in range(30)
+    ]
+    unreadable = row(0, verdict="unreadable", status=None, ms=None, skew=None)
+    rows += [unreadable | {"received_at": None, "subscription_id": None, "body": None}] * 2
+    f = one(run(analysis(rows), only="SIG-01", secrets_file="wrong.json"), "SIG-01")
+    assert f["status"] == "skip" and "wrong.json" in f["reason"]
+    ev = f["evidence"]
+    assert (ev["left_out_requests"], ev["requests"], ev["unreadable_excluded"]) == (30, 2, 2)
+
+
 # --------------------------------------------------------------------------------------------
 # Acceptance: a simulated month, broken two ways, from raw captures and from a store
 # --------------------------------------------------------------------------------------------

@@ -259,13 +259,16 @@ class Scope:
         return [v["subscription_id"] for v in suspect_subscriptions(self.verification)]
 
     def suspected(self, rows: pd.DataFrame) -> pd.Series:
-        """A mask over ``rows`` (``subscription_id``): the requests of the
-        :meth:`secrets_suspects`."""
+        """A mask over ``rows`` (``subscription_id``, ``verdict``): the readable requests of
+        the :meth:`secrets_suspects` (an unreadable line was never verified, so its verdict
+        blames nothing: it stays counted as unreadable)."""
         suspects = self.secrets_suspects()
         known = [s for s in suspects if s is not None]
         mask = rows["subscription_id"].isin(known).fillna(False).astype(bool)
         if None in suspects:
             mask |= rows["subscription_id"].isna()
+        if "verdict" in rows.columns:
+            mask &= (rows["verdict"] != "unreadable").fillna(True).astype(bool)
         return mask
 
     def secrets_note(self) -> str:

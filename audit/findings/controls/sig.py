@@ -82,7 +82,7 @@ def sig_01(s: Scope) -> Outcome:
     d, left_out, note = _without_suspects(s, d)
     if note and not (d["verdict"] != "unreadable").any():
         reason = f"{note} Their requests cannot show whether the receiver rejects bad signatures."
-        return skip(reason, res, **left_out)
+        return skip(reason, res, requests=len(d), unreadable_excluded=len(d), **left_out)
     if d["response_status"].isna().all():
         return skip("No response_status was captured for the requests of the period.", res)
     # Masks over every request, copies of the few rows shown (not of every request, at 1M).
