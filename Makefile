@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 DEMO   := demo-data
 
-.PHONY: install test lint demo lab bench clean
+.PHONY: install test test-oldest lint demo lab bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,42 @@ lint: install
 test: lint
 	$(BIN)/python -m pytest -q
 
+# `make test-oldest`: the tests of the store, the engine and the frames against the oldest pandas,
+# pyarrow and duckdb that pyproject.toml allows (each ">=" bound pinned with "==", derived from
+# pyproject.toml), in a second environment, .venv-oldest. Not part of `make test` (its own install:
+# minutes). docs/contributing.md, "The oldest versions".
+OLDEST        := .venv-oldest
+OLDEST_PINNED := pandas pyarrow duckdb
+# (test_workbench.py last, as in `make test`'s order: audit.open leaves a thread running, and
+# tests/test_store_history.py's fold beside the read then runs in the caller)
+OLDEST_TESTS  := $(sort $(wildcard tests/test_store*.py)) tests/test_questions.py \
+                 tests/test_analysis.py tests/test_load.py tests/test_tables.py \
+                 tests/test_verify_arrow.py tests/test_workbench.py
+
+define LOWER_BOUNDS
+import re, sys, tomllib
+deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
+for name in sys.argv[1:]:
+    spec = next(d for d in deps if re.match(re.escape(name) + r"\s*[<>=!~]", d))
+    print(name + "==" + re.search(r">=\s*([^,;\s]+)", spec).group(1))
+endef
+export LOWER_BOUNDS
+
+$(OLDEST)/constraints.txt: pyproject.toml
+	mkdir -p $(OLDEST)
+	$(PYTHON) -c "$$LOWER_BOUNDS" $(OLDEST_PINNED) > $@.tmp
+	mv $@.tmp $@
+
+$(OLDEST)/.installed: $(OLDEST)/constraints.txt
+	$(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install -q --upgrade pip
+	$(OLDEST)/bin/python -m pip install -q -c $(OLDEST)/constraints.txt -e '.[dev]'
+	touch $@
+
+test-oldest: $(OLDEST)/.installed
+	$(OLDEST)/bin/python -m pip list 2>/dev/null | grep -iE '^($(subst $() ,|,$(OLDEST_PINNED))) '
+	$(OLDEST)/bin/python -m pytest -q $(OLDEST_TESTS)
+
 demo: install
 	$(BIN)/audit demo --out $(DEMO)
 
@@ -40,4 +76,4 @@ bench: install
 	$(BIN)/python benchmarks/bench_store.py verify --records 200000 --runs 3
 
 clean:
-	rm -rf $(VENV) $(DEMO) .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(OLDEST) $(DEMO) .pytest_cache .ruff_cache build *.egg-info

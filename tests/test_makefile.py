@@ -45,3 +45,14 @@ def test_make_lab_allows_root_only_as_root(checkout: Path) -> None:
     (checkout / ".venv" / ".installed-lab").write_text("")
     planned = _plan(checkout, "lab")
     assert ("--allow-root" in planned) == (os.geteuid() == 0)
+
+
+def test_make_test_oldest_pins_the_lower_bounds_and_stays_out_of_make_test(checkout: Path) -> None:
+    subprocess.run(
+        ["make", ".venv-oldest/constraints.txt"], cwd=checkout, capture_output=True, check=True
+    )
+    pins = (checkout / ".venv-oldest" / "constraints.txt").read_text().split()
+    assert pins == ["pandas==3", "pyarrow==22", "duckdb==1.4.4"]  # pyproject.toml's >= bounds
+    planned = _plan(checkout, "test-oldest")
+    assert "-c .venv-oldest/constraints.txt" in planned and "pytest" in planned
+    assert "oldest" not in _plan(checkout, "test")
