@@ -20,10 +20,11 @@ import pyarrow as pa
 
 from audit.errors import InputError
 from audit.ingest.formats import format_of
+from audit.ingest.identity import unreadable_line_hashes
 from audit.ingest.query import load_deliveries
 from audit.ingest.record_id import table_hashes
 from audit.ingest.scan import frame_from_arrow, open_store, scan
-from audit.ingest.store import Store, unreadable_line_hashes
+from audit.ingest.store import Store
 from audit.ingest.verdicts import read_logs
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
 from audit.tables import STORED_DELIVERIES

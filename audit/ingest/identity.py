@@ -32,7 +32,7 @@ from audit.ingest.compressed import _check as check_expansion
 from audit.ingest.formats import CaptureFormat, format_of
 from audit.ingest.formats.base import Columns
 from audit.ingest.record_id import FIELDS, record_hashes, table_hashes
-from audit.ingest.records import is_gzip, stored_columns
+from audit.ingest.records import is_gzip, read_chunks, stored_columns
 from audit.ingest.signatures import subscription_logged
 
 __all__ = [
@@ -283,11 +283,9 @@ def settle(
     """The ``record_sha256`` of unreadable records whose file was not known when they were read
     (:func:`unsettled`): old value -> the one the store keeps, given each record's file
     (``sources``, a path by source in ``paths``), line and reason. A line of a JSON Lines log
-    is known by its bytes (:func:`audit.ingest.store.unreadable_line_hashes`); an over-long
+    is known by its bytes (:func:`unreadable_line_hashes`); an over-long
     line, or a record of another format, by its file's sha256 (``file_sha256(source)``), line
     and reason."""
-    from audit.ingest.store import unreadable_line_hashes  # the store imports this module
-
     by_line: dict[str, dict[int, str]] = {}
     for source in dict.fromkeys(sources):
         path = paths[source]
@@ -313,3 +311,30 @@ def stored_sha256(path: Path, sha_of_bytes: str) -> str:
     """The sha256 the evidence store knows the file ``path`` by, given that of its bytes: a
     gzip file's is that of its inflated content (:func:`content_sha256`)."""
     return content_sha256(path, gz=True) if is_gzip(path) else sha_of_bytes
+
+
+def unreadable_line_hashes(
+    path: Path, lines: set[int], *, skip_bytes: int = 0, first_line: int = 1
+) -> dict[int, str]:
+    """``record_sha256`` of the unreadable records at ``lines`` of the JSON Lines file
+    ``path`` (read from byte ``skip_bytes``, numbered from ``first_line``), as the store keeps
+    them: the sha256 of ``audit unreadable line v1\n`` and the line's bytes, so that the same
+    torn line in a rewritten version of its log is one record, stored once. An over-long line
+    (its bytes not read) is left out: it keeps the hash of its file, line and reason
+    (:mod:`audit.ingest.record_id`)."""
+    out: dict[int, str] = {}
+    if not lines:
+        return out
+    last = max(lines)
+    chunks = read_chunks(path, skip_bytes=skip_bytes, first_line=first_line)
+    for chunk in chunks:
+        if chunk.first_line > last:
+            break
+        for i, raw in enumerate(chunk.data.split(b"\n")):
+            n = chunk.first_line + i
+            if n in lines and n not in chunk.overlong:
+                out[n] = hashlib.sha256(_UNREADABLE_LINE + raw).hexdigest()
+    return out
+
+
+_UNREADABLE_LINE = b"audit unreadable line v1\n"

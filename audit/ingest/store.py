@@ -18,8 +18,9 @@ Rules
   the new version's records and keeps the earlier one's: nothing stored is ever deleted.
 * A record is known by ``record_sha256`` (``audit.ingest.record_id``): one already stored is
   not stored again (``audit.ingest.known_records``), so readers count each once. An unreadable
-  line of a JSON Lines log is known by its bytes (:func:`unreadable_line_hashes`): the same
-  torn line in a rewritten version of its log is stored once.
+  line of a JSON Lines log is known by its bytes
+  (:func:`audit.ingest.identity.unreadable_line_hashes`): the same torn line in a rewritten
+  version of its log is stored once.
 * Each part's sha256 and rows are in the manifest (format 2, ``audit.ingest.store_folder``)
   and checked before it is read. An ingest given the capture file of a damaged or missing part
   reads it again (a repair); a store of format 1 is upgraded in place (``audit.ingest.upgrade``).
@@ -56,7 +57,7 @@ from audit.atomic import write_json_atomic
 from audit.errors import InputError
 from audit.ingest import parallel, records
 from audit.ingest.fast import verify_jsonl
-from audit.ingest.identity import Seen, follow, identify, moved_away
+from audit.ingest.identity import Seen, follow, identify, moved_away, unreadable_line_hashes
 from audit.ingest.known_records import KnownRecords
 from audit.ingest.load import LoadWarning, expand_paths
 from audit.ingest.parts import PartWriter, Staged
@@ -612,33 +613,6 @@ def _read_file(
             done.naive_times += piece.naive_times
             newlines += piece.newlines
     return newlines, written
-
-
-def unreadable_line_hashes(
-    path: Path, lines: set[int], *, skip_bytes: int = 0, first_line: int = 1
-) -> dict[int, str]:
-    """``record_sha256`` of the unreadable records at ``lines`` of the JSON Lines file
-    ``path`` (read from byte ``skip_bytes``, numbered from ``first_line``), as the store keeps
-    them: the sha256 of ``audit unreadable line v1\n`` and the line's bytes, so that the same
-    torn line in a rewritten version of its log is one record, stored once. An over-long line
-    (its bytes not read) is left out: it keeps the hash of its file, line and reason
-    (:mod:`audit.ingest.record_id`)."""
-    out: dict[int, str] = {}
-    if not lines:
-        return out
-    last = max(lines)
-    chunks = records.read_chunks(path, skip_bytes=skip_bytes, first_line=first_line)
-    for chunk in chunks:
-        if chunk.first_line > last:
-            break
-        for i, raw in enumerate(chunk.data.split(b"\n")):
-            n = chunk.first_line + i
-            if n in lines and n not in chunk.overlong:
-                out[n] = hashlib.sha256(_UNREADABLE_LINE + raw).hexdigest()
-    return out
-
-
-_UNREADABLE_LINE = b"audit unreadable line v1\n"
 
 
 def _unreadable_by_their_lines(
