@@ -467,3 +467,56 @@ def test_audit_open_says_the_secrets_file_is_the_likely_cause_in_its_repr(tmp_pa
     assert line in repr(bad) and line in bad._repr_html_()
     assert "warning" not in repr(good)
     assert "whsec_" not in repr(bad)
+
+
+# --------------------------------------------------------------------------------------------
+# A missed rotation: the secrets file holds only the old secret (review of issue 42, point 2)
+# --------------------------------------------------------------------------------------------
+
+
+def _timed(sub: str, verdicts: list[str], start_day: float) -> list[dict]:
+    """One request an hour from ``start_day`` (days after 2026-10-01) per verdict, in order."""
+    t0 = pd.Timestamp("2026-10-01", tz=UTC) + pd.Timedelta(days=start_day)
+    return [
+        {"subscription_id": sub, "verdict": v, "received_at": t0 + pd.Timedelta(hours=i)}
+        for i, v in enumerate(verdicts)
+    ]
+
+
+def test_a_missed_rotation_is_a_suspect_after_the_last_valid_request():
+    # wh_a: 60 valid, then (its secret rotated, the file kept the old one) 40 mismatched: 40 of
+    # 100 over the period (< half), but 40 of 40 after its last valid request. wh_b: 10 after
+    # (< 20): not. wh_c: 40 forged among valid deliveries that go on to the end: not.
+    rows = _timed("wh_a", ["valid"] * 60 + ["signature_mismatch"] * 40, 1)
+    rows += _timed("wh_b", ["valid"] * 60 + ["signature_mismatch"] * 10, 1)
+    rows += _timed("wh_c", ["valid", "signature_mismatch"] * 40 + ["valid"] * 20, 1)
+    v = verification_coverage(
+        pd.DataFrame(rows),
+        start=pd.Timestamp("2026-10-01", tz=UTC),
+        end=pd.Timestamp("2026-11-01", tz=UTC),
+    )
+    assert {e["subscription_id"]: e["suspect"] for e in v} == {
+        "wh_a": True,
+        "wh_b": False,
+        "wh_c": False,
+    }
+    # The last valid request of wh_a: day 1 + 59 h = 2026-10-04 11:00 UTC
+    assert v[0]["span"] == {
+        "after": "2026-10-04T11:00:00+00:00",
+        "readable": 40,
+        "signature_mismatch": 40,
+    }
+    sentence = secrets_sentence(v, "old.json")
+    assert "wh_a (40 of 40 readable after its last valid request, 2026-10-04 11:00 UTC" in sentence
+
+
+def test_sig_01_leaves_out_only_the_requests_after_a_missed_rotation():
+    # wh_1: 30 valid, 1 forged request accepted among them (the receiver's fault), then 25
+    # signed with a secret the file lacks, accepted (the receiver has it: not its fault).
+    rows = [row(600 * n, event_id=f"x{n}") for n in range(30)]
+    rows += [row(600 * 10 + 1, event_id="f", verdict="signature_mismatch")]
+    rows += [row(DAY + 600 * n, event_id=f"y{n}", verdict="signature_mismatch") for n in range(25)]
+    f = one(run(analysis(rows), only="SIG-01", secrets_file="old.json"), "SIG-01")
+    assert f["status"] == "fail"
+    assert f["reason"].startswith("1 of 1 requests with a non-valid verdict were not answered")
+    assert f["evidence"]["left_out_requests"] == 25 and "old.json" in f["reason"]

@@ -228,7 +228,7 @@ def verification_coverage(
     """
     t = deliveries["received_at"]
     inside = ((t >= start) & (t < end)).fillna(False).astype(bool)
-    d = deliveries.loc[inside, ["subscription_id", "verdict"]]
+    d = deliveries.loc[inside, ["subscription_id", "verdict", "received_at"]]
     d = d[(d["verdict"] != "unreadable").fillna(False).astype(bool)]
     if d.empty:
         return []
@@ -239,9 +239,10 @@ def verification_coverage(
     table.columns = [str(c) for c in table.columns]
     everything = table.sum()
     out: list[dict[str, Any]] = []
+    spans = _outside_valid(d)
     for sub, row in table.sort_index().iterrows():
         if sub != _UNKNOWN:
-            out.append(_entry(str(sub), row, row))
+            out.append(_with_span(_entry(str(sub), row, row), spans.get(str(sub), [])))
     if _UNKNOWN in table.index:
         unknown = table.T[_UNKNOWN]  # a column: one Series (``.loc`` may give a frame)
         out.append(_entry(None, unknown, everything))
@@ -271,6 +272,51 @@ def _entry(sub: str | None, row: pd.Series, judged: pd.Series) -> dict[str, Any]
     }
 
 
+def _outside_valid(d: pd.DataFrame) -> dict[str, list[tuple[str, str, pd.Series]]]:
+    """Per subscription id, its readable requests after its last ``valid`` one and before
+    its first: (``"after"`` or ``"before"``, that valid request's receipt time, the counts by
+    verdict of the requests beyond it)."""
+    known = d[d["subscription_id"].notna()]
+    sub = known["subscription_id"].astype(object)
+    t = known["received_at"]
+    valid = known[(known["verdict"] == "valid").fillna(False).astype(bool)]
+    if valid.empty:
+        return {}
+    times = valid.groupby(valid["subscription_id"].astype(object))["received_at"]
+    out: dict[str, list[tuple[str, str, pd.Series]]] = {}
+    for side, bound in (("after", times.max()), ("before", times.min())):
+        edges = {str(k): pd.Timestamp(v) for k, v in bound.items()}
+        edge = pd.to_datetime(sub.map(bound), utc=True)
+        beyond = ((t > edge) if side == "after" else (t < edge)).fillna(False).astype(bool)
+        if not beyond.any():
+            continue
+        rows = known[beyond]
+        sizes = rows.groupby([sub[beyond], rows["verdict"]], observed=True).size()
+        for s, row in sizes.unstack(fill_value=0).iterrows():
+            out.setdefault(str(s), []).append((side, _iso(edges[str(s)]), row))
+    return out
+
+
+def _with_span(entry: dict[str, Any], spans: list[tuple[str, str, pd.Series]]) -> dict[str, Any]:
+    """``entry`` made a suspect when it is none over the period but its requests after its
+    last valid one (a rotation missing from the secrets file), or before its first (an old
+    secret missing), are a suspect on their own; ``span`` then says which and counts them."""
+    if entry["suspect"]:
+        return entry
+    for side, bound, row in spans:
+        e = _entry(entry["subscription_id"], row, row)
+        if e["suspect"]:
+            dominant = str(e["dominant"])
+            span = {side: bound, "readable": e["readable"], dominant: e[dominant]}
+            return entry | {
+                "dominant": dominant,
+                "share": e["share"],
+                "suspect": True,
+                "span": span,
+            }
+    return entry
+
+
 def suspect_subscriptions(verification: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The suspects of :func:`verification_coverage` (subscriptions whose requests mostly
     failed verification with one reason).
@@ -295,6 +341,21 @@ def _named(sub: object) -> str:
     return "the requests without a subscription id" if sub is None else str(sub)[:60]
 
 
+def _counted(v: dict[str, Any]) -> str:
+    """A suspect named with its failed requests: over the period, or beyond its ``span``."""
+    n = v.get("span") or v
+    where = ""
+    for side, words in (("after", "after its last"), ("before", "before its first")):
+        if side in n:
+            at = pd.Timestamp(n[side]).tz_convert("UTC")
+            where = f" {words} valid request, {at:%Y-%m-%d %H:%M} UTC"
+    dominant = str(v["dominant"])
+    return (
+        f"{_named(v['subscription_id'])} ({int(n[dominant]):,} of {int(n['readable']):,} "
+        f"readable{where}: {_WORDS.get(dominant, dominant)})"
+    )
+
+
 def secrets_sentence(verification: list[dict[str, Any]], secrets_file: str | None) -> str:
     """One sentence naming the suspects of ``verification`` and the secrets file (by the name
     given, never its contents) as the likely cause; "" without a suspect.
@@ -309,11 +370,7 @@ def secrets_sentence(verification: list[dict[str, Any]], secrets_file: str | Non
     suspects = suspect_subscriptions(verification)
     if not suspects:
         return ""
-    parts = [
-        f"{_named(v['subscription_id'])} ({int(v[str(v['dominant'])]):,} of "
-        f"{int(v['readable']):,} readable: {_WORDS.get(str(v['dominant']), v['dominant'])})"
-        for v in suspects[:_NAMED]
-    ]
+    parts = [_counted(v) for v in suspects[:_NAMED]]
     if len(suspects) > _NAMED:
         parts.append(f"{len(suspects) - _NAMED:,} more subscriptions")
     named = parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"

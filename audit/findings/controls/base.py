@@ -260,11 +260,17 @@ class Scope:
 
     def suspected(self, rows: pd.DataFrame) -> pd.Series:
         """A mask over ``rows`` (``subscription_id``, ``verdict``): the readable requests of
-        the :meth:`secrets_suspects` (an unreadable line was never verified, so its verdict
-        blames nothing: it stays counted as unreadable)."""
+        the :meth:`secrets_suspects`, of one with a ``span`` only those beyond it (an unreadable
+        line was never verified, so its verdict blames nothing: it stays counted as
+        unreadable)."""
         suspects = self.secrets_suspects()
-        known = [s for s in suspects if s is not None]
+        spans = {v["subscription_id"]: v["span"] for v in self.verification if v.get("span")}
+        known = [s for s in suspects if s is not None and s not in spans]
         mask = rows["subscription_id"].isin(known).fillna(False).astype(bool)
+        for sub, span in spans.items():  # a missed rotation: only the requests beyond it
+            t, edge = rows["received_at"], pd.Timestamp(span.get("after") or span["before"])
+            beyond = (t > edge) if "after" in span else (t < edge)
+            mask |= ((rows["subscription_id"] == sub) & beyond).fillna(False).astype(bool)
         if None in suspects:
             mask |= rows["subscription_id"].isna()
         if "verdict" in rows.columns:
