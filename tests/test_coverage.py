@@ -520,3 +520,16 @@ def test_sig_01_leaves_out_only_the_requests_after_a_missed_rotation():
     assert f["status"] == "fail"
     assert f["reason"].startswith("1 of 1 requests with a non-valid verdict were not answered")
     assert f["evidence"]["left_out_requests"] == 25 and "old.json" in f["reason"]
+
+
+def test_sig_01_judges_the_requests_after_a_missing_old_secret():
+    # The file holds only wh_1's new secret: its 40 requests before the rotation mismatch (40 of
+    # 71 over the period: a suspect), then 30 valid and 1 forged accepted among them, which
+    # is the receiver's fault: only the 40 before its first valid request are left out.
+    rows = [row(600 * n, event_id=f"x{n}", verdict="signature_mismatch") for n in range(40)]
+    rows += [row(DAY + 600 * n, event_id=f"y{n}") for n in range(30)]
+    rows += [row(DAY + 600 * 10 + 1, event_id="f", verdict="signature_mismatch")]
+    f = one(run(analysis(rows), only="SIG-01", secrets_file="new.json"), "SIG-01")
+    assert f["status"] == "fail"
+    assert f["reason"].startswith("1 of 1 requests with a non-valid verdict were not answered")
+    assert f["evidence"]["left_out_requests"] == 40 and "before its first valid" in f["reason"]

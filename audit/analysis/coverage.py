@@ -298,23 +298,21 @@ def _outside_valid(d: pd.DataFrame) -> dict[str, list[tuple[str, str, pd.Series]
 
 
 def _with_span(entry: dict[str, Any], spans: list[tuple[str, str, pd.Series]]) -> dict[str, Any]:
-    """``entry`` made a suspect when it is none over the period but its requests after its
-    last valid one (a rotation missing from the secrets file), or before its first (an old
-    secret missing), are a suspect on their own; ``span`` then says which and counts them."""
-    if entry["suspect"]:
-        return entry
+    """``entry`` narrowed to a ``span`` when its requests after its last valid one (a rotation
+    missing from the secrets file) or before its first (an old secret missing) are a suspect
+    on their own, whether or not its whole period is: the requests inside stay judged.
+    ``span`` says which side and counts the requests beyond it. Both sides suspect: the
+    whole subscription is."""
+    beyond = []
     for side, bound, row in spans:
         e = _entry(entry["subscription_id"], row, row)
         if e["suspect"]:
             dominant = str(e["dominant"])
             span = {side: bound, "readable": e["readable"], dominant: e[dominant]}
-            return entry | {
-                "dominant": dominant,
-                "share": e["share"],
-                "suspect": True,
-                "span": span,
-            }
-    return entry
+            beyond.append(entry | {"dominant": dominant, "share": e["share"], "span": span})
+    if len(beyond) == 1:
+        return beyond[0] | {"suspect": True}
+    return entry | {"suspect": True} if beyond else entry
 
 
 def suspect_subscriptions(verification: list[dict[str, Any]]) -> list[dict[str, Any]]:
