@@ -533,3 +533,26 @@ def test_sig_01_judges_the_requests_after_a_missing_old_secret():
     assert f["status"] == "fail"
     assert f["reason"].startswith("1 of 1 requests with a non-valid verdict were not answered")
     assert f["evidence"]["left_out_requests"] == 40 and "before its first valid" in f["reason"]
+
+
+def test_requests_without_a_subscription_carrying_delivered_events_are_a_suspect():
+    # A receiver that logs no subscription id, whose subscription the secrets file lacks: its
+    # 30 requests mismatch (30 of 130 over the period: not a suspect that way), but they carry
+    # the events wh_a received validly: genuine deliveries signed with a secret the file lacks.
+    # 30 mismatched requests with events no valid delivery carried stay judged (forgeries).
+    t = pd.Timestamp("2026-10-05", tz=UTC)
+    valid = [
+        {"subscription_id": "wh_a", "verdict": "valid", "event_id": f"e{n}"} for n in range(100)
+    ]
+    for events, suspect in ((range(30), True), (range(200, 230), False)):
+        rows = valid + [
+            {"subscription_id": None, "verdict": "signature_mismatch", "event_id": f"e{n}"}
+            for n in events
+        ]
+        v = verification_coverage(
+            pd.DataFrame(rows).assign(received_at=t),
+            start=pd.Timestamp("2026-10-01", tz=UTC),
+            end=pd.Timestamp("2026-11-01", tz=UTC),
+        )
+        assert {e["subscription_id"]: e["suspect"] for e in v} == {"wh_a": False, None: suspect}
+    assert v[-1]["delivered_events"] == 0

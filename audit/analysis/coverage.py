@@ -228,7 +228,8 @@ def verification_coverage(
     """
     t = deliveries["received_at"]
     inside = ((t >= start) & (t < end)).fillna(False).astype(bool)
-    d = deliveries.loc[inside, ["subscription_id", "verdict", "received_at"]]
+    cols = ["subscription_id", "verdict", "received_at", "event_id"]
+    d = deliveries.loc[inside, [c for c in cols if c in deliveries.columns]]
     d = d[(d["verdict"] != "unreadable").fillna(False).astype(bool)]
     if d.empty:
         return []
@@ -245,7 +246,27 @@ def verification_coverage(
             out.append(_with_span(_entry(str(sub), row, row), spans.get(str(sub), [])))
     if _UNKNOWN in table.index:
         unknown = table.T[_UNKNOWN]  # a column: one Series (``.loc`` may give a frame)
-        out.append(_entry(None, unknown, everything))
+        out.append(_delivered(_entry(None, unknown, everything), d))
+    return out
+
+
+def _delivered(entry: dict[str, Any], d: pd.DataFrame) -> dict[str, Any]:
+    """The entry of the requests without a subscription id with ``delivered_events``: how
+    many failed with its dominant reason while carrying an event that a valid request of the
+    period carried (the service sends each event to every subscription: genuine deliveries,
+    signed with a secret the file lacks, not forgeries of new events). At least
+    :data:`SUSPECT_SHARE` of its readable requests and :data:`SUSPECT_MIN` so make it a
+    suspect, whatever the period's share."""
+    if "event_id" not in d.columns:
+        return entry
+    dominant = max(FAILED_VERIFICATION, key=lambda v: int(entry[v]))
+    valid = (d["verdict"] == "valid").fillna(False).astype(bool)
+    events = d.loc[valid, "event_id"].dropna().unique()
+    failed = d["subscription_id"].isna() & (d["verdict"] == dominant).fillna(False).astype(bool)
+    n = int(d.loc[failed, "event_id"].isin(events).sum())
+    out = entry | {"delivered_events": n}
+    if not entry["suspect"] and n >= SUSPECT_MIN and n >= SUSPECT_SHARE * entry["readable"]:
+        out |= {"dominant": dominant, "suspect": True}
     return out
 
 
@@ -348,6 +369,9 @@ def _counted(v: dict[str, Any]) -> str:
             at = pd.Timestamp(n[side]).tz_convert("UTC")
             where = f" {words} valid request, {at:%Y-%m-%d %H:%M} UTC"
     dominant = str(v["dominant"])
+    if v["subscription_id"] is None and v.get("delivered_events"):
+        n_events = int(v["delivered_events"])
+        where = f", {n_events:,} of them with events validly delivered to another subscription"
     return (
         f"{_named(v['subscription_id'])} ({int(n[dominant]):,} of {int(n['readable']):,} "
         f"readable{where}: {_WORDS.get(dominant, dominant)})"
