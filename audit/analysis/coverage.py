@@ -240,7 +240,9 @@ def verification_coverage(
     table.columns = [str(c) for c in table.columns]
     everything = table.sum()
     out: list[dict[str, Any]] = []
-    spans = _outside_valid(d)
+    failing = [v for v in FAILED_VERIFICATION if v in table.columns]
+    many = table[failing].max(axis=1) >= SUSPECT_MIN if failing else table.index != table.index
+    spans = _outside_valid(d, [str(k) for k in table.index[many] if k != _UNKNOWN])
     for sub, row in table.sort_index().iterrows():
         if sub != _UNKNOWN:
             out.append(_with_span(_entry(str(sub), row, row), spans.get(str(sub), [])))
@@ -257,9 +259,12 @@ def _delivered(entry: dict[str, Any], d: pd.DataFrame) -> dict[str, Any]:
     signed with a secret the file lacks, not forgeries of new events). At least
     :data:`SUSPECT_SHARE` of its readable requests and :data:`SUSPECT_MIN` so make it a
     suspect, whatever the period's share."""
-    if "event_id" not in d.columns:
-        return entry
     dominant = max(FAILED_VERIFICATION, key=lambda v: int(entry[v]))
+    n_failed = int(entry[dominant])
+    if "event_id" not in d.columns or entry["suspect"] or n_failed < SUSPECT_MIN:
+        return entry
+    if n_failed < SUSPECT_SHARE * entry["readable"]:
+        return entry
     valid = (d["verdict"] == "valid").fillna(False).astype(bool)
     events = d.loc[valid, "event_id"].dropna().unique()
     failed = d["subscription_id"].isna() & (d["verdict"] == dominant).fillna(False).astype(bool)
@@ -293,26 +298,30 @@ def _entry(sub: str | None, row: pd.Series, judged: pd.Series) -> dict[str, Any]
     }
 
 
-def _outside_valid(d: pd.DataFrame) -> dict[str, list[tuple[str, str, pd.Series]]]:
-    """Per subscription id, its readable requests after its last ``valid`` one and before
-    its first: (``"after"`` or ``"before"``, that valid request's receipt time, the counts by
-    verdict of the requests beyond it)."""
-    known = d[d["subscription_id"].notna()]
-    sub = known["subscription_id"].astype(object)
-    t = known["received_at"]
-    valid = known[(known["verdict"] == "valid").fillna(False).astype(bool)]
-    if valid.empty:
+def _outside_valid(
+    d: pd.DataFrame, candidates: list[str]
+) -> dict[str, list[tuple[str, str, pd.Series]]]:
+    """Per subscription id of ``candidates`` (those with :data:`SUSPECT_MIN` failures of one
+    reason: no other can be a suspect), its readable requests after its last ``valid`` one
+    and before its first: (``"after"`` or ``"before"``, that valid request's receipt time,
+    the counts by verdict of the requests beyond it)."""
+    if not candidates:
         return {}
-    times = valid.groupby(valid["subscription_id"].astype(object))["received_at"]
+    known = d[d["subscription_id"].isin(candidates).fillna(False).astype(bool)]
+    sub, t = known["subscription_id"], known["received_at"]
+    valid_t = t.where((known["verdict"] == "valid").fillna(False).astype(bool))
     out: dict[str, list[tuple[str, str, pd.Series]]] = {}
-    for side, bound in (("after", times.max()), ("before", times.min())):
-        edges = {str(k): pd.Timestamp(v) for k, v in bound.items()}
-        edge = pd.to_datetime(sub.map(bound), utc=True)
+    grouped = valid_t.groupby(sub, observed=True)
+    for side in ("after", "before"):
+        late = side == "after"
+        edge = grouped.transform("max") if late else grouped.transform("min")
         beyond = ((t > edge) if side == "after" else (t < edge)).fillna(False).astype(bool)
         if not beyond.any():
             continue
         rows = known[beyond]
-        sizes = rows.groupby([sub[beyond], rows["verdict"]], observed=True).size()
+        bounds = grouped.max() if late else grouped.min()
+        sizes = rows.groupby(["subscription_id", "verdict"], observed=True).size()
+        edges = {str(k): pd.Timestamp(v) for k, v in bounds.items()}
         for s, row in sizes.unstack(fill_value=0).iterrows():
             out.setdefault(str(s), []).append((side, _iso(edges[str(s)]), row))
     return out
