@@ -556,3 +556,20 @@ def test_requests_without_a_subscription_carrying_delivered_events_are_a_suspect
         )
         assert {e["subscription_id"]: e["suspect"] for e in v} == {"wh_a": False, None: suspect}
     assert v[-1]["delivered_events"] == 0
+
+
+def test_a_wrong_secrets_file_is_said_on_stderr_and_no_valid_delivery_is_no_pass(
+    month, tmp_path, capsys
+):
+    # A scheduler reads the exit code and stderr, not the page: with --fail-on critical every
+    # failure of this month is below it, and with the wrong file nothing verified (SIG-01,
+    # DLV-03 skip): exit 0 said nothing. Now: exit 1, and one line naming the file.
+    wrong = _wrong_secrets(month / "secrets.json", tmp_path / "wrong.json")
+    capsys.readouterr()
+    code, _ = _report([str(month / "captures")], wrong, tmp_path / "r", "--fail-on", "critical")
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "audit: warning: Most requests of wh_main" in err
+    assert f"the secrets file {wrong} likely holds wrong" in err
+    assert "No request of the period verified: exit 1." in err
+    assert "whsec_" not in err

@@ -198,8 +198,8 @@ def report(
     """Run the compliance report for a period: notebook, HTML, findings, manifest, index.
 
     Exit codes: 0 no failing finding at or above --fail-on, 1 failing findings or a period
-    with no delivery at all (unless --allow-quiet), 2 a control errored, 3 bad input or a
-    runtime failure. --pdf never changes them: without a Chromium,
+    with no delivery at all (unless --allow-quiet) or none that verified, 2 a control errored,
+    3 bad input or a runtime failure. --pdf never changes them: without a Chromium,
     or when printing fails, it says so on stderr and in the manifest.
     """
     need_logs(logs, store_dir)
@@ -230,4 +230,6 @@ def report(
     _print_report(result)
     if result.quiet:
         click.echo(f"audit: {result.quiet}", err=True)
+    if result.doubt:
+        click.echo(f"audit: warning: {result.doubt}", err=True)
     return result.exit_code

@@ -210,6 +210,9 @@ class ReportResult:
     rendering_failed: bool = False
     pdf: Path | None = None
     quiet: str = ""
+    #: One line when most requests failed verification (the secrets file named as the likely
+    #: cause), else empty; a period with deliveries but none valid then exits 1 too.
+    doubt: str = ""
 
 
 def _completed(root: Path, period: Period) -> Path | None:
@@ -331,6 +334,16 @@ def run_report(
         elif code == EXIT_OK:
             code = EXIT_FAILING  # no evidence is no pass: a scheduler must notice it
             quiet += ": exit 1 (--allow-quiet, or allow_quiet: true in --params, accepts it)"
+    # The secrets file as the likely cause is said on stderr too (a scheduler reads no page),
+    # and a period whose requests none verified judged nothing: no evidence, no pass.
+    verification = computed.coverage.get("verification") or {}
+    doubt = str(verification.get("sentence") or "")
+    if doubt and computed.coverage.get("deliveries") and not computed.coverage.get("valid"):
+        doubt += " No request of the period verified"
+        if code == EXIT_OK:
+            code = EXIT_FAILING
+            doubt += ": exit 1"
+        doubt += "."
     failing = int((computed.findings["status"] == "fail").sum())
     say(f"analyses and controls done: {len(computed.findings)} findings, {failing} failing")
     run_id = f"{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
@@ -392,6 +405,7 @@ def run_report(
         bool(message),
         printed if pdf and printed.is_file() else None,
         quiet,
+        doubt,
     )
 
 
