@@ -291,7 +291,8 @@ def _days_line(capture: Mapping[str, Any]) -> str:
     if capture.get("busy"):
         line += (
             f" ({int(capture.get('hours_with_captures', 0)):,} of "
-            f"{int(capture.get('hours', 0)):,} hours)"
+            f"{int(capture.get('hours', 0)):,} hours: shown for a receiver whose median hour "
+            "held captures)"
         )
     runs = [r for r in capture.get("days_without") or [] if isinstance(r, list) and len(r) == 2]
     if runs:
@@ -313,9 +314,9 @@ def _coverage_banners(cov: Mapping[str, Any]) -> list[Banner]:
         out.append(
             Banner(
                 f"Most requests failed verification: check the secrets file {name}",
-                f"{ver['sentence']} SIG-01 and SIG-02 leave these requests out (skip) instead "
-                "of blaming the receiver, and the delivery and takedown controls see few or no "
-                "valid deliveries. Compare the file with the secrets the service issued "
+                f"{ver['sentence']} SIG-01 and SIG-02 leave these requests out instead of "
+                "blaming the receiver, and the delivery and takedown controls miss the "
+                "deliveries among them. Compare the file with the secrets the service issued "
                 "(rotations included) and run the report again; if the file is right, these "
                 "requests are forgeries and how the receiver answered them matters.",
                 [],
@@ -339,8 +340,8 @@ def _coverage_banners(cov: Mapping[str, Any]) -> list[Banner]:
         out.append(
             Banner(
                 f"No capture for 24 h or more: {len(gaps):,} span{'s' if len(gaps) > 1 else ''}",
-                "The capture logs hold no request in these spans, though the period's median "
-                "day held captures: most likely a capture outage (receiver or capture down, a "
+                "The capture logs hold no request in these spans, though the receiver's other "
+                "days held captures: most likely a capture outage (receiver or capture down, a "
                 "log lost or not given). Deliveries in them are unseen by every control (CAP-01).",
                 items,
                 alarm=True,
