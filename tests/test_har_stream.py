@@ -166,3 +166,39 @@ def test_the_capture_check_reads_a_har_only_until_an_entry_reads(tmp_path):
     bad.write_text('{"log": {"entries": "none"}}')
     with pytest.raises(LoadError, match=r"not a HAR 1\.2 file \(log\.entries is not a list\)"):
         first_record(bad)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_har_over_the_document_limit_is_refused_in_one_line(
+    compressed, tmp_path, monkeypatch, capsys
+):
+    # Its entries are parsed one by one, but its bytes are held whole: past the limit the file
+    # is refused naming itself, before it is read (plain) or once its inflated bytes pass it.
+    from audit.cli import main
+    from audit.ingest import records
+
+    doc = _document(_entries_json(40)).encode()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    path = logs / ("x.har.gz" if compressed else "x.har")
+    path.write_bytes(gzip.compress(doc) if compressed else doc)
+    secrets = tmp_path / "s.json"
+    secrets.write_text('{"wh_1": [{"secret": "whsec_har_limit"}]}')
+    secrets.chmod(0o600)
+    monkeypatch.setattr(records, "MAX_DOCUMENT_BYTES", len(doc) - 1)
+    code = main(["verify", str(logs), "--secrets", str(secrets), "--out", str(tmp_path / "v.csv")])
+    assert code == 3
+    err = capsys.readouterr().err
+    assert f"{path}: " in err and "a HAR may hold" in err and "Traceback" not in err
+    monkeypatch.setattr(records, "MAX_DOCUMENT_BYTES", len(doc))
+    assert records.read_whole(path) == doc  # at the limit: read
+
+
+def test_the_document_limit_names_the_file_and_the_way_out(tmp_path, monkeypatch, capsys):
+    from audit.ingest import records
+
+    path = tmp_path / "big.har"
+    path.write_bytes(_document(_entries_json(3)).encode())
+    monkeypatch.setattr(records, "MAX_DOCUMENT_BYTES", 10)
+    with pytest.raises(LoadError, match=r"big\.har: .* a HAR may hold .* JSON Lines"):
+        records.read_whole(path)

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.errors import LoadError
-from audit.ingest.compressed import inflate
+from audit.ingest.compressed import GZIP_MAGIC, inflate, inflate_stream
 from audit.ingest.extract import body_columns
 from audit.ingest.fast import verify_jsonl
 from audit.ingest.formats import FORMATS
@@ -39,6 +39,7 @@ __all__ = ["body_columns", "evidence_table", "read_chunks", "stored_table", "ver
 
 SCHEMA = STORED_DELIVERIES.arrow_schema()
 _BOM = b"\xef\xbb\xbf"
+_GZ_STEP = 64 * 2**10
 
 
 def is_gzip(path: Path) -> bool:
@@ -61,11 +62,40 @@ def read_chunks(
     return read_lines(path, chunk_bytes=chunk_bytes, skip_bytes=skip_bytes, first_line=first_line)
 
 
+#: The most a file of a one-document format (HAR) may hold, inflated: its entries are parsed one
+#: by one, but its bytes are held whole (the 419 MB HAR peaked at 1,010 MB). Larger ones are
+#: refused in one line, never read into a multi-GB process (``docs/formats.md``).
+MAX_DOCUMENT_BYTES = 512 * 2**20
+
+
+def _too_large(path: Path, size: int, inflated: bool = False) -> LoadError:
+    held = "more than " if inflated else ""
+    return LoadError(
+        f"{path}: {held}{size:,} bytes{' inflated' if inflated else ''}, over the "
+        f"{MAX_DOCUMENT_BYTES // 2**20} MiB a HAR may hold (its bytes are held whole while its "
+        "entries are read); split the capture or export it as JSON Lines"
+    )
+
+
 def read_whole(path: Path) -> bytes:
-    """A whole file's content, inflated if gzip (formats that are one document: HAR)."""
+    """A whole file's content, inflated if gzip (formats that are one document: HAR), at most
+    :data:`MAX_DOCUMENT_BYTES` (a larger one is a :class:`~audit.errors.LoadError`)."""
     try:
+        size = path.stat().st_size
+        if size > MAX_DOCUMENT_BYTES:
+            raise _too_large(path, size)
         blob = path.read_bytes()
-        blob = inflate(path, blob)  # gzip within the expansion limits
+        if blob[:2] != GZIP_MAGIC:
+            blob = inflate(path, blob)  # not gzip: itself (an empty .gz is refused)
+        else:  # inflated within the expansion limits, and stopped past the document limit
+            pieces, total = [], 0
+            steps = (blob[at : at + _GZ_STEP] for at in range(0, len(blob), _GZ_STEP))
+            for piece in inflate_stream(path, steps):
+                total += len(piece)
+                if total > MAX_DOCUMENT_BYTES:
+                    raise _too_large(path, MAX_DOCUMENT_BYTES, inflated=True)
+                pieces.append(piece)
+            blob = b"".join(pieces)
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise LoadError(f"{path}: truncated or corrupt gzip file ({e})") from None
     except OSError as e:
