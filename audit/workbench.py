@@ -726,7 +726,7 @@ def _cut(analysis: Any, period: Period, findings: pd.DataFrame, inputs: pd.DataF
         deliveries=cut_secrets(d),
         events=cut_secrets(events),
         incidents=cut_secrets(incidents),
-        status_intervals=si[si["incident_id"].isin(spoken)].reset_index(drop=True),
+        status_intervals=cut_secrets(si[si["incident_id"].isin(spoken)].reset_index(drop=True)),
         takedown_durations=cut_secrets(td[td["incident_id"].isin(spoken)].reset_index(drop=True)),
         subscriptions=cut_secrets(analysis.subscriptions),
         findings=cut_secrets(findings),

@@ -21,10 +21,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from audit.errors import InputError
+from audit.ingest.quoted_secrets import quoted_values
 from audit.ingest.records import combine_columns
 from audit.ingest.store import Store
 from audit.ingest.store_folder import DATASET, check_folder
 from audit.paths import source_name
+from audit.redaction import register_sensitive
 from audit.tables import STORED_DELIVERIES
 
 if TYPE_CHECKING:
@@ -60,6 +62,8 @@ def open_store(store: Store | str | os.PathLike[str]) -> Store:
             f"{s.root}: {len(gone)} part(s) its manifest lists are missing (first: "
             f"{gone[0].relative_to(s.root)}); run audit ingest on the same logs to restore them"
         )
+    # what its records quote of a secret (found at ingest) is cut from all a reader shows
+    register_sensitive(quoted_values(s.root, s.manifest(), s.checked))
     return s
 
 

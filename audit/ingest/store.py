@@ -55,7 +55,7 @@ import pyarrow.parquet as pq
 
 from audit.atomic import write_json_atomic
 from audit.errors import InputError
-from audit.ingest import parallel, records
+from audit.ingest import parallel, quoted_secrets, records
 from audit.ingest.fast import verify_jsonl
 from audit.ingest.identity import Seen, follow, identify, moved_away, unreadable_line_hashes
 from audit.ingest.known_records import KnownRecords
@@ -315,6 +315,7 @@ def ingest(
         manifest = store.manifest()
         _check_settings(store, manifest, header_prefix, tolerance_s)
         remove_strays(store.root, manifest)
+        before = {p["name"] for e in manifest["files"] for p in e["parts"]}
         if not store.manifest_path.exists():  # a first ingest: the store exists from now on,
             write_json_atomic(store.manifest_path, manifest)  # so a crash leaves only strays
         staging = staging_folder(store.root)
@@ -370,6 +371,7 @@ def ingest(
                     _tally(result, done)
                     obsolete.extend(done.obsolete)
                     tally.file_done()
+            quoted_secrets.update(store.root, manifest, before, secrets)
             write_json_atomic(store.manifest_path, manifest)
         except BaseException:  # a full disk, ^C: the parts of this run go, the store stays
             remove_strays(store.root, store.manifest())
