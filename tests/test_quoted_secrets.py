@@ -121,7 +121,7 @@ def test_a_secret_added_to_the_file_later_is_found_in_the_records_stored_before(
 def test_a_store_written_before_the_locations_is_searched_whole_at_its_next_ingest(
     leaky, forget, tmp_path
 ):
-    captures, secrets, store, secret = leaky
+    captures, secrets, store, _secret = leaky
     older = tmp_path / "store"
     shutil.copytree(store, older)
     manifest = _manifest(older)
