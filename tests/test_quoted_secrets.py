@@ -101,6 +101,7 @@ def test_a_secret_added_to_the_file_later_is_found_in_the_records_stored_before(
     argv = ["ingest", str(logs), "--store", str(store), "--secrets"]
     assert main([*argv, str(secrets)]) == 0
     assert len(_manifest(store)[KEY]["at"]) == 1  # the leak's, not the later value
+
     def later_parts() -> list[str]:
         (entry,) = [e for e in _manifest(store)["files"] if e["path"].endswith("later.jsonl")]
         return [p["name"] for p in entry["parts"]]
