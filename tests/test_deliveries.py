@@ -324,16 +324,14 @@ def _numbered_one_by_one(deliveries: pd.DataFrame, floor: float, share: float) -
         min_size=1,
         max_size=12,
     ),
-    few=st.sampled_from([1, 2, 64]),
     seed=st.integers(0, 2**16),
     tolerance=st.sampled_from([(10.0, 0.1), (200.0, 0.5), (0.0, 0.0), (30.0, 1.0)]),
 )
-def test_numbering_rows_by_position_equals_numbering_them_one_by_one(events, few, seed, tolerance):
-    """Every event's attempts (equal times included, rows shuffled, some not valid), numbered
-    position by position or one by one (``_FEW``), as the plain loop numbers them; wide
+def test_the_engine_numbers_attempts_as_a_plain_loop_numbers_them(events, seed, tolerance):
+    """Every event's attempts (equal times included, rows shuffled, some not valid, events of
+    up to 9 attempts: past the schedule's last), numbered by the engine's expression
+    (:func:`audit.analysis.deliveries.attempts_rule`) as the plain loop numbers them; wide
     tolerances make several attempt numbers match (the smallest wins)."""
-    import audit.analysis.schedule as schedule
-
     recs = []
     for n, gaps in enumerate(events):
         t = 0
@@ -344,12 +342,7 @@ def test_numbering_rows_by_position_equals_numbering_them_one_by_one(events, few
     rows = pd.concat(frames, ignore_index=True)
     rows["event_id"] = [f"evt_{n}" for n, gaps in enumerate(events) for _ in range(len(gaps) + 1)]
     rows = rows.sample(frac=1, random_state=seed).reset_index(drop=True)
-    old = schedule._FEW
-    schedule._FEW = few
-    try:
-        got = infer_attempts(rows, as_of=FAR, tolerance=Tolerance(*tolerance))
-    finally:
-        schedule._FEW = old
+    got = infer_attempts(rows, as_of=FAR, tolerance=Tolerance(*tolerance))
     names = ["attempt_no", "delay_s", "expected_delay_s", "on_schedule", "missing_before"]
     assert list(zip(*(col(got, c) for c in names), strict=True)) == _numbered_one_by_one(
         rows, *tolerance

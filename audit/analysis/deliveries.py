@@ -11,23 +11,30 @@ All functions are pure: frames in, frames out, time enters as ``as_of``.
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
 import pandas as pd
+import pyarrow as pa
 
+from audit.analysis.engine import arrow_input, run
 from audit.analysis.rows import key_runs
-from audit.analysis.schedule import Tolerance, expected_delay, number_attempts
+from audit.analysis.schedule import Tolerance, expected_delay, next_attempt
 from audit.errors import ParameterError
 from audit.ingest.workers import threads
 from audit.spec import DELIVERY_TIMEOUT_MS, MAX_ATTEMPTS, TEST_EVENT, TEST_INCIDENT_PREFIX
 from audit.tables import ATTEMPTS, EVENTS
 from audit.timeutil import as_utc
 
+if TYPE_CHECKING:
+    import ibis.expr.types as ir
+
 __all__ = [
     "ATTEMPT_COLUMNS",
     "OUTCOMES",
     "Tolerance",
+    "attempts_rule",
     "event_outcomes",
     "event_runs",
     "events_table",
@@ -119,33 +126,116 @@ def infer_attempts(
     as_utc(as_of)
     tol = tolerance or Tolerance()
     out = deliveries.copy(deep=False)  # copy-on-write (pandas 3): columns are shared until set
-    n = len(out)
-    attempt = np.full(n, -1, dtype=np.int64)
-    delay = np.full(n, np.nan)
-    expected = np.full(n, np.nan)
-    on_sched = np.zeros(n, dtype=bool)
-    missing = np.zeros(n, dtype=np.int64)
-    rows, first = event_runs(out) if runs is None else runs
-    if len(rows):
-        t = out["received_at"].to_numpy(dtype="datetime64[ns]").view("int64")[rows] / 1e9
-        got = number_attempts(t, first, tol)
-        no = got.attempt_no
-        attempt[rows], delay[rows] = no, got.delay_s
-        expected[rows], on_sched[rows] = got.expected_delay_s, got.on_schedule
-        prev = np.concatenate(([0], no[:-1]))
-        missing[rows] = np.where(first, 0, no - prev - 1)
-    valid = attempt > 0
-    out["attempt_no"] = pd.array(np.where(valid, attempt, 0), dtype="Int64")
-    out.loc[~valid, "attempt_no"] = pd.NA
-    out["delay_s"] = pd.array(delay, dtype="Float64")
-    out["expected_delay_s"] = pd.array(expected, dtype="Float64")
-    out["on_schedule"] = pd.array(on_sched, dtype="boolean")
-    out["missing_before"] = pd.array(missing, dtype="Int64")
-    out["success"] = _success(out["response_status"], out["response_ms"])
-    out["is_test"] = is_test(out["event"], out["incident_id"])
-    for col in ("delay_s", "expected_delay_s", "on_schedule", "missing_before", "success"):
-        out.loc[~valid, col] = pd.NA
+    got = run(
+        attempts_rule,
+        {"deliveries": _typed(arrow_input(out, list(_ATTEMPT_INPUTS)))},
+        floor_s=tol.floor_s,
+        share=tol.share,
+    ).sort_by("_row")
+    for name in ATTEMPT_COLUMNS[1:]:  # then is_test: the columns in the order they always had
+        out[name] = got.column(name).to_pandas(types_mapper=_NULLABLE.get).array
+    out["is_test"] = got.column("is_test").to_numpy(zero_copy_only=False).astype(bool)
     return out
+
+
+#: The columns :func:`attempts_rule` reads, with their types.
+_ATTEMPT_INPUTS: dict[str, pa.DataType] = {
+    "verdict": pa.string(),
+    "subscription_id": pa.string(),
+    "event_id": pa.string(),
+    "received_at": pa.timestamp("us", "UTC"),
+    "response_status": pa.int64(),
+    "response_ms": pa.float64(),
+    "event": pa.string(),
+    "incident_id": pa.string(),
+}
+_NULLABLE = {
+    pa.int64(): pd.Int64Dtype(),
+    pa.float64(): pd.Float64Dtype(),
+    pa.bool_(): pd.BooleanDtype(),
+}
+
+
+def _typed(table: pa.Table) -> pa.Table:
+    """``table`` with each input column of a hand-made frame (all missing: no type) in the type
+    :func:`attempts_rule` reads."""
+    for name, typ in _ATTEMPT_INPUTS.items():
+        i = table.schema.get_field_index(name)
+        have = table.schema.field(i).type
+        if pa.types.is_timestamp(have) and pa.types.is_timestamp(typ):
+            typ = pa.timestamp(have.unit, "UTC")  # nanoseconds kept: rows are ordered by them
+        if not have.equals(typ):
+            table = table.set_column(i, name, table.column(i).cast(typ, safe=False))
+    return table
+
+
+def attempts_rule(deliveries: ir.Table, *, floor_s: float, share: float) -> ir.Table:
+    """The attempt rule of :func:`infer_attempts` as one relational expression: every row of
+    ``deliveries`` (by ``_row``) with ``is_test``, ``success`` and the attempt columns.
+
+    An event's rows are numbered in time order (ties: ``_row``). Each number depends only on
+    the number before it, and past the schedule's last attempt every row is the next number: so
+    the numbers of an event's first :data:`~audit.spec.MAX_ATTEMPTS` rows are computed from
+    their times (taken to every row of the event by a window), one step
+    (:func:`~audit.analysis.schedule.next_attempt`) after another, and a later row's number
+    counts on from the last of them. No recursion: DuckDB and Spark run it alike.
+    """
+    import ibis  # start-up: only an analysis needs it
+
+    d = deliveries
+    tol = Tolerance(floor_s, share)
+    numbered = (d.verdict == "valid") & d.event_id.notnull() & d.received_at.notnull()
+    epoch = ibis.timestamp("1970-01-01 00:00:00+00:00")
+    d = d.mutate(
+        _numbered=numbered,
+        _t=d.received_at.delta(epoch, unit="microsecond").cast("float64") / 1e6,
+    )
+    key = [d._numbered, d.subscription_id, d.event_id]
+    ordered = ibis.window(group_by=key, order_by=[d.received_at, d._row])
+    d = d.mutate(_p=ibis.row_number().over(ordered) + 1, _d=d._t - d._t.lag().over(ordered))
+    whole = ibis.window(group_by=[d._numbered, d.subscription_id, d.event_id])
+    firsts = {
+        f"_t{k}": ibis.ifelse(d._p == k, d._t, None).max().over(whole)
+        for k in range(1, MAX_ATTEMPTS + 1)
+    }
+    d = d.mutate(**firsts)
+    chain = {"_n1": ibis.literal(1, "int64")}
+    for k in range(2, MAX_ATTEMPTS + 1):  # the numbers of the event's first rows
+        d = d.mutate(**chain)
+        chain = {f"_n{k}": next_attempt(d[f"_n{k - 1}"], d[f"_t{k}"] - d[f"_t{k - 1}"], tol)[0]}
+    d = d.mutate(**chain)
+    p, last = d._p, d[f"_n{MAX_ATTEMPTS}"]
+    number = ibis.cases(
+        *[(p == k, d[f"_n{k}"]) for k in range(1, MAX_ATTEMPTS + 1)],
+        else_=last + (p - MAX_ATTEMPTS),
+    )
+    before = ibis.cases(
+        *[(p == k + 1, d[f"_n{k}"]) for k in range(1, MAX_ATTEMPTS)],
+        else_=last + (p - 1 - MAX_ATTEMPTS),
+    )
+    d = d.mutate(_no=number.cast("int64"), _prev=ibis.ifelse(p == 1, 0, before).cast("int64"))
+    step = next_attempt(d._prev, d._d, tol)
+    first = p == 1
+    slow = (d.response_ms > DELIVERY_TIMEOUT_MS).fill_null(False)
+    ok = (d.response_status >= 200) & (d.response_status <= 299) & ~slow
+    test = (d.event == TEST_EVENT).fill_null(False) | d.incident_id.startswith(
+        TEST_INCIDENT_PREFIX
+    ).fill_null(False)
+    yes = d._numbered
+
+    def only(value: ir.Value, typ: str) -> ir.Value:
+        return ibis.ifelse(yes, value, ibis.literal(None, typ))
+
+    return d.select(
+        "_row",
+        is_test=test,
+        attempt_no=only(d._no, "int64"),
+        delay_s=only(d._d, "float64"),
+        expected_delay_s=only(ibis.ifelse(first, 0.0, step.expected_delay_s), "float64"),
+        on_schedule=only(first | step.found, "boolean"),
+        missing_before=only(ibis.ifelse(first, 0, d._no - d._prev - 1), "int64"),
+        success=only(ibis.ifelse(d.response_status.isnull(), None, ok), "boolean"),
+    )
 
 
 def _numbered_runs(attempts: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -2,21 +2,21 @@
 
 An attempt's number is inferred from the delay since the previous observed attempt of the same
 event: the smallest later number whose scheduled delay matches within a :class:`Tolerance`
-(see :func:`audit.analysis.deliveries.infer_attempts`). Pure numpy; no I/O, no clock.
+(see :func:`audit.analysis.deliveries.infer_attempts`), written as expressions an engine runs
+(:func:`next_attempt`); no I/O, no clock.
 """
 
 from __future__ import annotations
 
-import math
-from typing import NamedTuple
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, NamedTuple
 
 from audit.errors import ParameterError
 from audit.spec import MAX_ATTEMPTS, RETRY_DELAYS_S
 
-__all__ = ["AttemptNumbers", "Tolerance", "expected_delay", "number_attempts"]
+if TYPE_CHECKING:
+    import ibis.expr.types as ir
+
+__all__ = ["NextAttempt", "Tolerance", "expected_delay", "next_attempt"]
 
 
 class Tolerance:
@@ -46,89 +46,47 @@ def expected_delay(from_attempt: int, to_attempt: int) -> float:
     return float(sum(RETRY_DELAYS_S[from_attempt:to_attempt]))
 
 
-#: The schedule's delays between attempt ``a`` and a later ``b`` (``_SCHEDULE[a, b]``).
-_SCHEDULE = np.full((MAX_ATTEMPTS + 1, MAX_ATTEMPTS + 1), np.nan)
-for _a in range(1, MAX_ATTEMPTS + 1):
-    for _b in range(_a + 1, MAX_ATTEMPTS + 1):
-        _SCHEDULE[_a, _b] = expected_delay(_a, _b)
-#: Below this many rows at one position, the rest of the rows are numbered one by one.
-_FEW = 64
+def next_attempt(prev: ir.IntegerValue, delay: ir.FloatingValue, tol: Tolerance) -> NextAttempt:
+    """The rule for one observed attempt after attempt ``prev`` of its event, ``delay`` seconds
+    later, as expressions: the smallest later number whose scheduled delay from ``prev``
+    matches within ``tol``; when none does, the next number (``found`` false, ``expected`` the
+    delay to it, missing past the last attempt).
+
+    Written once for every engine (:mod:`audit.analysis.engine`): one ``CASE`` on ``prev``
+    per output, a branch per attempt number of the schedule.
+    """
+    import ibis  # start-up: only an analysis needs it
+
+    no, found, expected = [], [], []
+    for a in range(1, MAX_ATTEMPTS + 1):
+        matches = []
+        for k in range(a + 1, MAX_ATTEMPTS + 1):
+            e = expected_delay(a, k)
+            matches.append(((delay - e).abs() <= tol(e), k, e))
+        after = expected_delay(a, a + 1) if a < MAX_ATTEMPTS else None
+        if not matches:  # past the last attempt: no number matches
+            no.append((a, ibis.literal(a + 1, "int64")))
+            found.append((a, ibis.literal(False)))
+            expected.append((a, ibis.literal(None, "float64")))
+            continue
+        no.append((a, ibis.cases(*[(c, k) for c, k, _ in matches], else_=a + 1)))
+        found.append((a, ibis.or_(*[c for c, _, _ in matches])))
+        expected.append(
+            (a, ibis.cases(*[(c, e) for c, _, e in matches], else_=ibis.literal(after, "float64")))
+        )
+    return NextAttempt(
+        prev.cases(*no, else_=prev + 1).cast("int64"),
+        prev.cases(*found, else_=False),
+        prev.cases(*expected, else_=ibis.literal(None, "float64")).cast("float64"),
+    )
 
 
-class AttemptNumbers(NamedTuple):
-    """What :func:`number_attempts` infers, one value per row (a group's first row: attempt 1,
-    no delay, expected delay 0, on schedule)."""
+class NextAttempt(NamedTuple):
+    """What :func:`next_attempt` infers of one attempt, as expressions."""
 
     #: The attempt number.
-    attempt_no: npt.NDArray[np.int64]
-    #: Seconds since the group's row before (NaN for a first row).
-    delay_s: npt.NDArray[np.float64]
-    #: The scheduled delay matched, else that to the next attempt (NaN past the last one).
-    expected_delay_s: npt.NDArray[np.float64]
+    attempt_no: ir.IntegerValue
     #: Whether a scheduled delay matched within the tolerance.
-    on_schedule: npt.NDArray[np.bool_]
-
-
-def number_attempts(
-    t: npt.NDArray[np.float64], first: npt.NDArray[np.bool_], tol: Tolerance
-) -> AttemptNumbers:
-    """Attempt numbers of rows sorted by group then time (``first`` marks a group's first row;
-    ``t`` in seconds), by the rule of :func:`audit.analysis.deliveries.infer_attempts`.
-
-    Each row depends only on the row before it in its group, so all the second rows are
-    numbered at once, then all the third rows, and so on; when few rows remain at a position
-    (one event delivered very many times), the rest are numbered one by one.
-    """
-    n = len(t)
-    out = AttemptNumbers(
-        np.ones(n, dtype=np.int64), np.full(n, np.nan), np.zeros(n), np.ones(n, dtype=bool)
-    )
-    no, delay, expected, ok = out
-    starts = np.flatnonzero(first)
-    position = np.arange(n) - np.repeat(starts, np.diff(np.append(starts, n)))
-    by_position = np.argsort(position, kind="stable")
-    bounds = np.searchsorted(position[by_position], np.arange(1, position.max(initial=0) + 2))
-    allowed = np.vectorize(tol, otypes=[float])(np.nan_to_num(_SCHEDULE))  # tol(e) per cell
-    for p in range(1, len(bounds)):
-        rows = by_position[bounds[p - 1] : bounds[p]]
-        if len(rows) < _FEW:
-            _number_one_by_one(np.sort(by_position[bounds[p - 1] :]), t, out, tol)
-            break
-        d = t[rows] - t[rows - 1]
-        prev = no[rows - 1]
-        a = np.minimum(prev, MAX_ATTEMPTS)  # past the last attempt: no number matches
-        got = np.zeros(len(rows), dtype=np.int64)
-        for k in range(2, MAX_ATTEMPTS + 1):  # the smallest number whose delay matches
-            e = _SCHEDULE[a, k]
-            hit = (got == 0) & (prev < k) & (np.abs(d - e) <= allowed[a, k])
-            got[hit] = k
-        found = got > 0
-        fallback = np.where(
-            prev < MAX_ATTEMPTS, _SCHEDULE[a, np.minimum(prev + 1, MAX_ATTEMPTS)], np.nan
-        )
-        no[rows] = np.where(found, got, prev + 1)
-        e_found = _SCHEDULE[a, np.maximum(got, 1)]
-        expected[rows] = np.where(found, e_found, fallback)
-        ok[rows] = found
-        delay[rows] = d
-    return out
-
-
-def _number_one_by_one(
-    rows: npt.NDArray[np.intp], t: npt.NDArray[np.float64], out: AttemptNumbers, tol: Tolerance
-) -> None:
-    """:func:`number_attempts` for the rows left (ascending), each after the one before it,
-    written into ``out``."""
-    no, delay, expected, ok = out
-    for j in rows.tolist():
-        prev_no = int(no[j - 1])
-        d = t[j] - t[j - 1]
-        got, exp, hit = prev_no + 1, math.nan, False
-        for k in range(prev_no + 1, MAX_ATTEMPTS + 1):
-            e = expected_delay(prev_no, k)
-            if abs(d - e) <= tol(e):
-                got, exp, hit = k, e, True
-                break
-        if not hit and prev_no < MAX_ATTEMPTS:
-            exp = expected_delay(prev_no, prev_no + 1)
-        no[j], delay[j], expected[j], ok[j] = got, d, exp, hit
+    found: ir.BooleanValue
+    #: The scheduled delay matched, else that to the next attempt (NULL past the last one).
+    expected_delay_s: ir.FloatingValue

@@ -1,0 +1,126 @@
+"""The engine that runs the analysis's rules.
+
+A rule is written once, as a relational expression (`Ibis <https://ibis-project.org>`_): a
+function from named input tables (and constants: a tolerance, never a clock) to a table
+(:func:`audit.analysis.deliveries.attempts_rule`...). This module compiles a rule to the
+engine's SQL and runs it where the data lies:
+
+- ``duckdb`` (the default): in this process, on Arrow tables or the store's Parquet parts;
+  DuckDB spills to disk when a table outgrows memory;
+- ``spark``: the same expression on PySpark (``audit[spark]``), in local mode or on a cluster.
+
+A rule's SQL is compiled once per input schemas and constants (compiling takes a few hundred
+milliseconds; running it on a small table, a few), so that a rule called for each of many small
+frames (a notebook's, a test's) costs its run.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Callable, Hashable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import pyarrow as pa
+
+from audit.ingest.workers import default_workers, jobs
+
+if TYPE_CHECKING:
+    import duckdb
+    import ibis.expr.types as ir
+
+    from audit.schema import Table
+
+__all__ = ["ENGINES", "Rule", "arrow_input", "frame_of", "run", "settings", "sql_of"]
+
+#: The engines a rule runs on.
+ENGINES: tuple[str, ...] = ("duckdb", "spark")
+#: A rule: input tables by name (keywords) and constants (keywords) to a table.
+Rule = Callable[..., "ir.Table"]
+
+
+def arrow_input(frame: pd.DataFrame, columns: list[str]) -> pa.Table:
+    """``columns`` of ``frame`` as an Arrow table (an input of :func:`run`), with ``_row``, each
+    row's position in ``frame`` (rules break ties by it: the frame's order)."""
+    table = pa.Table.from_pandas(frame[columns], preserve_index=False)
+    return table.append_column("_row", pa.array(range(len(frame)), pa.int64()))
+
+
+def settings(**values: object) -> pa.Table:
+    """A one-row table of settings a rule reads as data (``as_of``: a rule compiled once serves
+    every ``as_of``), e.g. ``settings(as_of=pd.Timestamp(...))``: pass it among the tables of
+    :func:`run` and cross-join it in the rule."""
+    return pa.table({name: pa.array([value]) for name, value in values.items()})
+
+
+def frame_of(result: pa.Table, table: Table) -> pd.DataFrame:
+    """``result`` as a DataFrame whose columns have the dtypes ``table`` declares for them
+    (:mod:`audit.tables`; a column it does not declare keeps Arrow's default)."""
+    frame = result.to_pandas(types_mapper=_NULLABLE.get)
+    declared = table.dtypes()
+    wanted = {n: declared[n] for n in frame.columns if n in declared}
+    out: pd.DataFrame = frame.astype(wanted) if wanted else frame
+    return out
+
+
+#: Arrow types read as pandas' nullable dtypes (then cast to the declared ones).
+_NULLABLE = {
+    pa.int64(): pd.Int64Dtype(),
+    pa.float64(): pd.Float64Dtype(),
+    pa.bool_(): pd.BooleanDtype(),
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(
+    rule: Rule,
+    schemas: tuple[tuple[str, pa.Schema], ...],
+    constants: tuple[tuple[str, Hashable], ...],
+    dialect: str,
+) -> str:
+    import ibis  # start-up: only an analysis needs it
+
+    tables = {n: ibis.table(ibis.Schema.from_pyarrow(s), name=n) for n, s in schemas}
+    return str(ibis.to_sql(rule(**tables, **dict(constants)), dialect=dialect))
+
+
+def sql_of(
+    rule: Rule, schemas: Mapping[str, pa.Schema], dialect: str = "duckdb", **constants: Any
+) -> str:
+    """The SQL of ``rule`` over tables of ``schemas`` (compiled once; cached)."""
+    return _compiled(rule, tuple(schemas.items()), tuple(sorted(constants.items())), dialect)
+
+
+def run(rule: Rule, tables: Mapping[str, pa.Table], **constants: Any) -> pa.Table:
+    """``rule`` run by DuckDB on the Arrow ``tables`` (by the names the rule takes them by),
+    with ``constants``: its result as an Arrow table."""
+    sql = sql_of(rule, {n: t.schema for n, t in tables.items()}, **constants)
+    con = _connection()
+    try:
+        for name, table in tables.items():
+            con.register(name, table)
+        result = con.sql(sql)
+        fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
+        out: pa.Table = fetch()
+        return out
+    finally:
+        for name in tables:
+            con.unregister(name)
+
+
+_LOCAL = threading.local()
+
+
+def _connection() -> duckdb.DuckDBPyConnection:
+    """This thread's DuckDB connection (made once per thread and process: connecting costs
+    about a third of a small table's run; a forked worker makes its own)."""
+    import duckdb  # start-up: only an analysis needs it
+
+    con = getattr(_LOCAL, "con", None)
+    if con is None or _LOCAL.pid != os.getpid():
+        con = duckdb.connect(config={"threads": jobs() or default_workers()})
+        con.execute("SET TimeZone = 'UTC'")
+        _LOCAL.con, _LOCAL.pid = con, os.getpid()
+    return con
