@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 DEMO   := demo-data
 
-.PHONY: install test test-oldest lint demo lab bench clean
+.PHONY: install test test-oldest test-spark lint demo lab bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,17 @@ $(OLDEST)/.installed: $(OLDEST)/constraints.txt
 test-oldest: $(OLDEST)/.installed
 	$(OLDEST)/bin/python -m pip list 2>/dev/null | grep -iE '^($(subst $() ,|,$(OLDEST_PINNED))) '
 	$(OLDEST)/bin/python -m pytest -q $(OLDEST_TESTS)
+
+# `make test-spark`: every rule of the analysis on DuckDB and on PySpark in local mode, row for
+# row (tests/test_engines.py). Installs the `spark` extra into .venv; needs a Java runtime (17 or
+# later): without one it says so in one line and skips. Not part of `make test` (Spark starts in
+# seconds and needs Java). docs/scale.md, "The Spark engine".
+test-spark: install
+	@if ! command -v java >/dev/null 2>&1 && ! { [ -n "$$JAVA_HOME" ] && [ -x "$$JAVA_HOME/bin/java" ]; }; then \
+		echo "test-spark: skipped: no Java runtime (install one, e.g. apt-get install openjdk-17-jre-headless)"; \
+		exit 0; fi; \
+	$(BIN)/python -m pip install -q -e '.[dev,spark]' && \
+	AUDIT_TEST_SPARK=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_engines.py
 
 demo: install
 	$(BIN)/audit demo --out $(DEMO)

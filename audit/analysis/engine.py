@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import pyarrow as pa
 
+from audit.errors import ParameterError
 from audit.ingest.workers import default_workers, jobs
 
 if TYPE_CHECKING:
@@ -93,9 +94,17 @@ def sql_of(
     return _compiled(rule, tuple(schemas.items()), tuple(sorted(constants.items())), dialect)
 
 
-def run(rule: Rule, tables: Mapping[str, pa.Table], **constants: Any) -> pa.Table:
-    """``rule`` run by DuckDB on the Arrow ``tables`` (by the names the rule takes them by),
-    with ``constants``: its result as an Arrow table."""
+def run(
+    rule: Rule, tables: Mapping[str, pa.Table], *, on: str = "duckdb", **constants: Any
+) -> pa.Table:
+    """``rule`` run on the Arrow ``tables`` (by the names the rule takes them by), with
+    ``constants``, by the engine ``on`` (:data:`ENGINES`): its result as an Arrow table."""
+    if on == "spark":
+        from audit.analysis import spark
+
+        return spark.run(rule, tables, **constants)
+    if on != "duckdb":
+        raise ParameterError(f"engine must be one of {', '.join(ENGINES)}, got {on!r}")
     sql = sql_of(rule, {n: t.schema for n, t in tables.items()}, **constants)
     con = _connection()
     try:
