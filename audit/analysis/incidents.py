@@ -41,34 +41,40 @@ counts of what was left out in ``frame.attrs["counts"]`` (see :func:`incident_ev
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from audit.analysis.event_fields import FIELD_COLUMNS, FIELDS
+import pandas as pd
+import pyarrow as pa
+
+from audit.analysis.engine import frame_of, run
+from audit.analysis.event_fields import FIELD_COLUMNS
 from audit.analysis.incident_events import (
     COUNT_KEYS,
     CREATED,
     EVENT_COLUMNS,
     STATUS_CHANGED,
     FirstReceipts,
-    _empty,
     _events,
-    _typed,
     incident_events,
 )
-from audit.analysis.rows import value_changes
 from audit.spec import CLIENT_WAIT_STATUSES
 from audit.tables import INCIDENTS, STATUS_INTERVALS
 from audit.timeutil import as_utc
+
+if TYPE_CHECKING:
+    import ibis.expr.types as ir
 
 __all__ = [
     "COUNT_KEYS",
     "EVENT_COLUMNS",
     "INCIDENT_TABLE_COLUMNS",
     "INTERVAL_COLUMNS",
+    "fold_rule",
     "incident_events",
     "incidents_and_intervals",
+    "incidents_rule",
     "incidents_table",
+    "intervals_rule",
     "status_intervals",
 ]
 
@@ -79,43 +85,11 @@ INTERVAL_COLUMNS: tuple[str, ...] = tuple(STATUS_INTERVALS.names)
 """Columns of :func:`status_intervals`, in order."""
 
 #: The text fields an incident keeps: its ``data`` fields that are not times.
-_TEXT_OUT = tuple(col for _, col, kind in FIELDS if kind != "time")
-_INCIDENT_DTYPES = INCIDENTS.dtypes()
-_INTERVAL_DTYPES = STATUS_INTERVALS.dtypes()
 
 
 # --------------------------------------------------------------------------------------------
 # Status intervals
 # --------------------------------------------------------------------------------------------
-
-
-def _intervals(events: pd.DataFrame, as_of: pd.Timestamp) -> pd.DataFrame:
-    """Status runs of sorted events, plus a private ``first`` column (first run of its incident)."""
-    # Only the columns used: filtering the whole events frame copied every field of it.
-    cols = ["incident_id", "status", "event", "event_timestamp"]
-    st = events[cols][events["status"].notna().to_numpy()]
-    if st.empty:
-        return _empty(_INTERVAL_DTYPES).assign(first=pd.Series([], dtype=bool))
-    new_inc = value_changes(st["incident_id"])  # compared without a Python string per row
-    new_run = new_inc | value_changes(st["status"])
-    heads = np.flatnonzero(new_run)
-    announces = (st["event"] == STATUS_CHANGED).fillna(False).to_numpy(dtype=bool)
-    first = new_inc[heads]
-    current = np.ones(len(heads), dtype=bool)
-    current[:-1] = first[1:]  # the next run opens another incident
-    start = st["event_timestamp"].iloc[heads].reset_index(drop=True)
-    runs = pd.DataFrame(
-        {
-            "incident_id": st["incident_id"].iloc[heads].reset_index(drop=True),
-            "status": st["status"].iloc[heads].reset_index(drop=True),
-            "start": start,
-            "end": start.shift(-1).where(~current, as_of),
-            "announced": np.logical_or.reduceat(announces, heads),
-            "current": current,
-        }
-    )
-    runs["duration_s"] = (runs["end"] - runs["start"]).dt.total_seconds()
-    return _typed(runs, _INTERVAL_DTYPES).assign(first=first)
 
 
 def status_intervals(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.DataFrame:
@@ -163,22 +137,16 @@ def status_intervals(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.Dat
           inc_1              new     21600.0    False
           inc_1 takedown_success   2613600.0     True
     """
-    as_of = as_utc(as_of)
-    events, counts = _events(deliveries, as_of, categories=True)
-    out = _intervals(events, as_of).drop(columns="first")
-    out.attrs["counts"] = counts
-    return out
+    return incidents_and_intervals(deliveries, as_of=as_of, incidents=False)[1]
+
+
+# --------------------------------------------------------------------------------------------
+# Incidents
 
 
 # --------------------------------------------------------------------------------------------
 # Incidents
 # --------------------------------------------------------------------------------------------
-
-
-def _first_time(events: pd.DataFrame, mask: pd.Series | np.ndarray) -> pd.Series:
-    """Per incident, the earliest event_timestamp among the masked events."""
-    sel = events[np.asarray(mask, dtype=bool)]
-    return sel.groupby("incident_id", sort=True)["event_timestamp"].min()
 
 
 def incidents_table(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.DataFrame:
@@ -262,63 +230,169 @@ def incidents_table(deliveries: pd.DataFrame, *, as_of: pd.Timestamp) -> pd.Data
 
 
 def incidents_and_intervals(
-    deliveries: pd.DataFrame | FirstReceipts, *, as_of: pd.Timestamp
+    deliveries: pd.DataFrame | FirstReceipts, *, as_of: pd.Timestamp, incidents: bool = True
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """:func:`incidents_table` and :func:`status_intervals` from one fold of the events (each
-    alone folds them again). ``deliveries`` may be :class:`FirstReceipts` (taken over)."""
+    """:func:`incidents_table` and :func:`status_intervals` from one reading of the events
+    (each alone reads them again). ``deliveries`` may be :class:`FirstReceipts` (taken over);
+    ``incidents=False``: the status intervals only (the first table is then empty)."""
     as_of = as_utc(as_of)
     events, counts = _events(deliveries, as_of, categories=True)
-    runs = _intervals(events, as_of)
-    intervals = runs.drop(columns="first")
+    tables = {"events": _event_input(events), "settings": as_of_table(as_of)}
+    del events
+    intervals = frame_of(run(intervals_rule, tables), STATUS_INTERVALS)[list(INTERVAL_COLUMNS)]
     intervals.attrs["counts"] = counts
-    if events.empty:
-        out = _empty(_INCIDENT_DTYPES)
-        out.attrs["counts"] = counts
-        return out, intervals
-    result = _fold(events, runs, as_of)
+    rule = incidents_rule if incidents else _no_incidents
+    result = frame_of(run(rule, tables), INCIDENTS)
     result.attrs["counts"] = counts
     return result, intervals
 
 
-def _fold(events: pd.DataFrame, runs: pd.DataFrame, as_of: pd.Timestamp) -> pd.DataFrame:
-    """The incidents table from the events and their status runs (see :func:`incidents_table`)."""
-    by = events.groupby("incident_id", sort=True)
-    folded = by[list(FIELD_COLUMNS)].last()  # last non-missing value of each field
-    times = by["event_timestamp"]
-    out = folded.drop(columns=["data_timestamp", "takedown_timestamp"])
-    out["first_event_at"] = times.min()
-    out["last_event_at"] = times.max()
-    out["events"] = by.size()
+def _no_incidents(events: ir.Table, settings: ir.Table) -> ir.Table:
+    return incidents_rule(events, settings).limit(0)
 
-    created_event = _first_time(events, events["event"] == CREATED).reindex(out.index)
-    data_ts = folded["data_timestamp"]
-    out["created_at"] = data_ts.fillna(created_event).fillna(out["first_event_at"])
-    source = np.where(
-        data_ts.notna(),
-        "data.timestamp",
-        np.where(created_event.notna(), "incident.created", "first_event"),
+
+#: The columns of the events the rules read.
+_EVENT_INPUTS = ("incident_id", "event_id", "event", "event_timestamp", "received_at")
+
+
+def as_of_table(as_of: pd.Timestamp) -> pa.Table:
+    """The rules' ``settings``: one row, ``as_of`` (to the nanosecond, as the events' times)."""
+    at = pa.array([as_of.value], pa.int64()).cast(pa.timestamp("ns", "UTC"))
+    return pa.table({"as_of": at})
+
+
+def _event_input(events: pd.DataFrame) -> pa.Table:
+    """The events (:func:`incident_events`' columns) as the rules' input: texts (categories
+    too) as Arrow strings, times in nanoseconds, UTC."""
+    table = pa.Table.from_pandas(events[[*_EVENT_INPUTS, *FIELD_COLUMNS]], preserve_index=False)
+    for i, field in enumerate(table.schema):
+        if pa.types.is_dictionary(field.type) or pa.types.is_null(field.type):
+            table = table.set_column(i, field.name, table.column(i).cast(pa.large_string()))
+    return table
+
+
+# --------------------------------------------------------------------------------------------
+# The rules (one relational expression each; :mod:`audit.analysis.engine` runs them)
+# --------------------------------------------------------------------------------------------
+
+
+def _event_order(events: ir.Table) -> list[ir.Value]:
+    """An incident's events in order: time, first receipt (none last), event id."""
+    import ibis  # start-up: only an analysis needs it
+
+    received = ibis.asc(events.received_at, nulls_first=False)
+    return [events.event_timestamp, received, events.event_id]
+
+
+def _seconds(end: ir.Value, start: ir.Value) -> ir.Value:
+    """``end - start`` in seconds (float; to the microsecond)."""
+    return end.delta(start, unit="microsecond").cast("float64") / 1e6
+
+
+def intervals_rule(events: ir.Table, settings: ir.Table) -> ir.Table:
+    """The status runs of :func:`status_intervals` as one relational expression, with ``_run``
+    (the run's number in its incident, from 1), sorted by incident and run.
+
+    ``events``: the kept events (``incident_id, event_id, event, event_timestamp, received_at,
+    status``); ``settings``: one row, ``as_of`` (the end of every incident's last run). A run
+    starts where the status differs from the one before in event order (:func:`_event_order`).
+    """
+    import ibis  # start-up: only an analysis needs it
+
+    st = events.filter(events.status.notnull())
+    ordered = ibis.window(group_by=st.incident_id, order_by=_event_order(st))
+    new = (st.status != st.status.lag().over(ordered)).fill_null(True)
+    st = st.mutate(_new=new.cast("int64"))
+    st = st.mutate(_run=st._new.cumsum().over(ordered))
+    runs = st.group_by(["incident_id", "_run"]).aggregate(
+        status=st.status.max(),
+        start=st.event_timestamp.min(),
+        announced=(st.event == STATUS_CHANGED).fill_null(False).any(),
     )
-    out["created_at_source"] = source
-    out["created_at_inferred"] = data_ts.isna()
+    runs = runs.cross_join(settings.select("as_of"))
+    then = runs.start.lead().over(ibis.window(group_by=runs.incident_id, order_by=runs._run))
+    runs = runs.mutate(current=then.isnull(), end=then.fill_null(runs.as_of))
+    return runs.select(
+        "incident_id",
+        "status",
+        "start",
+        "end",
+        duration_s=_seconds(runs.end, runs.start),
+        announced=runs.announced,
+        current=runs.current,
+        _run=runs._run,
+    ).order_by(["incident_id", "_run"])
 
-    status = events["status"]
-    success_at = _first_time(events, status == "takedown_success").reindex(out.index)
-    out["takedown_at"] = folded["takedown_timestamp"].fillna(success_at)
-    out["closed_at"] = _first_time(events, status == "closed").reindex(out.index)
-    taken = out["takedown_at"].notna() & (out["takedown_at"] <= as_of)
-    out["taken_down"] = taken
-    ttd = (out["takedown_at"] - out["created_at"]).dt.total_seconds()
-    out["time_to_takedown_s"] = ttd.where(taken)
 
-    waiting = runs[runs["status"].isin(CLIENT_WAIT_STATUSES).to_numpy(dtype=bool)]
-    wait_s = waiting.groupby("incident_id")["duration_s"].sum()
-    has_status = folded["status"].notna()  # some event carries a status
-    out["awaiting_client_s"] = wait_s.reindex(out.index).fillna(0.0).where(has_status)
-    missed = runs[(~runs["announced"] & ~runs["first"]).to_numpy()]
-    out["suspected_missed_events"] = (
-        missed.groupby("incident_id").size().reindex(out.index).fillna(0).astype("int64")
+def fold_rule(events: ir.Table, settings: ir.Table) -> ir.Table:
+    """The fold of :func:`incidents_table` without the status runs: one row per incident,
+    sorted by ``incident_id``, with each field of ``events`` among :data:`FIELD_COLUMNS` (its
+    last non-missing value in event order), ``first_event_at, last_event_at, events``,
+    ``created_at`` (and its source), ``takedown_at``, ``closed_at``, ``taken_down`` and
+    ``time_to_takedown_s``.
+
+    ``events``: the kept events (``incident_id, event_id, event, event_timestamp,
+    received_at, status, data_timestamp, takedown_timestamp`` and any of the other fields;
+    times as timestamps, a time that does not parse missing); ``settings``: one row,
+    ``as_of``.
+    """
+    import ibis  # start-up: only an analysis needs it
+
+    e = events
+    e = e.mutate(_seq=ibis.row_number().over(group_by=e.incident_id, order_by=_event_order(e)))
+    fields = [c for c in FIELD_COLUMNS if c in e.columns]
+    status = e.status
+    f = e.group_by("incident_id").aggregate(
+        **{c: e[c].argmax(e._seq, where=e[c].notnull()) for c in fields},
+        first_event_at=e.event_timestamp.min(),
+        last_event_at=e.event_timestamp.max(),
+        events=e.count(),
+        _created=e.event_timestamp.min(where=e.event == CREATED),
+        _success=e.event_timestamp.min(where=status == "takedown_success"),
+        closed_at=e.event_timestamp.min(where=status == "closed"),
     )
-    joined = missed.groupby("incident_id")["status"].agg(",".join) if len(missed) else None
-    out["missed_statuses"] = "" if joined is None else joined.reindex(out.index).fillna("")
+    f = f.cross_join(settings.select("as_of"))
+    stamped = f.data_timestamp
+    f = f.mutate(
+        created_at=ibis.coalesce(stamped, f._created, f.first_event_at),
+        created_at_source=ibis.cases(
+            (stamped.notnull(), "data.timestamp"),
+            (f._created.notnull(), "incident.created"),
+            else_="first_event",
+        ),
+        created_at_inferred=stamped.isnull(),
+        takedown_at=ibis.coalesce(f.takedown_timestamp, f._success),
+    )
+    taken = (f.takedown_at.notnull() & (f.takedown_at <= f.as_of)).fill_null(False)
+    f = f.mutate(
+        taken_down=taken,
+        time_to_takedown_s=ibis.ifelse(taken, _seconds(f.takedown_at, f.created_at), None),
+    )
+    return f.drop("as_of", "_created", "_success").order_by("incident_id")
 
-    return _typed(out.reset_index(), _INCIDENT_DTYPES)
+
+def incidents_rule(events: ir.Table, settings: ir.Table) -> ir.Table:
+    """The rows of :func:`incidents_table` (columns :data:`INCIDENT_TABLE_COLUMNS`, sorted by
+    ``incident_id``): :func:`fold_rule` with what the status runs
+    (:func:`intervals_rule`) say of each incident. Inputs as :func:`fold_rule`'s, with every
+    field."""
+    import ibis  # start-up: only an analysis needs it
+
+    runs = intervals_rule(events, settings)
+    waiting = runs.status.isin(CLIENT_WAIT_STATUSES)
+    missed = ~runs.announced & (runs._run > 1)
+    said = ibis.struct({"run": runs._run, "status": runs.status})
+    per = runs.group_by("incident_id").aggregate(
+        _wait=runs.duration_s.sum(where=waiting),
+        _missed=missed.cast("int64").sum(),
+        _statuses=said.collect(where=missed).sort().map(lambda s: s.status).join(","),
+    )
+    f = fold_rule(events, settings)
+    f = f.left_join(per, "incident_id").drop("incident_id_right")
+    has_status = f.status.notnull()
+    f = f.mutate(
+        awaiting_client_s=ibis.ifelse(has_status, f._wait.fill_null(0.0), None),
+        suspected_missed_events=f._missed.fill_null(0),
+        missed_statuses=f._statuses.fill_null(""),
+    )
+    return f.select(*INCIDENT_TABLE_COLUMNS).order_by("incident_id")
