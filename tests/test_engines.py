@@ -153,5 +153,10 @@ def test_parquet_files_are_read_where_they_lie(demo_deliveries, spark, tmp_path)
     table = inputs(demo_deliveries)["deliveries"]
     path = Path(tmp_path, "d.parquet")
     pq.write_table(table, path, coerce_timestamps="us")  # as the store writes them
-    got = spark_engine.run(rule, {"deliveries": [path]}, spark=spark, **constants)
+    files = {"deliveries": engine.Parquet((path,))}
+    got = spark_engine.run(rule, files, spark=spark, **constants)
     _same(engine.run(rule, {"deliveries": table}, **constants), got, ["_row"])
+    _same(engine.run(rule, files, **constants), got, ["_row"])  # DuckDB reads them where they lie
+    out = tmp_path / "out.parquet"
+    assert engine.write(rule, files, out, **constants) == table.num_rows
+    _same(pq.read_table(out), got, ["_row"])

@@ -16,11 +16,14 @@ frames (a notebook's, a test's) costs its run.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
-from collections.abc import Callable, Hashable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pandas as pd
 import pyarrow as pa
@@ -34,7 +37,18 @@ if TYPE_CHECKING:
 
     from audit.schema import Table
 
-__all__ = ["ENGINES", "Rule", "arrow_input", "frame_of", "run", "settings", "sql_of"]
+__all__ = [
+    "ENGINES",
+    "Parquet",
+    "Rule",
+    "Source",
+    "arrow_input",
+    "frame_of",
+    "run",
+    "settings",
+    "sql_of",
+    "write",
+]
 
 #: The engines a rule runs on.
 ENGINES: tuple[str, ...] = ("duckdb", "spark")
@@ -94,29 +108,91 @@ def sql_of(
     return _compiled(rule, tuple(schemas.items()), tuple(sorted(constants.items())), dialect)
 
 
+@dataclass(frozen=True)
+class Parquet:
+    """An input read where it lies: Parquet files of one schema (a store's parts). ``schema``
+    is read from the first file unless given (it must be, for no file)."""
+
+    paths: tuple[Path, ...]
+    schema: pa.Schema | None = None
+
+    def arrow_schema(self) -> pa.Schema:
+        """The files' schema."""
+        if self.schema is not None:
+            return self.schema
+        if not self.paths:
+            raise ParameterError("a Parquet input of no file needs its schema")
+        import pyarrow.parquet as pq  # start-up: only an analysis needs it
+
+        return pq.read_schema(self.paths[0])
+
+
+#: What a rule reads: an Arrow table, or Parquet files read where they lie.
+Source: TypeAlias = "pa.Table | Parquet"
+
+
 def run(
-    rule: Rule, tables: Mapping[str, pa.Table], *, on: str = "duckdb", **constants: Any
+    rule: Rule, tables: Mapping[str, Source], *, on: str = "duckdb", **constants: Any
 ) -> pa.Table:
-    """``rule`` run on the Arrow ``tables`` (by the names the rule takes them by), with
-    ``constants``, by the engine ``on`` (:data:`ENGINES`): its result as an Arrow table."""
+    """``rule`` run on ``tables`` (by the names the rule takes them by), with ``constants``,
+    by the engine ``on`` (:data:`ENGINES`): its result as an Arrow table."""
     if on == "spark":
         from audit.analysis import spark
 
         return spark.run(rule, tables, **constants)
     if on != "duckdb":
         raise ParameterError(f"engine must be one of {', '.join(ENGINES)}, got {on!r}")
-    sql = sql_of(rule, {n: t.schema for n, t in tables.items()}, **constants)
-    con = _connection()
-    try:
-        for name, table in tables.items():
-            con.register(name, table)
+    with _inputs(rule, tables, constants) as (con, sql):
         result = con.sql(sql)
         fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
         out: pa.Table = fetch()
         return out
+
+
+def write(
+    rule: Rule, tables: Mapping[str, Source], path: str | os.PathLike[str], **constants: Any
+) -> int:
+    """``rule``'s result written by DuckDB straight to the Parquet file ``path`` (zstd, times in
+    microseconds), without passing through Python; the number of rows written."""
+    with _inputs(rule, tables, constants) as (con, sql):
+        target = str(path).replace("'", "''")
+        got = con.execute(f"COPY ({sql}) TO '{target}' (FORMAT parquet, COMPRESSION zstd)")
+        row = got.fetchone()
+        return int(row[0]) if row else 0
+
+
+@contextlib.contextmanager
+def _inputs(
+    rule: Rule, tables: Mapping[str, Source], constants: Mapping[str, Any]
+) -> Iterator[tuple[duckdb.DuckDBPyConnection, str]]:
+    """This thread's connection with ``tables`` registered under their names, and the rule's
+    SQL; the names are released after."""
+    schemas = {
+        n: t.schema if isinstance(t, pa.Table) else t.arrow_schema() for n, t in tables.items()
+    }
+    sql = sql_of(rule, schemas, **constants)
+    con = _connection()
+    views = []
+    try:
+        for name, table in tables.items():
+            if isinstance(table, pa.Table):
+                con.register(name, table)
+            elif not table.paths:
+                con.register(name, schemas[name].empty_table())
+            else:
+                files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in table.paths)
+                con.execute(
+                    f'CREATE OR REPLACE TEMP VIEW "{name}" AS SELECT * FROM '
+                    f"read_parquet([{files}], hive_partitioning = false)"
+                )
+                views.append(name)
+        yield con, sql
     finally:
         for name in tables:
-            con.unregister(name)
+            if name in views:
+                con.execute(f'DROP VIEW IF EXISTS "{name}"')
+            else:
+                con.unregister(name)
 
 
 _LOCAL = threading.local()
@@ -133,3 +209,34 @@ def _connection() -> duckdb.DuckDBPyConnection:
         con.execute("SET TimeZone = 'UTC'")
         _LOCAL.con, _LOCAL.pid = con, os.getpid()
     return con
+
+
+def run_parquet(
+    rule: Rule,
+    parquet: Mapping[str, tuple[os.PathLike[str], ...]],
+    tables: Mapping[str, pa.Table] | None = None,
+    **constants: Any,
+) -> pa.Table:
+    """``rule`` run by DuckDB where the data lies: each input of ``parquet`` is the Parquet
+    files given for it (read as they are: no Hive columns; only the columns and row groups the
+    rule needs), the others are the Arrow ``tables``; with ``constants``. The caller checks
+    the files first (a store's parts: :meth:`audit.ingest.store.Store.parts`); a file that
+    cannot be read is one :class:`audit.errors.InputError`."""
+    from pathlib import Path
+
+    from audit.ingest.scan import arrow_of, parts_read, sql_list  # start-up: a store read only
+
+    tables = dict(tables or {})
+    every = [Path(p) for paths in parquet.values() for p in paths]
+    with parts_read(every) as con:
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET enable_progress_bar = false")
+        schemas = {}
+        for name, paths in parquet.items():
+            src = f"read_parquet({sql_list(paths)}, hive_partitioning = false)"
+            con.execute(f'CREATE TEMP VIEW "{name}" AS SELECT * FROM {src}')
+            schemas[name] = arrow_of(con.sql(f'SELECT * FROM "{name}" LIMIT 0')).schema
+        for name, table in tables.items():
+            con.register(name, table)
+            schemas[name] = table.schema
+        return arrow_of(con.sql(sql_of(rule, schemas, **constants)))

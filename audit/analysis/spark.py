@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ from audit.errors import InputError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from audit.analysis.engine import Rule
+    from audit.analysis.engine import Rule, Source
 
 __all__ = ["INSTALL", "available", "run", "session"]
 
@@ -72,13 +72,14 @@ def session(master: str | None = None) -> SparkSession:
 
 def run(
     rule: Rule,
-    tables: Mapping[str, pa.Table | Sequence[str | os.PathLike[str]]],
+    tables: Mapping[str, Source],
     *,
     spark: SparkSession | None = None,
     **constants: Any,
 ) -> pa.Table:
-    """``rule`` run by Spark on ``tables`` (Arrow tables, or Parquet files read where they
-    lie), with ``constants``: its result as an Arrow table."""
+    """``rule`` run by Spark on ``tables`` (Arrow tables, or
+    :class:`~audit.analysis.engine.Parquet` files read where they lie), with ``constants``: its
+    result as an Arrow table."""
     import ibis  # start-up: only an analysis needs it
 
     spark = spark or session()
@@ -87,8 +88,10 @@ def run(
     for name, table in tables.items():
         if isinstance(table, pa.Table):
             frame = spark.createDataFrame(table)
+        elif table.paths:
+            frame = spark.read.parquet(*(str(p) for p in table.paths))
         else:
-            frame = spark.read.parquet(*(str(p) for p in table))
+            frame = spark.createDataFrame(table.arrow_schema().empty_table())
         view = f"audit_{name}_{id(table):x}"
         frame.createOrReplaceTempView(view)
         inputs[name] = con.table(view)
