@@ -10,13 +10,13 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Final
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Final
 
-import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from audit.analysis.deliveries import is_test
+from audit.analysis.engine import arrow_input, run
 from audit.analysis.event_fields import FIELD_COLUMNS, FIELDS, field_frame, parse_data, parse_times
 from audit.analysis.rows import take_rows, take_rows_emptying
 from audit.errors import ParameterError, SchemaError
@@ -27,8 +27,12 @@ from audit.ingest.receipts import (
     RECEIPT_COUNT_KEYS,
     FirstReceipts,
 )
+from audit.spec import TEST_EVENT, TEST_INCIDENT_PREFIX
 from audit.tables import DATA_FIELDS
 from audit.timeutil import as_utc
+
+if TYPE_CHECKING:
+    import ibis.expr.types as ir
 
 __all__ = [
     "COUNT_KEYS",
@@ -255,90 +259,37 @@ def _events(
     return out, counts
 
 
-def _by_event_id_within_ties(
-    order: np.ndarray, keys: Sequence[np.ndarray], event_ids: pd.Series
-) -> np.ndarray:
-    """``order`` (a lexsort of ``keys``) with each run of rows equal on every key put in the
-    string order of their event ids (unique here): the order a lexsort with the ids' sorted
-    codes as the last key gives, with only the tied ids sorted."""
-    tied_next = np.ones(max(len(order) - 1, 0), dtype=bool)
-    for key in keys:
-        k = key[order]
-        tied_next &= k[1:] == k[:-1]
-    if not tied_next.any():
-        return order
-    starts = np.r_[True, ~tied_next]  # a row that starts a run of equal keys
-    members = np.flatnonzero(~starts | np.r_[tied_next, False])  # rows of runs of 2 or more
-    run = np.cumsum(starts)[members]
-    ids = event_ids.iloc[order[members]]
-    rank = pd.factorize(ids, sort=True)[0]
-    order = order.copy()
-    order[members] = order[members][np.lexsort((rank, run))]
-    return order
-
-
 def _events_of(
     d: pd.DataFrame, as_of: pd.Timestamp, *, owned: bool = False, categories: bool = False
 ) -> tuple[pd.DataFrame, dict[str, int]]:
     """The events of checked deliveries; ``owned``: ``d`` is ours, emptied as it is copied."""
     counts = dict.fromkeys(COUNT_KEYS, 0)
-    valid = (d["verdict"] == "valid").fillna(False).to_numpy(dtype=bool)
-    counts["valid"] = int(valid.sum())
-    idx = np.flatnonzero(valid & d["event_id"].notna().to_numpy())
-    counts["no_event_id"] = counts["valid"] - len(idx)
-
-    # The first valid receipt of each event id (ties: input order).
-    received = d["received_at"].array.asi8[idx]
-    received = np.where(received == np.iinfo(np.int64).min, np.iinfo(np.int64).max, received)
-    idx = idx[np.argsort(received, kind="stable")]
-    # Event ids as codes (hashed, not sorted: a sort of every id took 3 s at 2.5M events; the
-    # order below needs the ids' string order only among rows tied on every other key).
-    codes = pd.factorize(d["event_id"], sort=False)[0][idx]
-    first_at, first = np.unique(codes, return_index=True)  # each event id's first receipt
-    dup = np.ones(len(idx), dtype=bool)
-    dup[first] = False
-    counts["duplicates"] = int(dup.sum())
+    counts["valid"] = int((d["verdict"] == "valid").fillna(False).sum())
+    inputs = {"deliveries": strings(arrow_input(d, list(_NEEDED))), "settings": as_of_table(as_of)}
+    got = run(receipts_rule, inputs)
+    rows = got.column("_row").to_numpy()
+    bucket = got.column("bucket").to_pandas()
+    counts["no_event_id"] = counts["valid"] - len(rows)
+    for key, n in bucket.value_counts().items():
+        counts[str(key)] = int(n)
+    dup = (bucket == "duplicates").to_numpy()
     if dup.any():  # same event id, different bytes: counted (the first receipt is used)
         bodies = d[_body_key(d)]
-        copies = bodies.iloc[idx[dup]].to_numpy(dtype=object)
-        firsts = bodies.iloc[idx[first[np.searchsorted(first_at, codes[dup])]]]
-        differ = copies != firsts.to_numpy(dtype=object)
-        counts["conflicting_bodies"] = len(np.unique(codes[dup][differ]))
-    extracted = "body" not in d.columns
-    pos = idx[~dup]
-    ev = d[["event", "incident_id", "event_timestamp"]].iloc[pos]
-
-    test = is_test(ev["event"], ev["incident_id"])
-    no_inc = ev["incident_id"].isna().to_numpy() & ~test
-    no_time = ev["event_timestamp"].isna().to_numpy() & ~test & ~no_inc
-    late = (ev["event_timestamp"] > as_of).fillna(False).to_numpy(dtype=bool) & ~test & ~no_inc
-    counts["test_events"] = int(test.sum())
-    counts["no_incident_id"] = int(no_inc.sum())
-    counts["no_event_time"] = int(no_time.sum())
-    counts["after_as_of"] = int(late.sum())
-    pos = pos[~(test | no_inc | no_time | late)]
-    counts["events"] = len(pos)
+        copies = bodies.iloc[rows[dup]].to_numpy(dtype=object)
+        firsts = bodies.iloc[got.column("_first_row").to_numpy()[dup]].to_numpy(dtype=object)
+        differ = copies != firsts
+        ids = d["event_id"].iloc[rows[dup][differ]]
+        counts["conflicting_bodies"] = int(ids.nunique())
+    pos = rows[(bucket == "events").to_numpy()]  # in event order (the rule sorts them first)
     if not len(pos):
         return _empty(_EVENT_DTYPES), counts
 
-    # Sorted on the key columns alone, then every column taken once (filtering and sorting the
-    # wide frame copied each extracted field twice: about 0.4 GB per copy at 1M deliveries).
-    # Text keys as integer codes numbered in the strings' sorted order (factorize, then one
-    # integer sort), instead of a sort that compares strings.
-    received = d["received_at"].iloc[pos]
-    stamped = d["event_timestamp"].iloc[pos]
-    keys = (  # the last key first; NaT after every time, as sort_values puts it
-        received.array.asi8,
-        received.isna().to_numpy(),
-        stamped.array.asi8,
-        stamped.isna().to_numpy(),
-        pd.factorize(d["incident_id"], sort=True)[0][pos],
-    )
-    order = _by_event_id_within_ties(np.lexsort(keys), keys, d["event_id"].iloc[pos])
-    del received, stamped, keys
+    # Every column taken once, in order (filtering and sorting the wide frame copied each
+    # extracted field twice: about 0.4 GB per copy at 1M deliveries).
+    extracted = "body" not in d.columns
     read = [c for c in _EXTRACTED if c in d.columns] if extracted else ["body"]
     wide = [*EVENT_COLUMNS[:6], *read]
-    ev = take_rows_emptying(d, wide, pos[order]) if owned else take_rows(d[wide], pos[order])
+    ev = take_rows_emptying(d, wide, pos) if owned else take_rows(d[wide], pos)
     if extracted:  # fields extracted once at ingest (the evidence store)
         fields = pd.DataFrame({key: ev[col] for key, col in DATA_FIELDS})
         invalid = int(ev["data_invalid"].sum())
@@ -355,3 +306,78 @@ def _events_of(
     counts["invalid_values"] = invalid
     counts["unparsable_times"] = unparsable
     return _typed(pd.DataFrame(cols), _EVENT_DTYPES, categories=categories), counts
+
+
+# --------------------------------------------------------------------------------------------
+# The rules (relational expressions; :mod:`audit.analysis.engine` runs them)
+# --------------------------------------------------------------------------------------------
+
+
+def as_of_table(as_of: pd.Timestamp) -> pa.Table:
+    """The rules' ``settings``: one row, ``as_of`` (to the nanosecond, as the events' times)."""
+    at = pa.array([as_of.value], pa.int64()).cast(pa.timestamp("ns", "UTC"))
+    return pa.table({"as_of": at})
+
+
+def strings(table: pa.Table) -> pa.Table:
+    """``table`` with its categories (dictionaries) and untyped columns as Arrow strings: the
+    rules read texts."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_dictionary(field.type) or pa.types.is_null(field.type):
+            table = table.set_column(i, field.name, table.column(i).cast(pa.large_string()))
+    return table
+
+
+def copy_number(deliveries: ir.Table, ties: tuple[str, ...] = ("_row",)) -> ir.Value:
+    """Each valid receipt's rank among the valid receipts of its event id (0: the first), by
+    receipt time (none last), then the ``ties`` columns (``_row``: the frame's order)."""
+    import ibis  # start-up: only an analysis needs it
+
+    d = deliveries
+    received = ibis.asc(d.received_at, nulls_first=False)
+    return ibis.row_number().over(group_by=d.event_id, order_by=[received, *(d[c] for c in ties)])
+
+
+def left_out(events: ir.Table, as_of: ir.Value) -> ir.Value:
+    """Why an event (a first receipt) is left out of the fold, as its :data:`COUNT_KEYS` key
+    (``test_events``, ``no_incident_id``, ``no_event_time``, ``after_as_of``), or ``events``
+    when it is kept."""
+    import ibis  # start-up: only an analysis needs it
+
+    e = events
+    test = (e.event == TEST_EVENT).fill_null(False) | e.incident_id.startswith(
+        TEST_INCIDENT_PREFIX
+    ).fill_null(False)
+    return ibis.cases(
+        (test, "test_events"),
+        (e.incident_id.isnull(), "no_incident_id"),
+        (e.event_timestamp.isnull(), "no_event_time"),
+        (e.event_timestamp > as_of, "after_as_of"),
+        else_="events",
+    )
+
+
+def event_order(events: ir.Table) -> list[ir.Value]:
+    """The events' order: incident, time, first receipt (none last), event id."""
+    import ibis  # start-up: only an analysis needs it
+
+    received = ibis.asc(events.received_at, nulls_first=False)
+    return [events.incident_id, events.event_timestamp, received, events.event_id]
+
+
+def receipts_rule(deliveries: ir.Table, settings: ir.Table) -> ir.Table:
+    """Each valid delivery with an event id (``deliveries``: :data:`FOLD_KEYS` and ``_row``)
+    by its ``_row``, with ``bucket``: ``duplicates`` for a further copy of an event id
+    (``_first_row``: its first receipt's ``_row``), else :func:`left_out`'s; the kept events
+    first, in :func:`event_order`. ``settings``: one row, ``as_of``."""
+    import ibis  # start-up: only an analysis needs it
+
+    d = deliveries.filter((deliveries.verdict == "valid") & deliveries.event_id.notnull())
+    d = d.mutate(_copy=copy_number(d))
+    first = d._row.min(where=d._copy == 0).over(group_by=d.event_id)
+    as_of = settings.as_of.max().as_scalar()
+    bucket = ibis.ifelse(d._copy == 0, left_out(d, as_of), "duplicates")
+    d = d.mutate(_first_row=first, bucket=bucket)
+    keys = ["incident_id", "event_timestamp", "received_at", "event_id"]
+    d = d.select("_row", "_first_row", "bucket", *keys)
+    return d.order_by([ibis.desc(d.bucket == "events"), *event_order(d)])

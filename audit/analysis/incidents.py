@@ -55,7 +55,10 @@ from audit.analysis.incident_events import (
     STATUS_CHANGED,
     FirstReceipts,
     _events,
+    as_of_table,
+    event_order,
     incident_events,
+    strings,
 )
 from audit.spec import CLIENT_WAIT_STATUSES
 from audit.tables import INCIDENTS, STATUS_INTERVALS
@@ -255,33 +258,16 @@ def _no_incidents(events: ir.Table, settings: ir.Table) -> ir.Table:
 _EVENT_INPUTS = ("incident_id", "event_id", "event", "event_timestamp", "received_at")
 
 
-def as_of_table(as_of: pd.Timestamp) -> pa.Table:
-    """The rules' ``settings``: one row, ``as_of`` (to the nanosecond, as the events' times)."""
-    at = pa.array([as_of.value], pa.int64()).cast(pa.timestamp("ns", "UTC"))
-    return pa.table({"as_of": at})
-
-
 def _event_input(events: pd.DataFrame) -> pa.Table:
     """The events (:func:`incident_events`' columns) as the rules' input: texts (categories
     too) as Arrow strings, times in nanoseconds, UTC."""
-    table = pa.Table.from_pandas(events[[*_EVENT_INPUTS, *FIELD_COLUMNS]], preserve_index=False)
-    for i, field in enumerate(table.schema):
-        if pa.types.is_dictionary(field.type) or pa.types.is_null(field.type):
-            table = table.set_column(i, field.name, table.column(i).cast(pa.large_string()))
-    return table
+    columns = [*_EVENT_INPUTS, *FIELD_COLUMNS]
+    return strings(pa.Table.from_pandas(events[columns], preserve_index=False))
 
 
 # --------------------------------------------------------------------------------------------
 # The rules (one relational expression each; :mod:`audit.analysis.engine` runs them)
 # --------------------------------------------------------------------------------------------
-
-
-def _event_order(events: ir.Table) -> list[ir.Value]:
-    """An incident's events in order: time, first receipt (none last), event id."""
-    import ibis  # start-up: only an analysis needs it
-
-    received = ibis.asc(events.received_at, nulls_first=False)
-    return [events.event_timestamp, received, events.event_id]
 
 
 def _seconds(end: ir.Value, start: ir.Value) -> ir.Value:
@@ -300,7 +286,7 @@ def intervals_rule(events: ir.Table, settings: ir.Table) -> ir.Table:
     import ibis  # start-up: only an analysis needs it
 
     st = events.filter(events.status.notnull())
-    ordered = ibis.window(group_by=st.incident_id, order_by=_event_order(st))
+    ordered = ibis.window(group_by=st.incident_id, order_by=event_order(st))
     new = (st.status != st.status.lag().over(ordered)).fill_null(True)
     st = st.mutate(_new=new.cast("int64"))
     st = st.mutate(_run=st._new.cumsum().over(ordered))
@@ -339,7 +325,7 @@ def fold_rule(events: ir.Table, settings: ir.Table) -> ir.Table:
     import ibis  # start-up: only an analysis needs it
 
     e = events
-    e = e.mutate(_seq=ibis.row_number().over(group_by=e.incident_id, order_by=_event_order(e)))
+    e = e.mutate(_seq=ibis.row_number().over(group_by=e.incident_id, order_by=event_order(e)))
     fields = [c for c in FIELD_COLUMNS if c in e.columns]
     status = e.status
     f = e.group_by("incident_id").aggregate(
