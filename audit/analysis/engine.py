@@ -111,20 +111,23 @@ def sql_of(
 @dataclass(frozen=True)
 class Parquet:
     """An input read where it lies: Parquet files of one schema (a store's parts). ``schema``
-    is read from the first file unless given (it must be, for no file)."""
+    is read from the first file unless given (it must be, for no file). With ``filename``, each
+    row also has ``filename``, the base name of the file it was read from (on every engine)."""
 
     paths: tuple[Path, ...]
     schema: pa.Schema | None = None
+    filename: bool = False
 
     def arrow_schema(self) -> pa.Schema:
-        """The files' schema."""
-        if self.schema is not None:
-            return self.schema
-        if not self.paths:
-            raise ParameterError("a Parquet input of no file needs its schema")
-        import pyarrow.parquet as pq  # start-up: only an analysis needs it
+        """The input's schema (``filename`` last, when asked for)."""
+        schema = self.schema
+        if schema is None:
+            if not self.paths:
+                raise ParameterError("a Parquet input of no file needs its schema")
+            import pyarrow.parquet as pq  # start-up: only an analysis needs it
 
-        return pq.read_schema(self.paths[0])
+            schema = pq.read_schema(self.paths[0])
+        return schema.append(pa.field("filename", pa.string())) if self.filename else schema
 
 
 #: What a rule reads: an Arrow table, or Parquet files read where they lie.
@@ -181,9 +184,11 @@ def _inputs(
                 con.register(name, schemas[name].empty_table())
             else:
                 files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in table.paths)
+                columns = ", ".join(f'"{f.name}"' for f in schemas[name] if f.name != "filename")
+                named = ", parse_filename(filename) AS filename" if table.filename else ""
                 con.execute(
-                    f'CREATE OR REPLACE TEMP VIEW "{name}" AS SELECT * FROM '
-                    f"read_parquet([{files}], hive_partitioning = false)"
+                    f'CREATE OR REPLACE TEMP VIEW "{name}" AS SELECT {columns}{named} FROM '
+                    f"read_parquet([{files}], hive_partitioning = false, filename = true)"
                 )
                 views.append(name)
         yield con, sql
@@ -209,34 +214,3 @@ def _connection() -> duckdb.DuckDBPyConnection:
         con.execute("SET TimeZone = 'UTC'")
         _LOCAL.con, _LOCAL.pid = con, os.getpid()
     return con
-
-
-def run_parquet(
-    rule: Rule,
-    parquet: Mapping[str, tuple[os.PathLike[str], ...]],
-    tables: Mapping[str, pa.Table] | None = None,
-    **constants: Any,
-) -> pa.Table:
-    """``rule`` run by DuckDB where the data lies: each input of ``parquet`` is the Parquet
-    files given for it (read as they are: no Hive columns; only the columns and row groups the
-    rule needs), the others are the Arrow ``tables``; with ``constants``. The caller checks
-    the files first (a store's parts: :meth:`audit.ingest.store.Store.parts`); a file that
-    cannot be read is one :class:`audit.errors.InputError`."""
-    from pathlib import Path
-
-    from audit.ingest.scan import arrow_of, parts_read, sql_list  # start-up: a store read only
-
-    tables = dict(tables or {})
-    every = [Path(p) for paths in parquet.values() for p in paths]
-    with parts_read(every) as con:
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute("SET enable_progress_bar = false")
-        schemas = {}
-        for name, paths in parquet.items():
-            src = f"read_parquet({sql_list(paths)}, hive_partitioning = false)"
-            con.execute(f'CREATE TEMP VIEW "{name}" AS SELECT * FROM {src}')
-            schemas[name] = arrow_of(con.sql(f'SELECT * FROM "{name}" LIMIT 0')).schema
-        for name, table in tables.items():
-            con.register(name, table)
-            schemas[name] = table.schema
-        return arrow_of(con.sql(sql_of(rule, schemas, **constants)))

@@ -90,6 +90,10 @@ def run(
             frame = spark.createDataFrame(table)
         elif table.paths:
             frame = spark.read.parquet(*(str(p) for p in table.paths))
+            columns = [f.name for f in table.arrow_schema() if f.name != "filename"]
+            if table.filename:
+                columns.append("_metadata.file_name AS filename")
+            frame = frame.selectExpr(*columns)
         else:
             frame = spark.createDataFrame(table.arrow_schema().empty_table())
         view = f"audit_{name}_{id(table):x}"
