@@ -43,13 +43,15 @@ __all__ = [
     "Rule",
     "Source",
     "arrow_input",
+    "batches",
     "frame_of",
     "run",
     "settings",
     "sql_of",
-    "write",
 ]
 
+#: Rows per batch of :func:`batches` (DuckDB's default for Arrow readers).
+BATCH_ROWS = 1_000_000
 #: The engines a rule runs on.
 ENGINES: tuple[str, ...] = ("duckdb", "spark")
 #: A rule: input tables by name (keywords) and constants (keywords) to a table.
@@ -152,16 +154,34 @@ def run(
         return out
 
 
-def write(
-    rule: Rule, tables: Mapping[str, Source], path: str | os.PathLike[str], **constants: Any
-) -> int:
-    """``rule``'s result written by DuckDB straight to the Parquet file ``path`` (zstd, times in
-    microseconds), without passing through Python; the number of rows written."""
+@contextlib.contextmanager
+def batches(
+    rule: Rule,
+    tables: Mapping[str, Source],
+    *,
+    on: str = "duckdb",
+    rows: int = BATCH_ROWS,
+    **constants: Any,
+) -> Iterator[Iterator[pa.RecordBatch]]:
+    """``rule``'s result as Arrow record batches of at most ``rows`` rows, as the engine ``on``
+    makes them: a table larger than memory is written batch by batch (the engine spills to disk
+    what it must hold). The batches are read inside the ``with`` block."""
+    if on == "spark":
+        from audit.analysis import spark
+
+        with spark.batches(rule, tables, rows=rows, **constants) as got:
+            yield got
+        return
+    if on != "duckdb":
+        raise ParameterError(f"engine must be one of {', '.join(ENGINES)}, got {on!r}")
     with _inputs(rule, tables, constants) as (con, sql):
-        target = str(path).replace("'", "''")
-        got = con.execute(f"COPY ({sql}) TO '{target}' (FORMAT parquet, COMPRESSION zstd)")
-        row = got.fetchone()
-        return int(row[0]) if row else 0
+        result = con.sql(sql)
+        reader_of = getattr(result, "to_arrow_reader", None) or result.fetch_record_batch
+        reader = reader_of(rows)
+        try:
+            yield iter(reader)
+        finally:
+            reader.close()
 
 
 @contextlib.contextmanager

@@ -10,9 +10,10 @@ is one line that says what to install.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
     from audit.analysis.engine import Rule, Source
 
-__all__ = ["INSTALL", "available", "run", "session"]
+__all__ = ["INSTALL", "available", "batches", "run", "session"]
 
 #: What to install for the Spark engine.
 INSTALL = "pip install 'audit[spark]' and a Java runtime (17 or later)"
@@ -80,6 +81,30 @@ def run(
     """``rule`` run by Spark on ``tables`` (Arrow tables, or
     :class:`~audit.analysis.engine.Parquet` files read where they lie), with ``constants``: its
     result as an Arrow table."""
+    with _inputs(tables, spark) as (con, inputs):
+        out: pa.Table = con.to_pyarrow(rule(**inputs, **constants))
+        return out
+
+
+@contextlib.contextmanager
+def batches(
+    rule: Rule,
+    tables: Mapping[str, Source],
+    *,
+    rows: int,
+    spark: SparkSession | None = None,
+    **constants: Any,
+) -> Iterator[Iterator[pa.RecordBatch]]:
+    """``rule``'s result as Arrow record batches of at most ``rows`` rows."""
+    with _inputs(tables, spark) as (con, inputs):
+        yield iter(con.to_pyarrow_batches(rule(**inputs, **constants), chunk_size=rows))
+
+
+@contextlib.contextmanager
+def _inputs(
+    tables: Mapping[str, Source], spark: SparkSession | None
+) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """An Ibis connection to Spark with ``tables`` as temporary views (dropped after)."""
     import ibis  # start-up: only an analysis needs it
 
     spark = spark or session()
@@ -100,8 +125,7 @@ def run(
         frame.createOrReplaceTempView(view)
         inputs[name] = con.table(view)
     try:
-        out: pa.Table = con.to_pyarrow(rule(**inputs, **constants))
-        return out
+        yield con, inputs
     finally:
         for view in inputs.values():
             spark.catalog.dropTempView(view.get_name())
