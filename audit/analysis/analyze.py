@@ -18,7 +18,7 @@ from typing import TypedDict
 
 import pandas as pd
 
-from audit.analysis.deliveries import ATTEMPT_COLUMNS, event_runs, events_table, infer_attempts
+from audit.analysis.deliveries import ATTEMPT_COLUMNS, events_table, infer_attempts
 from audit.analysis.incidents import incidents_and_intervals
 from audit.analysis.subscriptions import load_snapshots
 from audit.analysis.survival import KMQuantile
@@ -353,10 +353,9 @@ def attempts_and_events(
     """
     frame = deliveries.pop() if isinstance(deliveries, list) else deliveries
     frame = _without(frame, (c for c in EXTRACTED if c != "fingerprint"))
-    runs = event_runs(frame)  # the groups both read: 1M event ids sorted once
-    attempts = infer_attempts(frame, as_of=as_of, runs=runs)
+    attempts = infer_attempts(frame, as_of=as_of)
     del frame
-    events = events_table(attempts, as_of=as_of, runs=runs)
+    events = events_table(attempts, as_of=as_of)
     return _without(attempts, ("fingerprint",)), events
 
 

@@ -11,6 +11,7 @@ All functions are pure: frames in, frames out, time enters as ``as_of``.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,11 +19,9 @@ import orjson
 import pandas as pd
 import pyarrow as pa
 
-from audit.analysis.engine import arrow_input, run
-from audit.analysis.rows import key_runs
+from audit.analysis.engine import arrow_input, frame_of, run, settings
 from audit.analysis.schedule import Tolerance, expected_delay, next_attempt
 from audit.errors import ParameterError
-from audit.ingest.workers import threads
 from audit.spec import DELIVERY_TIMEOUT_MS, MAX_ATTEMPTS, TEST_EVENT, TEST_INCIDENT_PREFIX
 from audit.tables import ATTEMPTS, EVENTS
 from audit.timeutil import as_utc
@@ -32,17 +31,23 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATTEMPT_COLUMNS",
+    "LATENCY_QUANTILES",
     "OUTCOMES",
     "Tolerance",
     "attempts_rule",
-    "event_outcomes",
-    "event_runs",
+    "count_where",
+    "events_rule",
     "events_table",
     "expected_delay",
     "infer_attempts",
+    "is_attempt",
     "is_test",
+    "latency_rule",
     "latency_summary",
+    "quantiles",
+    "succeeded",
     "success_rates",
+    "success_rule",
 ]
 
 #: The columns :func:`infer_attempts` adds (declared in :data:`audit.tables.ATTEMPTS`).
@@ -70,29 +75,11 @@ def _success(status: pd.Series, ms: pd.Series) -> pd.Series:
     return ok.mask(status.isna())
 
 
-def event_runs(deliveries: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """The valid deliveries with an event id and a receipt time, grouped by (subscription, event
-    id) in the strings' order, each group in time order (equal times keep their order):
-    (their positions in the frame, whether each is its group's first row).
-
-    :func:`infer_attempts` numbers these rows; :func:`events_table` reads the same groups (less
-    those without a subscription id). Both take them as ``runs`` (of the frame
-    :func:`infer_attempts` is given), so that 1M event ids are sorted once, not twice.
-    """
-    d = deliveries
-    use = (d["verdict"] == "valid") & d["event_id"].notna() & d["received_at"].notna()
-    idx = np.flatnonzero(use.to_numpy())
-    t = d["received_at"].to_numpy(dtype="datetime64[ns]").view("int64")[idx]
-    order, first = key_runs(d, idx, ["subscription_id", "event_id"], t, sort_keys=True)
-    return idx[order], first
-
-
 def infer_attempts(
     deliveries: pd.DataFrame,
     *,
     as_of: pd.Timestamp,
     tolerance: Tolerance | None = None,
-    runs: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> pd.DataFrame:
     """Add attempt columns to the valid deliveries, grouped by (subscription, event id).
 
@@ -105,8 +92,7 @@ def infer_attempts(
     Returns every input row, with ``is_test`` (bool, :func:`is_test`) for every row; the columns
     ``attempt_no`` (Int64), ``delay_s``, ``expected_delay_s`` (Float64), ``on_schedule``
     (boolean), ``missing_before`` (Int64) and ``success`` (boolean) are filled for valid rows
-    with an event id, NA elsewhere. ``runs``: :func:`event_runs` of ``deliveries``, when the
-    caller has them already.
+    with an event id, NA elsewhere.
 
     Examples
     --------
@@ -128,7 +114,7 @@ def infer_attempts(
     out = deliveries.copy(deep=False)  # copy-on-write (pandas 3): columns are shared until set
     got = run(
         attempts_rule,
-        {"deliveries": _typed(arrow_input(out, list(_ATTEMPT_INPUTS)))},
+        {"deliveries": _typed(arrow_input(out, list(_ATTEMPT_INPUTS)), _ATTEMPT_INPUTS)},
         floor_s=tol.floor_s,
         share=tol.share,
     ).sort_by("_row")
@@ -156,14 +142,19 @@ _NULLABLE = {
 }
 
 
-def _typed(table: pa.Table) -> pa.Table:
-    """``table`` with each input column of a hand-made frame (all missing: no type) in the type
-    :func:`attempts_rule` reads."""
-    for name, typ in _ATTEMPT_INPUTS.items():
+def _typed(table: pa.Table, types: dict[str, pa.DataType]) -> pa.Table:
+    """``table`` with each input column of a hand-made frame (all missing: no type; categories,
+    objects) in the type a rule reads (``types``: :data:`_ATTEMPT_INPUTS`...); a time keeps
+    its unit, and a number column of fractions stays fractional (``pa.float64()`` there)."""
+    for name, typ in types.items():
         i = table.schema.get_field_index(name)
+        if i < 0:
+            continue
         have = table.schema.field(i).type
         if pa.types.is_timestamp(have) and pa.types.is_timestamp(typ):
             typ = pa.timestamp(have.unit, "UTC")  # nanoseconds kept: rows are ordered by them
+        elif pa.types.is_floating(have) and pa.types.is_integer(typ):
+            typ = pa.float64()  # a hand-made frame's fractions: the rule reads them as they are
         if not have.equals(typ):
             table = table.set_column(i, name, table.column(i).cast(typ, safe=False))
     return table
@@ -184,7 +175,7 @@ def attempts_rule(deliveries: ir.Table, *, floor_s: float, share: float) -> ir.T
 
     d = deliveries
     tol = Tolerance(floor_s, share)
-    numbered = (d.verdict == "valid") & d.event_id.notnull() & d.received_at.notnull()
+    numbered = is_attempt(d.verdict, d.event_id) & d.received_at.notnull()
     epoch = ibis.timestamp("1970-01-01 00:00:00+00:00")
     d = d.mutate(
         _numbered=numbered,
@@ -216,8 +207,6 @@ def attempts_rule(deliveries: ir.Table, *, floor_s: float, share: float) -> ir.T
     d = d.mutate(_no=number.cast("int64"), _prev=ibis.ifelse(p == 1, 0, before).cast("int64"))
     step = next_attempt(d._prev, d._d, tol)
     first = p == 1
-    slow = (d.response_ms > DELIVERY_TIMEOUT_MS).fill_null(False)
-    ok = (d.response_status >= 200) & (d.response_status <= 299) & ~slow
     test = (d.event == TEST_EVENT).fill_null(False) | d.incident_id.startswith(
         TEST_INCIDENT_PREFIX
     ).fill_null(False)
@@ -234,20 +223,8 @@ def attempts_rule(deliveries: ir.Table, *, floor_s: float, share: float) -> ir.T
         expected_delay_s=only(ibis.ifelse(first, 0.0, step.expected_delay_s), "float64"),
         on_schedule=only(first | step.found, "boolean"),
         missing_before=only(ibis.ifelse(first, 0, d._no - d._prev - 1), "int64"),
-        success=only(ibis.ifelse(d.response_status.isnull(), None, ok), "boolean"),
+        success=only(succeeded(d.response_status, d.response_ms), "boolean"),
     )
-
-
-def _numbered_runs(attempts: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """The rows with an attempt number and a subscription id, grouped by (subscription, event
-    id) in the strings' order, each group in time order: (frame positions, first of group)."""
-    keep = attempts["attempt_no"].notna() & attempts["subscription_id"].notna()
-    pos = np.flatnonzero(keep.to_numpy())
-    if not len(pos):  # whatever the time column holds (then never read)
-        return pos, np.zeros(0, dtype=bool)
-    t = attempts["received_at"].array.asi8[pos]
-    perm, start = key_runs(attempts, pos, ["subscription_id", "event_id"], t, sort_keys=True)
-    return pos[perm], start
 
 
 def _fingerprint(body: bytes) -> str | None:
@@ -269,7 +246,6 @@ def events_table(
     *,
     as_of: pd.Timestamp,
     tolerance: Tolerance | None = None,
-    runs: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> pd.DataFrame:
     """One row per (subscription, event id) of the valid deliveries, with its outcome.
 
@@ -278,166 +254,351 @@ def events_table(
     scheduled attempt plus tolerance), ``lost`` (the next scheduled attempt never arrived) or
     ``unknown`` (no success seen and the last attempt's answer was not captured; an earlier
     attempt without a captured answer was followed by a retry, so it did not succeed in time).
+    Rows come sorted by subscription then event id, every column in the dtype
+    :data:`audit.tables.EVENTS` declares (whatever the dtypes of a hand-made frame); the rule
+    is :func:`events_rule`.
 
     Parameters
     ----------
     attempts
-        The frame from :func:`infer_attempts`.
+        The frame from :func:`infer_attempts`, with the envelope's ``fingerprint`` (as the
+        evidence store gives it) or the raw ``body`` it is taken from.
     as_of
         The time the data is judged at.
-    runs
-        :func:`event_runs` of the frame :func:`infer_attempts` was given (the rows it
-        numbered), when the caller has them: they are not computed again.
+
+    Examples
+    --------
+    >>> t = pd.Timestamp("2026-10-01 12:00", tz="UTC")
+    >>> verified = pd.DataFrame({  # one event, answered 500, then 200 thirty seconds later
+    ...     "verdict": "valid", "subscription_id": "wh_1", "event_id": "evt_1",
+    ...     "event": "incident.created", "incident_id": "inc_1", "fingerprint": "f",
+    ...     "event_timestamp": t - pd.Timedelta("2s"),
+    ...     "received_at": [t, t + pd.Timedelta("30s")],
+    ...     "response_status": [500, 200], "response_ms": [120, 80]})
+    >>> as_of = pd.Timestamp("2026-11-01", tz="UTC")
+    >>> ev = events_table(infer_attempts(verified, as_of=as_of), as_of=as_of)
+    >>> ev[["event_id", "attempts", "outcome", "emission_latency_s", "last_attempt_no"]]
+      event_id  attempts    outcome  emission_latency_s  last_attempt_no
+    0    evt_1         2  delivered                 2.0                2
     """
     as_of = as_utc(as_of)
     tol = tolerance or Tolerance()
-    body = "body" if "body" in attempts.columns else "fingerprint"
-    if runs is not None:  # the numbered rows, less the groups without a subscription id
-        has_sub = attempts["subscription_id"].notna().to_numpy(dtype=bool)[runs[0]]
-        rows, start = runs[0][has_sub], runs[1][has_sub]
-    else:
-        rows, start = _numbered_runs(attempts)
-    if not len(rows):
-        return EVENTS.empty()
-    # Rows of one (subscription, event id) together, in time order: the order from integer
-    # codes (sorted like the strings), each group a run of rows. Each column is then reduced
-    # over the runs with numpy (``reduceat``), and only one value per event is taken of the
-    # text columns: no sorted copy of the rows, no pandas groupby (git history of ``docs/scale.md``,
-    # "Eighteenth pass"; ``tests/test_events_oracle.py`` holds the groupby as the oracle).
-    starts = np.flatnonzero(start)
-    n = len(rows)
-    last = np.r_[starts[1:], n] - 1
-    index = np.arange(n)
-
-    def first_valid(name: str) -> tuple[np.ndarray, np.ndarray | None]:
-        """Where the column's first non-missing value of each event is (pandas' ``first``),
-        and which events have none (None: all have one)."""
-        valid = attempts[name].notna().to_numpy(dtype=bool)[rows]
-        first: np.ndarray = np.minimum.reduceat(np.where(valid, index, n), starts)
-        missing = first >= n
-        return np.where(missing, starts, first), (missing if missing.any() else None)
-
-    def flag(series: pd.Series) -> np.ndarray:
-        flags: np.ndarray = series.fillna(False).to_numpy(dtype=bool)[rows]
-        return flags
-
-    def per_event(ufunc: np.ufunc, values: np.ndarray) -> np.ndarray:
-        reduced: np.ndarray = ufunc.reduceat(values, starts)
-        return reduced
-
-    def numbers(name: str) -> np.ndarray:
-        """The column as numbers (missing: 0), fractions kept as the groupby's sums kept them."""
-        column = attempts[name]
-        kind = np.float64 if pd.api.types.is_float_dtype(column.dtype) else np.int64
-        values: np.ndarray = column.fillna(0).to_numpy(dtype=kind)[rows]
-        return values
-
-    success = attempts["success"]
-    ok = flag(success)
-    # Untimed rows (only a hand-made frame has them) sort first, and count for no time.
-    timed = attempts["received_at"].notna().to_numpy(dtype=bool)[rows]
-    first_ok = per_event(np.minimum, np.where(ok & timed, index, n))
-    none_ok = first_ok >= n
-    # One value per event taken of these columns, at these rows (None: at every event, else
-    # missing where marked), two columns at a time (Arrow's take releases the GIL).
-    taken = {
-        "subscription_id": (starts, None),
-        "event_id": (starts, None),
-        **{c: first_valid(c) for c in ("event", "event_timestamp", "incident_id", "is_test")},
-        "first_received_at": first_valid("received_at"),
-        "last_received_at": (last, None),
-        "delivered_at": (np.where(none_ok, starts, first_ok), none_ok if none_ok.any() else None),
-        "_body": first_valid(body),
-    }
-
-    def take(name: str) -> pd.Series:
-        where, missing = taken[name]
-        column = "received_at" if name.endswith("_at") else body if name == "_body" else name
-        got = attempts[column].take(rows[where]).reset_index(drop=True)
-        if missing is None:
-            return got
-        return got.where(~missing, None) if got.dtype == object else got.where(~missing)
-
-    with threads(2) as pool:  # AUDIT_JOBS=1: in this thread
-        values = dict(zip(taken, pool.map(take, taken), strict=True))
-    # An attempt received after the event's first timely 2xx (none: nothing is after it).
-    delivered_ns = values["delivered_at"].array.asi8.copy()
-    delivered_ns[none_ok] = np.iinfo(np.int64).max
-    t = attempts["received_at"].array.asi8[rows]
-    after = t > np.repeat(delivered_ns, np.diff(np.r_[starts, n]))
-    most = per_event(np.maximum, numbers("attempt_no"))
-    ev = pd.DataFrame(
-        {
-            **{c: values[c] for c in ("subscription_id", "event_id", "event", "event_timestamp")},
-            "incident_id": values["incident_id"],
-            "is_test": values["is_test"].astype(bool),
-            "attempts": last - starts + 1,
-            **{c: values[c] for c in ("first_received_at", "last_received_at", "delivered_at")},
-            "accepted_count": per_event(
-                np.add, flag(attempts["response_status"].between(200, 299)).astype(np.int64)
-            ),
-            "retry_after_success": per_event(np.logical_or, after),
-            "too_many_attempts": most > MAX_ATTEMPTS,
-            "off_schedule": per_event(np.add, (~flag(attempts["on_schedule"])).astype(np.int64)),
-            "missing_attempts": per_event(np.add, numbers("missing_before")),
-            "last_attempt_no": most,
-            "_any_ok": per_event(np.logical_or, ok),
-            "_last_unknown": success.isna().to_numpy(dtype=bool)[rows][last],
-            "_body": values["_body"],
-        }
-    )
-    return event_outcomes(ev, body, as_of=as_of, tolerance=tol)
-
-
-def event_outcomes(
-    ev: pd.DataFrame, body: str, *, as_of: pd.Timestamp, tolerance: Tolerance
-) -> pd.DataFrame:
-    """The events table from its per-event values (:func:`events_table`, after grouping):
-    fingerprint, emission latency and outcome, in the declared columns and dtypes. ``ev``
-    holds ``_body`` (from the column ``body``: a raw body or the stored fingerprint) and the
-    helper flags ``_any_ok`` and ``_last_unknown``."""
-    tol = tolerance
-    if body == "body":
-        ev["fingerprint"] = pd.Series([_fingerprint(b) for b in ev["_body"]], dtype="str")
+    used = [c for c in _EVENT_INPUTS if c != "fingerprint"]
+    table = _typed(arrow_input(attempts, used), _EVENT_INPUTS)
+    if "body" in attempts.columns:  # raw bodies: the fingerprint extracted here, not a rule
+        prints = [None if b is None else _fingerprint(b) for b in _bodies(attempts["body"])]
+        table = table.append_column("fingerprint", pa.array(prints, pa.string()))
+        has_body = attempts["body"].notna().to_numpy(dtype=bool)
+        table = table.append_column("_has_body", pa.array(has_body, pa.bool_()))
     else:  # extracted once at ingest (the evidence store)
-        ev["fingerprint"] = ev["_body"].astype("str")
-    ev["emission_latency_s"] = (
-        (ev["first_received_at"] - ev["event_timestamp"]).dt.total_seconds().astype("Float64")
-    )
-    last_no = ev["last_attempt_no"].astype("int64")
-    # A few distinct attempt numbers: the schedule is looked up once per number, not per event.
-    wait = {
-        k: (
-            expected_delay(k, k + 1) + tol(expected_delay(k, k + 1)) if k < MAX_ATTEMPTS else np.nan
+        table = table.append_column(
+            "fingerprint", pa.array(attempts["fingerprint"], pa.string(), from_pandas=True)
         )
-        for k in last_no.unique().tolist()
-    }
-    deadline = ev["last_received_at"] + pd.to_timedelta(last_no.map(wait), unit="s")
-    outcome = np.select(
-        [ev["_any_ok"], ev["_last_unknown"], last_no >= MAX_ATTEMPTS, as_of <= deadline],
-        ["delivered", "unknown", "exhausted", "pending"],
-        default="lost",
+    got = run(
+        events_rule,
+        {"attempts": table, "settings": settings(as_of=as_of)},
+        floor_s=tol.floor_s,
+        share=tol.share,
     )
-    ev["outcome"] = pd.Series(outcome, dtype="str")
-    for c in ("accepted_count", "off_schedule", "attempts"):
-        ev[c] = ev[c].astype("int64")
-    ev["missing_attempts"] = ev["missing_attempts"].astype("int64")
-    ev["last_attempt_no"] = last_no
-    ev["retry_after_success"] = ev["retry_after_success"].astype(bool)
-    ev["too_many_attempts"] = ev["too_many_attempts"].astype(bool)
-    return ev[EVENTS.names]
+    return frame_of(got, EVENTS)
 
 
-def _rate(ok: pd.Series) -> float:
-    return float(ok.mean()) if len(ok) else float("nan")
+#: The columns :func:`events_rule` reads of the attempts, with their types.
+_EVENT_INPUTS: dict[str, pa.DataType] = {
+    "subscription_id": pa.string(),
+    "event_id": pa.string(),
+    "event": pa.string(),
+    "event_timestamp": pa.timestamp("us", "UTC"),
+    "incident_id": pa.string(),
+    "is_test": pa.bool_(),
+    "received_at": pa.timestamp("us", "UTC"),
+    "attempt_no": pa.int64(),
+    "success": pa.bool_(),
+    "response_status": pa.int64(),
+    "on_schedule": pa.bool_(),
+    "missing_before": pa.int64(),
+    "fingerprint": pa.string(),
+}
 
 
-#: The column :func:`success_rates` groups by, by its ``by`` (any other: that column).
-_BY_COLUMN: dict[str, str | None] = {
+def _bodies(column: pd.Series) -> list[bytes | None]:
+    """The raw bodies as bytes (a missing one: None)."""
+    return [None if b is None or b is pd.NA or b != b else b for b in column.tolist()]
+
+
+def events_rule(
+    attempts: ir.Table, settings: ir.Table, *, floor_s: float, share: float
+) -> ir.Table:
+    """The events table of :func:`events_table` as one relational expression.
+
+    ``attempts``: the rows of :func:`attempts_rule` beside the deliveries' columns
+    (``subscription_id, event_id, event, event_timestamp, incident_id, received_at,
+    response_status``), with ``is_test, attempt_no, success, on_schedule, missing_before``,
+    ``fingerprint`` (the envelope's, per row) and ``_row`` (the input order). An optional
+    ``_has_body``: whether the row carried what ``fingerprint`` is taken from (a body that
+    does not parse has none); without it, a row with a fingerprint. ``settings``: one row,
+    ``as_of``. ``floor_s``, ``share``: the :class:`Tolerance`.
+
+    Each (subscription, event id) of the rows with an attempt number and a subscription id is
+    one event; its rows are ordered by time (untimed rows first: only a hand-made frame has
+    them), ties by ``_row``. Its envelope values are those of the first row that has one (the
+    fingerprint: that of the first row with a body); the rows come sorted by subscription then
+    event id (strings by their bytes).
+    """
+    import ibis  # start-up: only an analysis needs it
+
+    a = attempts
+    a = a.filter(a.attempt_no.notnull() & a.subscription_id.notnull())
+    key = [a.subscription_id, a.event_id]
+    order = ibis.window(group_by=key, order_by=[ibis.asc(a.received_at, nulls_first=True), a._row])
+    ok = a.success.fill_null(False)
+    has_body = a._has_body if "_has_body" in a.columns else a.fingerprint.notnull()
+    a = a.mutate(_p=ibis.row_number().over(order), _ok=ok, _has_body=has_body)
+
+    def first(column: ir.Column) -> ir.Value:
+        """The column's value at the event's first row that has one."""
+        return column.argmin(a._p, where=column.notnull())
+
+    fractions = a.attempt_no.type().is_floating()  # a hand-made frame's: cut as pandas cuts
+
+    def whole(value: ir.NumericValue) -> ir.IntegerValue:
+        return (value.floor() if fractions else value).cast("int64")
+
+    body_first = a._p.min(where=a._has_body)
+    printed_first = a._p.min(where=a.fingerprint.notnull())
+    ev = a.group_by(key).aggregate(
+        event=first(a.event),
+        event_timestamp=first(a.event_timestamp),
+        incident_id=first(a.incident_id),
+        is_test=first(a.is_test).fill_null(False),
+        fingerprint=ibis.ifelse(
+            body_first == printed_first, first(a.fingerprint), ibis.literal(None, "string")
+        ),
+        attempts=a.count(),
+        first_received_at=a.received_at.min(),
+        last_received_at=a.received_at.max(),
+        delivered_at=a.received_at.min(where=a._ok),
+        accepted_count=count_where((a.response_status >= 200) & (a.response_status <= 299)),
+        _most=a.attempt_no.max(),
+        off_schedule=count_where(~a.on_schedule.fill_null(False)),
+        _missing=a.missing_before.cast("float64").sum(),  # DuckDB sums BIGINT as HUGEINT
+        _any_ok=a._ok.any(),
+        _last_unknown=a.success.isnull().argmax(a._p),
+    )
+    ev = ev.cross_join(settings)
+    last_no = whole(ev._most)
+    tol = Tolerance(floor_s, share)
+    wait_us = last_no.cases(
+        *[
+            (k, round((expected_delay(k, k + 1) + tol(expected_delay(k, k + 1))) * 1e6))
+            for k in range(1, MAX_ATTEMPTS)
+        ],
+        else_=ibis.literal(None, "int64"),
+    )
+    waited = ev.as_of.delta(ev.last_received_at, unit="microsecond")
+    outcome = ibis.cases(
+        (ev._any_ok, "delivered"),
+        (ev._last_unknown, "unknown"),
+        (last_no >= MAX_ATTEMPTS, "exhausted"),
+        (waited <= wait_us, "pending"),
+        else_="lost",
+    )
+    emission = ev.first_received_at.delta(ev.event_timestamp, unit="microsecond")
+    return ev.select(
+        "subscription_id",
+        "event_id",
+        "event",
+        "event_timestamp",
+        "incident_id",
+        "is_test",
+        "fingerprint",
+        "attempts",
+        "first_received_at",
+        "last_received_at",
+        emission_latency_s=emission.cast("float64") / 1e6,
+        outcome=outcome,
+        delivered_at=ev.delivered_at,
+        accepted_count=ev.accepted_count.fill_null(0),
+        retry_after_success=(ev.last_received_at > ev.delivered_at).fill_null(False),
+        too_many_attempts=ev._most > MAX_ATTEMPTS,
+        off_schedule=ev.off_schedule.fill_null(0),
+        missing_attempts=whole(ev._missing.fill_null(0)),
+        last_attempt_no=last_no,
+    ).order_by(["subscription_id", "event_id"])
+
+
+def count_where(flag: ir.BooleanValue) -> ir.IntegerScalar:
+    """An aggregate: how many rows ``flag`` holds for (NULL: not), as int64 on every engine (a
+    ``sum`` of integers is DuckDB's HUGEINT, a decimal in Arrow)."""
+    import ibis  # start-up: only an analysis needs it
+
+    return ibis.ifelse(flag.fill_null(False), 1, None).count()
+
+
+def succeeded(status: ir.NumericValue, ms: ir.NumericValue) -> ir.BooleanValue:
+    """The success rule as an expression: answered 2xx within the delivery timeout (5 s;
+    ``response_ms`` unknown counts as in time); NULL when no status was captured. The one
+    definition the attempts (:func:`attempts_rule`), the failure rates
+    (:func:`audit.analysis.metrics.failure_counts`) and the store's questions read."""
+    import ibis  # start-up: only an analysis needs it
+
+    slow = (ms > DELIVERY_TIMEOUT_MS).fill_null(False)
+    ok = (status >= 200) & (status <= 299) & ~slow
+    return ibis.ifelse(status.isnull(), ibis.literal(None, "boolean"), ok)
+
+
+def is_attempt(verdict: ir.StringValue, event_id: ir.StringValue) -> ir.BooleanValue:
+    """Whether a delivery is an attempt of an event (a ``valid`` delivery with an event id),
+    as an expression; :func:`attempts_rule` numbers those that have a receipt time."""
+    return (verdict == "valid") & event_id.notnull()
+
+
+#: The quantiles :func:`latency_summary` gives, by column name.
+LATENCY_QUANTILES: dict[str, float] = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
+
+
+def quantiles(value: ir.NumericValue, names: Mapping[str, float]) -> dict[str, ir.Scalar]:
+    """Aggregates: each quantile of ``names`` of ``value`` (linear interpolation between the
+    two nearest values, as :meth:`pandas.Series.quantile`; NULL when there is none), for
+    :func:`latency_summary` and :func:`audit.analysis.questions.latency_by_period`."""
+    return {name: value.quantile(q) for name, q in names.items()}
+
+
+def latency_rule(deliveries: ir.Table, events: ir.Table) -> ir.Table:
+    """The rows of :func:`latency_summary`: ``deliveries`` (``verdict, response_ms,
+    skew_s``) and ``events`` (``is_test, emission_latency_s``) to a row per metric (``metric,
+    n, p50, p95, p99, max, min``), missing values left out."""
+    import ibis  # start-up: only an analysis needs it
+
+    valid = deliveries.filter(deliveries.verdict == "valid")
+    real = events.filter(~events.is_test.fill_null(False))
+    series = (
+        ("ack_latency_ms", valid, valid.response_ms),
+        ("emission_latency_s", real, real.emission_latency_s),
+        ("clock_skew_s", valid, valid.skew_s),
+        ("abs_clock_skew_s", valid, valid.skew_s.abs()),
+    )
+    parts = []
+    for k, (name, table, value) in enumerate(series):
+        x = table.select(x=value.cast("float64")).filter(ibis._.x.notnull())
+        parts.append(
+            x.aggregate(
+                _k=ibis.literal(k, "int64"),
+                metric=ibis.literal(name, "string"),
+                n=x.count(),
+                **quantiles(x.x, LATENCY_QUANTILES),
+                max=x.x.max(),
+                min=x.x.min(),
+            )
+        )
+    return ibis.union(*parts).order_by("_k").drop("_k")
+
+
+def latency_summary(attempts: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """p50/p95/p99/max of ack latency (ms), emission latency (s) and clock skew (s)
+    (:func:`latency_rule`)."""
+    got = run(
+        latency_rule,
+        {
+            "deliveries": _typed(
+                _columns(attempts, ["verdict", "response_ms", "skew_s"]), _LATENCY_INPUTS
+            ),
+            "events": _typed(_columns(events, ["is_test", "emission_latency_s"]), _LATENCY_INPUTS),
+        },
+    )
+    out: pd.DataFrame = got.to_pandas()
+    out = out.astype(
+        {"n": "int64", **dict.fromkeys(["p50", "p95", "p99", "max", "min"], "float64")}
+    )
+    return out
+
+
+_LATENCY_INPUTS: dict[str, pa.DataType] = {
+    "verdict": pa.string(),
+    "response_ms": pa.float64(),
+    "skew_s": pa.float64(),
+    "is_test": pa.bool_(),
+    "emission_latency_s": pa.float64(),
+}
+
+
+def _columns(frame: pd.DataFrame, columns: list[str]) -> pa.Table:
+    """``columns`` of ``frame`` as an Arrow input (a column it lacks: all missing, when the
+    frame is empty)."""
+    have = [c for c in columns if c in frame.columns]
+    table = arrow_input(frame, have)
+    for c in columns:
+        if c not in have:
+            table = table.append_column(c, pa.nulls(len(frame)))
+    return table
+
+
+#: The column :func:`success_rates` groups by, by its ``by``.
+_BY_COLUMN: dict[str | None, str | None] = {
+    None: None,
     "day": None,
     "subscription": "subscription_id",
+    "subscription_id": "subscription_id",
     "event": "event",
 }
+
+
+def success_rule(attempts: ir.Table, events: ir.Table, *, by: str | None) -> ir.Table:
+    """The rows of :func:`success_rates`: ``attempts`` (``attempt_no, success, is_test,
+    received_at``) and ``events`` (``is_test, outcome, first_received_at``), each with the
+    column of ``by``, to a row per group (``group, first_attempts, first_attempt_success,
+    events, event_success``), sorted by group; a group without a key is left out."""
+    import ibis  # start-up: only an analysis needs it
+
+    def key(t: ir.Table, time: str) -> ir.StringValue:
+        if by is None:
+            return ibis.literal("all", "string")
+        if by == "day":
+            return t[time].strftime("%Y-%m-%d")
+        return t[_BY_COLUMN[by] or by]
+
+    a, e = attempts, events
+    firsts = a.filter((a.attempt_no == 1) & a.success.notnull() & ~a.is_test.fill_null(False))
+    judged = e.filter(
+        ~e.is_test.fill_null(False) & e.outcome.isin(["delivered", "exhausted", "lost"])
+    )
+    zero = ibis.literal(0, "int64")
+    rows = firsts.select(
+        group=key(firsts, "received_at"),
+        _fa=ibis.literal(1, "int64"),
+        _fa_ok=ibis.ifelse(firsts.success, 1, 0).cast("int64"),
+        _ev=zero,
+        _ev_ok=zero,
+    ).union(
+        judged.select(
+            group=key(judged, "first_received_at"),
+            _fa=zero,
+            _fa_ok=zero,
+            _ev=ibis.literal(1, "int64"),
+            _ev_ok=(judged.outcome == "delivered").cast("int64"),
+        )
+    )
+    g = (
+        rows.filter(rows.group.notnull())
+        .group_by("group")
+        .aggregate(
+            first_attempts=count_where(rows._fa == 1),
+            _fa_ok=count_where(rows._fa_ok == 1),
+            events=count_where(rows._ev == 1),
+            _ev_ok=count_where(rows._ev_ok == 1),
+        )
+    )
+
+    def rate(ok: ir.IntegerValue, n: ir.IntegerValue) -> ir.FloatingValue:
+        return ibis.ifelse(n > 0, ok.cast("float64") / n, ibis.literal(None, "float64"))
+
+    return g.select(
+        "group",
+        "first_attempts",
+        first_attempt_success=rate(g._fa_ok, g.first_attempts),
+        events=g.events,
+        event_success=rate(g._ev_ok, g.events),
+    ).order_by("group")
 
 
 def success_rates(
@@ -447,69 +608,40 @@ def success_rates(
 
     First attempts are attempts numbered 1 with a known answer; an event succeeds when its
     outcome is ``delivered`` (pending and unknown events are left out). Test events excluded.
+    Counts are int64 (a group seen on one side only: 0 on the other, its rate NaN); the rule
+    is :func:`success_rule`.
     """
-    column = None if by is None else _BY_COLUMN.get(by, by)
-    # Only the columns read are cut (at 1M rows, cutting every column took most of the time).
-    events = events[[c for c in ("is_test", "outcome", "first_received_at", column) if c in events]]
-    attempts = attempts[
-        [c for c in ("attempt_no", "success", "is_test", "received_at", column) if c in attempts]
-    ]
-    real = events[~events["is_test"]]
-    firsts = attempts[(attempts["attempt_no"] == 1) & attempts["success"].notna()]
-    firsts = firsts[~firsts["is_test"].astype(bool)]
-    judged = real[real["outcome"].isin(["delivered", "exhausted", "lost"])]
-
-    def key(df: pd.DataFrame, time_col: str) -> pd.Series:
-        if by is None:
-            return pd.Series("all", index=df.index)
-        if by == "day":
-            day: pd.Series = df[time_col].dt.strftime("%Y-%m-%d")
-            return day
-        if by in ("subscription", "subscription_id"):
-            return df["subscription_id"]
-        if by == "event":
-            return df["event"]
+    if by not in _BY_COLUMN:
         raise ParameterError(f"by must be None, 'subscription', 'event' or 'day', not {by!r}")
-
-    fa = firsts.groupby(key(firsts, "received_at"))["success"].agg(["size", "mean"])
-    fe = judged.groupby(key(judged, "first_received_at"))["outcome"].agg(
-        size="size", mean=lambda s: (s == "delivered").mean()
-    )
-    out = pd.DataFrame(
+    column = _BY_COLUMN[by]
+    extra = [column] if column else []
+    got = run(
+        success_rule,
         {
-            "first_attempts": fa["size"],
-            "first_attempt_success": fa["mean"].astype(float),
-            "events": fe["size"],
-            "event_success": fe["mean"].astype(float),
-        }
+            "attempts": _typed(
+                _columns(attempts, ["attempt_no", "success", "is_test", "received_at", *extra]),
+                _SUCCESS_INPUTS,
+            ),
+            "events": _typed(
+                _columns(events, ["is_test", "outcome", "first_received_at", *extra]),
+                _SUCCESS_INPUTS,
+            ),
+        },
+        by=by,
     )
-    out.index.name = "group"
-    return out.reset_index().fillna({"first_attempts": 0, "events": 0})
+    rates: pd.DataFrame = got.to_pandas().astype(
+        {"first_attempts": "int64", "events": "int64", "first_attempt_success": "float64"}
+    )
+    return rates.astype({"event_success": "float64"})
 
 
-def latency_summary(attempts: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
-    """p50/p95/p99/max of ack latency (ms), emission latency (s) and clock skew (s)."""
-    valid = attempts.loc[attempts["verdict"] == "valid", ["response_ms", "skew_s"]]  # 2 columns
-    series = {
-        "ack_latency_ms": valid["response_ms"].dropna().astype(float),
-        "emission_latency_s": events.loc[~events["is_test"], "emission_latency_s"]
-        .dropna()
-        .astype(float),
-        "clock_skew_s": valid["skew_s"].dropna().astype(float),
-        "abs_clock_skew_s": valid["skew_s"].dropna().astype(float).abs(),
-    }
-    rows = []
-    for name, s in series.items():
-        q = s.quantile([0.5, 0.95, 0.99]) if len(s) else pd.Series([np.nan] * 3)
-        rows.append(
-            {
-                "metric": name,
-                "n": len(s),
-                "p50": float(q.iloc[0]),
-                "p95": float(q.iloc[1]),
-                "p99": float(q.iloc[2]),
-                "max": float(s.max()) if len(s) else np.nan,
-                "min": float(s.min()) if len(s) else np.nan,
-            }
-        )
-    return pd.DataFrame(rows)
+_SUCCESS_INPUTS: dict[str, pa.DataType] = {
+    "attempt_no": pa.int64(),
+    "success": pa.bool_(),
+    "is_test": pa.bool_(),
+    "received_at": pa.timestamp("us", "UTC"),
+    "first_received_at": pa.timestamp("us", "UTC"),
+    "outcome": pa.string(),
+    "subscription_id": pa.string(),
+    "event": pa.string(),
+}

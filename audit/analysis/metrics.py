@@ -8,21 +8,34 @@ Kaplan–Meier curves as steps from time 0.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
+from audit.analysis.deliveries import _columns, _typed, count_where
+from audit.analysis.engine import run
 from audit.analysis.survival import MISSING_GROUP
 from audit.errors import ParameterError, SchemaError
 
+if TYPE_CHECKING:
+    import ibis.expr.types as ir
+
 __all__ = [
+    "PERIOD_UNITS",
     "RETRY_KINDS",
     "TIME_UNITS",
     "daily_failure_rate",
+    "daily_failure_rule",
+    "failure_counts",
+    "failure_rate",
     "km_steps",
+    "period_start",
     "plain_label",
     "require_columns",
     "retry_delays",
+    "retry_rule",
     "utc_times",
 ]
 
@@ -142,6 +155,69 @@ def km_steps(km: pd.DataFrame, *, unit: str = "h") -> pd.DataFrame:
 # --------------------------------------------------------------------------------------------
 
 _ATTEMPT_COLS = ("attempt_no", "success", "received_at", "subscription_id")
+#: The periods of :func:`period_start`, by the name a question takes.
+PERIOD_UNITS: dict[str, str] = {"day": "D", "week": "W", "month": "M"}
+
+
+def period_start(time: ir.TimestampValue, period: str) -> ir.TimestampValue:
+    """The first instant of the UTC ``period`` (``day``, ``week``: ISO, from Monday, or
+    ``month``) that holds ``time``, as an expression."""
+    return time.truncate(PERIOD_UNITS[period])
+
+
+def failure_counts(attempt: ir.BooleanValue, success: ir.BooleanValue) -> dict[str, ir.Scalar]:
+    """The failure rule as aggregates over the rows where ``attempt`` holds: ``attempts``,
+    ``answered`` (``success`` known: an answer captured) and ``failed`` (``success`` false:
+    not 2xx, or after the 5 s timeout; :func:`audit.analysis.deliveries.succeeded`). Read by
+    :func:`daily_failure_rate` and :func:`audit.analysis.questions.counts_by_period`."""
+    return {
+        "attempts": count_where(attempt),
+        "answered": count_where(attempt & success.notnull()),
+        "failed": count_where(attempt & ~success),
+    }
+
+
+def failure_rate(failed: ir.IntegerValue, answered: ir.IntegerValue) -> ir.FloatingValue:
+    """``failed / answered``; NULL (NaN) when nothing was answered."""
+    import ibis  # start-up: only an analysis needs it
+
+    return ibis.ifelse(
+        answered > 0, failed.cast("float64") / answered, ibis.literal(None, "float64")
+    )
+
+
+def daily_failure_rule(attempts: ir.Table, *, fill_days: bool) -> ir.Table:
+    """The rows of :func:`daily_failure_rate`: ``attempts`` (``attempt_no, success,
+    received_at, subscription_id``) to a row per UTC day and subscription (``day,
+    subscription_id, attempts, answered, failed, failure_rate``), sorted by both; with
+    ``fill_days``, every day from the first to the last for every subscription seen."""
+    import ibis  # start-up: only an analysis needs it
+
+    a = attempts.filter(attempts.attempt_no.notnull() & attempts.received_at.notnull())
+    a = a.mutate(
+        day=period_start(a.received_at, "day"),
+        subscription_id=a.subscription_id.fill_null(MISSING_GROUP),
+    )
+    counts = a.group_by(["day", "subscription_id"]).aggregate(
+        **failure_counts(a.attempt_no.notnull(), a.success)
+    )
+    if fill_days:
+        span = a.aggregate(lo=a.day.min(), hi=a.day.max())
+        one = ibis.interval(days=1)
+        days = span.select(day=ibis.range(span.lo, span.hi + one, one).unnest())
+        grid = days.cross_join(counts.select("subscription_id").distinct())
+        got = grid.left_join(
+            counts,
+            [grid.day == counts.day, grid.subscription_id == counts.subscription_id],
+        )
+        counts = got.select(
+            day=grid.day,
+            subscription_id=grid.subscription_id,
+            **{c: counts[c].fill_null(0) for c in ("attempts", "answered", "failed")},
+        )
+    return counts.mutate(failure_rate=failure_rate(counts.failed, counts.answered)).order_by(
+        ["day", "subscription_id"]
+    )
 
 
 def daily_failure_rate(attempts: pd.DataFrame, *, fill_days: bool = True) -> pd.DataFrame:
@@ -187,44 +263,59 @@ def daily_failure_rate(attempts: pd.DataFrame, *, fill_days: bool = True) -> pd.
         attempts, _ATTEMPT_COLS, "attempts", "audit.analysis.deliveries.infer_attempts()"
     )
     out_cols = ["day", "subscription_id", "attempts", "answered", "failed", "failure_rate"]
-    # The rows are cut in the four columns read, not in all of them.
-    a = attempts[list(_ATTEMPT_COLS)] if len(attempts) else attempts
-    a = a[a["attempt_no"].notna()] if len(a) else a
-    if a.empty:
-        return pd.DataFrame(
-            {
-                "day": pd.Series(dtype="datetime64[ns, UTC]"),
-                "subscription_id": pd.Series(dtype="str"),
-                **{c: pd.Series(dtype="int64") for c in ("attempts", "answered", "failed")},
-                "failure_rate": pd.Series(dtype="float64"),
-            }
-        )[out_cols]
-    success = a["success"].astype("boolean")
-    parts = pd.DataFrame(
+    unit = "ns"
+    if len(attempts):
+        unit = utc_times(attempts["received_at"]).dt.unit  # naive times: one line
+    table = _typed(_columns(attempts, list(_ATTEMPT_COLS)), _ATTEMPT_TYPES)
+    got = run(daily_failure_rule, {"attempts": table}, fill_days=fill_days).to_pandas()
+    out: pd.DataFrame = got.astype(
         {
-            "day": utc_times(a["received_at"]).dt.floor("D"),
-            "subscription_id": plain_labels(a["subscription_id"]),
-            "attempts": 1,
-            "answered": success.notna().astype("int64"),
-            "failed": (~success).fillna(False).astype("int64"),
+            "day": f"datetime64[{unit}, UTC]",
+            "subscription_id": "str",
+            **dict.fromkeys(("attempts", "answered", "failed"), "int64"),
+            "failure_rate": "float64",
         }
+    )[out_cols]
+    return out
+
+
+#: The columns the delivery rules here read, with their types.
+_ATTEMPT_TYPES: dict[str, pa.DataType] = {
+    "attempt_no": pa.int64(),
+    "success": pa.bool_(),
+    "received_at": pa.timestamp("us", "UTC"),
+    "subscription_id": pa.string(),
+    "event_id": pa.string(),
+    "delay_s": pa.float64(),
+    "expected_delay_s": pa.float64(),
+    "on_schedule": pa.bool_(),
+    "missing_before": pa.int64(),
+}
+
+
+def retry_rule(attempts: ir.Table) -> ir.Table:
+    """The rows of :func:`retry_delays`: the retries of ``attempts`` (``subscription_id,
+    event_id, attempt_no, delay_s, expected_delay_s, on_schedule, missing_before, _row``),
+    numbered 2 or later with a delay, in input order, with their ``kind``."""
+    import ibis  # start-up: only an analysis needs it
+
+    a = attempts
+    r = a.filter((a.attempt_no >= 2).fill_null(False) & a.delay_s.notnull())
+    missing = r.missing_before.fill_null(0)
+    kind = ibis.cases(
+        (~r.on_schedule.fill_null(False), "off_schedule"),
+        (missing > 0, "after_missing"),
+        else_="on_schedule",
     )
-    g = parts.groupby(["day", "subscription_id"], sort=True)[["attempts", "answered", "failed"]]
-    counts = g.sum()
-    if fill_days:
-        days = counts.index.get_level_values("day")
-        unit = parts["day"].dt.unit
-        full_days = pd.date_range(days.min(), days.max(), freq="D", unit=unit)
-        subs = sorted(set(counts.index.get_level_values("subscription_id")))
-        full = pd.MultiIndex.from_product([full_days, subs], names=["day", "subscription_id"])
-        counts = counts.reindex(full, fill_value=0)
-    out = counts.reset_index()
-    answered = out["answered"].to_numpy(dtype="float64")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rate = np.where(answered > 0, out["failed"].to_numpy(dtype="float64") / answered, np.nan)
-    out["failure_rate"] = rate
-    out = out.astype({"subscription_id": "str", "attempts": "int64", "answered": "int64"})
-    return out.astype({"failed": "int64"})[out_cols]
+    return r.order_by("_row").select(
+        subscription_id=r.subscription_id.fill_null(MISSING_GROUP),
+        event_id=r.event_id,
+        attempt_no=r.attempt_no.cast("int64"),
+        delay_s=r.delay_s.cast("float64"),
+        expected_delay_s=r.expected_delay_s.cast("float64"),
+        missing_before=missing.cast("int64"),
+        kind=kind,
+    )
 
 
 def retry_delays(attempts: pd.DataFrame) -> pd.DataFrame:
@@ -261,25 +352,17 @@ def retry_delays(attempts: pd.DataFrame) -> pd.DataFrame:
     """
     cols = ["attempt_no", "delay_s", "expected_delay_s", "on_schedule", "missing_before"]
     require_columns(attempts, cols, "attempts", "audit.analysis.deliveries.infer_attempts()")
-    out_cols = ["subscription_id", "event_id", "attempt_no", "delay_s", "expected_delay_s"]
-    out_cols += ["missing_before", "kind"]
-    if attempts.empty:
-        r = pd.DataFrame({c: pd.Series(dtype="float64") for c in out_cols})
-        return r.astype({"subscription_id": "str", "event_id": "str", "kind": "str"})
-    keep = (attempts["attempt_no"] >= 2).fillna(False) & attempts["delay_s"].notna()
-    r = attempts[keep]
-    on = r["on_schedule"].fillna(False).astype(bool).to_numpy()
-    missed = (r["missing_before"].fillna(0) > 0).to_numpy(dtype=bool)
-    kind = np.select([~on, missed], ["off_schedule", "after_missing"], default="on_schedule")
-    out = pd.DataFrame(
+    columns = ["subscription_id", "event_id", *cols]
+    got = run(retry_rule, {"attempts": _typed(_columns(attempts, columns), _ATTEMPT_TYPES)})
+    out: pd.DataFrame = got.to_pandas().astype(
         {
-            "subscription_id": plain_labels(r["subscription_id"]) if len(r) else [],
-            "event_id": r["event_id"],
-            "attempt_no": r["attempt_no"].astype("int64"),
-            "delay_s": r["delay_s"].astype("float64"),
-            "expected_delay_s": r["expected_delay_s"].astype("float64"),
-            "missing_before": r["missing_before"].fillna(0).astype("int64"),
-            "kind": pd.Series(kind, index=r.index, dtype="str"),
+            "subscription_id": "str",
+            "event_id": "str",
+            "attempt_no": "int64",
+            "delay_s": "float64",
+            "expected_delay_s": "float64",
+            "missing_before": "int64",
+            "kind": "str",
         }
     )
-    return out.astype({"subscription_id": "str", "event_id": "str"}).reset_index(drop=True)
+    return out

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from audit.ingest.workers import in_process
 
-__all__ = ["key_runs", "take_rows", "take_rows_emptying", "value_changes"]
+__all__ = ["take_rows", "take_rows_emptying", "value_changes"]
 
 #: Below this many cells, threads cost more than they save.
 _SMALL = 200_000
@@ -65,37 +65,6 @@ def take_rows_emptying(
         out[name] = frame[name].take(positions).reset_index(drop=True)
         del frame[name]
     return pd.DataFrame(out, copy=False)
-
-
-def key_runs(
-    frame: pd.DataFrame,
-    positions: np.ndarray,
-    keys: list[str],
-    time: np.ndarray,
-    *,
-    sort_keys: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The rows at ``positions`` grouped by ``keys``, each group in ``time`` order: (order, start).
-
-    ``order`` indexes ``positions`` (and ``time``, given for those rows); the sort is stable, so
-    equal times keep their order. ``start`` marks the first row of each run of one key. Keys are
-    compared as integer codes, not as strings; with ``sort_keys`` the runs come in the strings'
-    sorted order. A missing key value is a key of its own.
-
-    >>> d = pd.DataFrame({"k": ["b", "a", "b"]})
-    >>> key_runs(d, np.array([0, 1, 2]), ["k"], np.array([2.0, 1.0, 1.0]), sort_keys=True)
-    (array([1, 2, 0]), array([ True,  True, False]))
-    """
-    codes = [
-        pd.factorize(frame[k], sort=sort_keys, use_na_sentinel=False)[0][positions] for k in keys
-    ]
-    order = np.lexsort((time, *reversed(codes)))
-    start = np.zeros(len(order), dtype=bool)
-    start[:1] = True
-    for c in codes:
-        c = c[order]
-        start[1:] |= c[1:] != c[:-1]
-    return order, start
 
 
 def value_changes(column: pd.Series) -> np.ndarray:
