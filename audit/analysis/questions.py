@@ -27,13 +27,17 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from audit.analysis.deliveries import count_where, is_attempt, succeeded
+from audit.analysis.deliveries import quantiles as quantile_values
+from audit.analysis.engine import Parquet, Rule, run
 from audit.analysis.event_fields import parse_times
+from audit.analysis.metrics import failure_counts, failure_rate, period_start
 from audit.analysis.survival import MISSING_GROUP
 from audit.analysis.takedown import (
     DURATION_COLUMNS,
@@ -45,8 +49,11 @@ from audit.errors import ParameterError
 from audit.ingest.query import DEFAULT_LOOKBACK
 from audit.ingest.scan import arrow_of, open_store, parts_read, sql_list, window
 from audit.ingest.store import Store
-from audit.spec import DELIVERY_TIMEOUT_MS, TEST_EVENT, TEST_INCIDENT_PREFIX
+from audit.spec import TEST_EVENT, TEST_INCIDENT_PREFIX
 from audit.timeutil import as_utc
+
+if TYPE_CHECKING:
+    import ibis.expr.types as ir
 
 __all__ = [
     "COUNT_COLUMNS",
@@ -115,14 +122,86 @@ def _month_parts(
     return list(s.parts(sorted(wanted))) if wanted else []
 
 
-def _received_in(lo: pd.Timestamp | None, hi: pd.Timestamp | None) -> tuple[str, list[int]]:
-    """The SQL condition "received in ``[lo, hi]``" (a receipt time needed) and its values."""
-    cond, params = ["received_at IS NOT NULL"], []
-    for op, bound in ((">=", lo), ("<=", hi)):
-        if bound is not None:
-            cond.append(f"epoch_ns(received_at) {op} ?")
-            params.append(bound.value)
-    return " AND ".join(cond), params
+def _received_in(lo: pd.Timestamp | None, hi: pd.Timestamp | None) -> pa.Table:
+    """The window ``[lo, hi]`` (either end open when None) as a rule's ``settings`` (data: one
+    compiled rule serves every window)."""
+    utc = pa.timestamp("ns", "UTC")
+    return pa.table({"lo": pa.array([lo], utc), "hi": pa.array([hi], utc)})
+
+
+def _in_window(deliveries: ir.Table, settings: ir.Table) -> ir.Table:
+    """The deliveries received in the window of ``settings`` (:func:`_received_in`)."""
+    d = deliveries.cross_join(settings)
+    t = d.received_at
+    kept = d.filter(t.notnull(), d.lo.isnull() | (t >= d.lo), d.hi.isnull() | (t <= d.hi))
+    return kept.drop("lo", "hi")
+
+
+def _grouped(d: ir.Table, period: str, per_sub: bool) -> ir.GroupedTable:
+    """``d`` by ``period`` (its first instant, UTC) and subscription (``"(missing)"`` when
+    unknown; ``"all"`` for a question asked over every subscription)."""
+    import ibis  # start-up: only an analysis needs it
+
+    sub = d.subscription_id.fill_null(MISSING_GROUP) if per_sub else ibis.literal("all")
+    return d.group_by(period=period_start(d.received_at, period), subscription_id=sub)
+
+
+def _counts_rule(
+    deliveries: ir.Table, settings: ir.Table, *, period: str, per_sub: bool
+) -> ir.Table:
+    """The rows of :func:`counts_by_period`, by the rules of the in-memory tables: an attempt
+    (:func:`audit.analysis.deliveries.is_attempt`), its success
+    (:func:`audit.analysis.deliveries.succeeded`) and the failure counts
+    (:func:`audit.analysis.metrics.failure_counts`)."""
+    d = _in_window(deliveries, settings)
+    g = _grouped(d, period, per_sub).aggregate(
+        received=d.count(),
+        valid=count_where(d.verdict == "valid"),
+        not_valid=count_where(d.verdict != "valid"),
+        **failure_counts(
+            is_attempt(d.verdict, d.event_id), succeeded(d.response_status, d.response_ms)
+        ),
+    )
+    out = g.mutate(failure_rate=failure_rate(g.failed, g.answered))
+    return out.select(*COUNT_COLUMNS).order_by(["period", "subscription_id"])
+
+
+def _latency_rule(
+    deliveries: ir.Table,
+    settings: ir.Table,
+    *,
+    period: str,
+    per_sub: bool,
+    names: tuple[tuple[str, float], ...],
+) -> ir.Table:
+    """The rows of :func:`latency_by_period`: the quantiles ``names`` (name, q) of the valid
+    deliveries' answer times, as :func:`audit.analysis.deliveries.latency_summary` takes them
+    (:func:`audit.analysis.deliveries.quantiles`)."""
+    d = _in_window(deliveries, settings)
+    d = d.filter(d.verdict == "valid", d.response_ms.notnull())
+    ms = d.response_ms.cast("float64")
+    g = _grouped(d, period, per_sub).aggregate(
+        n=d.count(), **quantile_values(ms, dict(names)), max_ms=ms.max()
+    )
+    return g.order_by(["period", "subscription_id"])
+
+
+def _asked(
+    rule: Rule,
+    parts: list[Path],
+    lo: pd.Timestamp | None,
+    hi: pd.Timestamp | None,
+    **constants: Any,
+) -> pd.DataFrame:
+    """``rule`` run by the engine on the ``parts`` (read where they lie) in ``[lo, hi]``."""
+    with parts_read(parts):  # a part replaced or damaged meanwhile: one line
+        got = run(
+            rule,
+            {"deliveries": Parquet(tuple(parts)), "settings": _received_in(lo, hi)},
+            **constants,
+        )
+    out: pd.DataFrame = got.to_pandas()
+    return out
 
 
 def _run(parts: list[Path], sql: str, params: list[object]) -> pd.DataFrame:
@@ -136,15 +215,9 @@ def _run(parts: list[Path], sql: str, params: list[object]) -> pd.DataFrame:
     return out
 
 
-def _labels(df: pd.DataFrame, by_subscription: bool) -> pd.DataFrame:
-    """``period`` as UTC timestamps, ``subscription_id`` as text (``"(missing)"`` when unknown;
-    ``"all"`` for a question asked over every subscription), sorted by both."""
-    df["period"] = pd.to_datetime(df["period"], utc=True).astype(_UTC)
-    if by_subscription:
-        df["subscription_id"] = df["subscription_id"].fillna(MISSING_GROUP).astype("str")
-    else:
-        df["subscription_id"] = pd.Series("all", index=df.index, dtype="str")
-    return df.sort_values(["period", "subscription_id"], ignore_index=True)
+def _labels(df: pd.DataFrame) -> pd.DataFrame:
+    """``period`` as UTC timestamps (ns), ``subscription_id`` as text."""
+    return df.astype({"period": _UTC, "subscription_id": "str"})
 
 
 def counts_by_period(
@@ -191,28 +264,10 @@ def counts_by_period(
     s = open_store(store)
     parts = _month_parts(s, lo, hi, untimed=False)
     if not parts:
-        return _labels(_empty_counts(), per_sub)
-    cond, params = _received_in(lo, hi)
-    attempt = "verdict = 'valid' AND event_id IS NOT NULL"
-    answered = f"{attempt} AND response_status IS NOT NULL"
-    slow = f"coalesce(response_ms > {DELIVERY_TIMEOUT_MS}, false)"
-    ok = f"response_status BETWEEN 200 AND 299 AND NOT {slow}"
-    sub = "subscription_id" if per_sub else "NULL"
-    sql = (
-        f"SELECT date_trunc('{unit}', received_at) AS period, {sub} AS subscription_id, "
-        "count(*) AS received, count(*) FILTER (WHERE verdict = 'valid') AS valid, "
-        "count(*) FILTER (WHERE verdict <> 'valid') AS not_valid, "
-        f"count(*) FILTER (WHERE {attempt}) AS attempts, "
-        f"count(*) FILTER (WHERE {answered}) AS answered, "
-        f"count(*) FILTER (WHERE {answered} AND NOT ({ok})) AS failed "
-        f"FROM {{src}} WHERE {cond} GROUP BY ALL"
-    )
-    out = _run(parts, sql, list(params))
-    counts = ["received", "valid", "not_valid", "attempts", "answered", "failed"]
-    out = out.astype(dict.fromkeys(counts, "int64"))
-    answered_n = out["answered"].astype("float64")
-    out["failure_rate"] = (out["failed"] / answered_n).where(answered_n > 0)
-    return _labels(out, per_sub)[list(COUNT_COLUMNS)]
+        return _empty_counts()
+    out = _asked(_counts_rule, parts, lo, hi, period=unit, per_sub=per_sub)
+    counts = dict.fromkeys(COUNT_COLUMNS[2:-1], "int64")
+    return _labels(out.astype({**counts, "failure_rate": "float64"}))
 
 
 def _empty_counts() -> pd.DataFrame:
@@ -280,20 +335,10 @@ def latency_by_period(
         empty.insert(0, "period", pd.Series([], dtype=_UTC))
         empty.insert(1, "subscription_id", pd.Series([], dtype="str"))
         return empty.astype({"n": "int64"})
-    cond, params = _received_in(lo, hi)
-    sub = "subscription_id" if per_sub else "NULL"
-    picks = ", ".join(
-        f'quantile_cont(response_ms, {float(q)!r}) AS "{n}"'
-        for q, n in zip(quantiles, names, strict=True)
-    )
-    sql = (
-        f"SELECT date_trunc('{unit}', received_at) AS period, {sub} AS subscription_id, "
-        f"count(*) AS n, {picks}, max(response_ms) AS max_ms FROM {{src}} "
-        f"WHERE {cond} AND verdict = 'valid' AND response_ms IS NOT NULL GROUP BY ALL"
-    )
-    out = _run(parts, sql, list(params))
+    asked = tuple((n, float(q)) for n, q in zip(names, quantiles, strict=True))
+    out = _asked(_latency_rule, parts, lo, hi, period=unit, per_sub=per_sub, names=asked)
     out = out.astype({"n": "int64", **dict.fromkeys([*names, "max_ms"], "float64")})
-    return _labels(out, per_sub)[columns]
+    return _labels(out)[columns]
 
 
 #: The incident fields the takedown question reads, as stored.
