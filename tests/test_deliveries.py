@@ -368,3 +368,21 @@ def test_attempts_with_no_numbered_row_give_an_empty_events_table_whatever_the_t
     a = infer_attempts(frame([(0, 500, 40.0)], verdict="invalid_signature"), as_of=FAR)
     a["received_at"] = pd.Series([None], dtype=object)
     assert events_table(a, as_of=FAR).empty
+
+
+def test_a_group_seen_on_one_side_only_counts_zero_events_as_an_integer():
+    """wh_1's only event is pending 39 s after its failed first attempt (not judged yet): one
+    first attempt, no event, so no event success rate (NaN); wh_2's event was delivered at once.
+    Counts are integers whatever the groups (worked by hand)."""
+    pending = frame([(0, 503, 10)], event_id="e1")
+    delivered = frame([(0, 204, 10)], event_id="e2").assign(subscription_id="wh_2")
+    as_of = T0 + pd.Timedelta(seconds=39)
+    a = infer_attempts(pd.concat([pending, delivered], ignore_index=True), as_of=as_of)
+    e = events_table(a, as_of=as_of)
+    assert col(e, "outcome") == ["pending", "delivered"]
+    rates = success_rates(a, e, by="subscription")
+    assert rates["group"].tolist() == ["wh_1", "wh_2"]
+    assert rates["first_attempts"].tolist() == [1, 1] and rates["events"].tolist() == [0, 1]
+    assert rates["first_attempt_success"].tolist() == [0.0, 1.0]
+    assert pd.isna(rates["event_success"][0]) and rates["event_success"][1] == 1.0
+    assert rates["events"].dtype == "int64" and rates["first_attempts"].dtype == "int64"
