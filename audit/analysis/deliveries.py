@@ -522,11 +522,15 @@ _LATENCY_INPUTS: dict[str, pa.DataType] = {
 }
 
 
-def _columns(frame: pd.DataFrame, columns: list[str]) -> pa.Table:
+def _columns(frame: pd.DataFrame, columns: list[str], *, ordered: bool = False) -> pa.Table:
     """``columns`` of ``frame`` as an Arrow input (a column it lacks: all missing, when the
-    frame is empty)."""
+    frame is empty); with ``ordered``, ``_row`` too (:func:`~audit.analysis.engine.arrow_input`:
+    only a rule that keeps the frame's order needs it)."""
     have = [c for c in columns if c in frame.columns]
-    table = arrow_input(frame, have)
+    if ordered:
+        table = arrow_input(frame, have)
+    else:
+        table = pa.Table.from_pandas(frame[have], preserve_index=False)
     for c in columns:
         if c not in have:
             table = table.append_column(c, pa.nulls(len(frame)))

@@ -353,7 +353,8 @@ def retry_delays(attempts: pd.DataFrame) -> pd.DataFrame:
     cols = ["attempt_no", "delay_s", "expected_delay_s", "on_schedule", "missing_before"]
     require_columns(attempts, cols, "attempts", "audit.analysis.deliveries.infer_attempts()")
     columns = ["subscription_id", "event_id", *cols]
-    got = run(retry_rule, {"attempts": _typed(_columns(attempts, columns), _ATTEMPT_TYPES)})
+    table = _typed(_columns(attempts, columns, ordered=True), _ATTEMPT_TYPES)
+    got = run(retry_rule, {"attempts": table})
     out: pd.DataFrame = got.to_pandas().astype(
         {
             "subscription_id": "str",
