@@ -38,11 +38,13 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from audit.errors import InputError
+from audit.redaction import for_terminal
 
 __all__ = [
     "MAX_SMALL_FILE_BYTES",
     "PathWarning",
     "expand",
+    "local_folder",
     "name_pattern",
     "read_regular",
     "resolved_name",
@@ -339,3 +341,30 @@ def expand(
             stacklevel=3,
         )
     return out
+
+
+#: ``scheme://`` at the start of a value: a URL (``s3://``, ``gs://``, ``https://``, ``file://``).
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+#: ``user:password@`` after a URL's scheme: never shown.
+_USERINFO = re.compile(r"(?<=://).*@")
+
+
+def local_folder(value: str | os.PathLike[str], label: str = "store") -> Path:
+    """``value`` as a store's local folder. A URL (``s3://bucket/x``, any ``scheme://``) is
+    refused in one line (InputError) before anything is touched: as a path it is the local
+    folder ``./s3:/bucket/x`` (``//`` folds into ``/``). The store is local; ``docs/scale.md``
+    ("Object storage") says how to publish it to a bucket. A relative folder whose first part
+    holds a colon (``s3:x``) is made absolute (Arrow reads a relative ``s3:x`` as a URI).
+    ``label`` names the value in the message (``--store`` on the command line)."""
+    text = os.fspath(value)
+    if (url := _URL.match(text)) is not None:
+        shown = _USERINFO.sub("…@", text)  # s3://KEY:SECRET@bucket: credentials stay out
+        raise InputError(
+            f"{label} {for_terminal(shown)}: a URL ({url.group()}); the evidence store is a "
+            "local folder (for object storage, ingest into a local folder, then sync it: "
+            "docs/scale.md, Object storage)"
+        )
+    path = Path(os.fsdecode(text))
+    if not path.is_absolute() and path.parts and ":" in path.parts[0]:
+        return path.absolute()
+    return path

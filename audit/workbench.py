@@ -57,7 +57,7 @@ from audit.ingest.query import latest_receipt, not_valid_evidence
 from audit.ingest.scan import frame_from_arrow, open_store, scan
 from audit.ingest.verdict_rules import VERDICTS
 from audit.ingest.verification import verdict_counts
-from audit.paths import resolved_name
+from audit.paths import local_folder, resolved_name
 from audit.progress import bar_class
 from audit.redaction import cut_secrets, shown
 from audit.report.compute import compute
@@ -646,7 +646,7 @@ def open(  # audit.open, as the issue names it
         start = None if wanted is None else wanted.start
         files: dict[str, Path] = {}
         if store is not None:
-            folder = os.fspath(store)
+            folder = os.fspath(local_folder(store))  # a URL: one line, as the CLI says it
             if upto is None:
                 upto = latest_receipt(folder)
                 if upto is None:

@@ -75,3 +75,20 @@ def test_local_paths_with_a_colon_are_still_stores(inputs, tmp_path, capsys):
     assert main(["ingest", *inputs, "--store", str(tmp_path / "a:b" / "store")]) == 0
     assert (tmp_path / "s3:x" / "manifest.json").is_file()
     assert (tmp_path / "a:b" / "store" / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize("url", URLS)
+def test_audit_open_refuses_a_url_as_the_cli_does(url, tmp_path, monkeypatch):
+    """Issue 43: ``audit.open(store="s3://...")`` read the local folder ``s3:/bucket/x`` and
+    said it held no manifest; it is refused in the CLI's line, before anything is touched."""
+    import audit
+    from audit.errors import InputError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError) as caught:
+        audit.open(store=url)
+    message = str(caught.value)
+    scheme = url.split("://")[0]
+    assert message.startswith(f"store {scheme}://") and "\n" not in message
+    assert f": a URL ({scheme}://); " in message and "container@" not in message
+    assert "local folder" in message and list(tmp_path.iterdir()) == []

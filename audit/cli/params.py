@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 import click
 
 from audit.errors import InputError
-from audit.redaction import for_terminal
+from audit.paths import local_folder
 
 __all__ = [
     "SECRETS_FILE",
@@ -45,36 +44,19 @@ SECRETS_FILE = click.option(
     "--secrets", "secrets_path", required=True, type=TEXT_PATH, help="Secrets file (JSON)."
 )
 
-#: ``scheme://`` at the start of a value: a URL (``s3://``, ``gs://``, ``https://``, ``file://``).
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-#: ``user:password@`` after a URL's scheme: never shown.
-_USERINFO = re.compile(r"(?<=://).*@")
-
 
 class StorePath(NonEmptyPath):
-    """``--store DIR``: a local folder. A URL (``s3://bucket/x``, any ``scheme://``) is refused
-    in one line (InputError, exit 3) before anything is touched: as a path it was the local
-    folder ``./s3:/bucket/x`` (``//`` folds into ``/``), created, then a failed read. The store
-    is local; ``docs/scale.md`` ("Object storage") says how to publish it to a bucket. A
-    relative folder whose first part holds a colon (``s3:x``) is made absolute."""
+    """``--store DIR``: a local folder (:func:`audit.ingest.store_folder.local_folder`: a URL
+    is refused in one line, exit 3, before anything is touched)."""
 
     def __init__(self) -> None:
         super().__init__(file_okay=False, path_type=Path)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        text = value if isinstance(value, str) else ""
-        if (url := _URL.match(text)) is not None:
-            scheme = url.group()
-            shown = _USERINFO.sub("…@", text)  # s3://KEY:SECRET@bucket: credentials stay out
-            raise InputError(
-                f"--store {for_terminal(shown)}: a URL ({scheme}); the evidence store is a local "
-                "folder (for object storage, ingest into a local folder, then sync it: "
-                "docs/scale.md, Object storage)"
-            )
+        if isinstance(value, str):
+            local_folder(value, "--store")  # a URL: refused before the path is looked at
         path = super().convert(value, param, ctx)
-        if isinstance(path, Path) and not path.is_absolute() and ":" in path.parts[0]:
-            return path.absolute()  # Arrow reads a relative s3:x as a URI ("missing bucket")
-        return path
+        return local_folder(path, "--store") if isinstance(path, Path) else path
 
 
 #: The type of every ``--store DIR`` (``ingest``, ``verify``, ``analyze``, ``report``).
