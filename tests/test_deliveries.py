@@ -386,3 +386,39 @@ def test_a_group_seen_on_one_side_only_counts_zero_events_as_an_integer():
     assert rates["first_attempt_success"].tolist() == [0.0, 1.0]
     assert pd.isna(rates["event_success"][0]) and rates["event_success"][1] == 1.0
     assert rates["events"].dtype == "int64" and rates["first_attempts"].dtype == "int64"
+
+
+def test_the_events_rule_composes_on_the_attempts_rule_in_one_run():
+    """The events table of deliveries as one expression (the attempts rule's rows joined to
+    their deliveries, then the events rule) is the table of the two pandas-facing steps: two
+    interleaved events, shuffled (evt_a delivered on attempt 2, evt_b exhausted)."""
+    from audit.analysis.deliveries import (
+        _ATTEMPT_INPUTS,
+        _fingerprint,
+        _typed,
+        delivery_events_rule,
+    )
+    from audit.analysis.engine import arrow_input, frame_of, settings
+    from audit.analysis.engine import run as run_rule
+    from audit.tables import EVENTS
+
+    a_rows = frame([(0, 500, 40), (30, 204, 40)], event_id="evt_a")
+    b_rows = frame(
+        [(0, 500, 40), (30, 500, 40), (150, 500, 40), (750, 500, 40), (4350, 500, 40)],
+        event_id="evt_b",
+    )
+    rows = pd.concat([a_rows, b_rows], ignore_index=True).iloc[[5, 0, 3, 6, 1, 2, 4]]
+    rows = rows.reset_index(drop=True)
+    rows["fingerprint"] = pd.Series([_fingerprint(b) for b in rows["body"]], dtype="str")
+    want = events_table(infer_attempts(rows, as_of=FAR), as_of=FAR)
+    columns = [*_ATTEMPT_INPUTS, "event_timestamp", "fingerprint"]
+    table = _typed(arrow_input(rows, columns), _ATTEMPT_INPUTS)
+    got = run_rule(
+        delivery_events_rule,
+        {"deliveries": table, "settings": settings(as_of=FAR)},
+        floor_s=10.0,
+        share=0.1,
+    )
+    events = frame_of(got, EVENTS)
+    assert col(events, "outcome") == ["delivered", "exhausted"]
+    pd.testing.assert_frame_equal(events, want)

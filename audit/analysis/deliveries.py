@@ -36,6 +36,7 @@ __all__ = [
     "Tolerance",
     "attempts_rule",
     "count_where",
+    "delivery_events_rule",
     "events_rule",
     "events_table",
     "expected_delay",
@@ -319,6 +320,17 @@ _EVENT_INPUTS: dict[str, pa.DataType] = {
     "missing_before": pa.int64(),
     "fingerprint": pa.string(),
 }
+
+
+def delivery_events_rule(
+    deliveries: ir.Table, settings: ir.Table, *, floor_s: float, share: float
+) -> ir.Table:
+    """The events table straight from the deliveries, in one expression: :func:`events_rule`
+    over :func:`attempts_rule`'s rows joined to their deliveries by ``_row`` (``deliveries``:
+    the columns both read, with ``fingerprint`` and ``_row``; ``settings``: ``as_of``)."""
+    attempts = attempts_rule(deliveries, floor_s=floor_s, share=share)
+    joined = deliveries.join(attempts, "_row")
+    return events_rule(joined, settings, floor_s=floor_s, share=share)
 
 
 def _bodies(column: pd.Series) -> list[bytes | None]:
