@@ -143,11 +143,11 @@ _NULLABLE = {
 }
 
 
-def _typed(table: pa.Table, types: dict[str, pa.DataType]) -> pa.Table:
+def _typed(table: pa.Table, types: dict[str, pa.DataType] | None = None) -> pa.Table:
     """``table`` with each input column of a hand-made frame (all missing: no type; categories,
-    objects) in the type a rule reads (``types``: :data:`_ATTEMPT_INPUTS`...); a time keeps
+    objects) in the type a rule reads (``types``; default :data:`_ATTEMPT_INPUTS`); a time keeps
     its unit, and a number column of fractions stays fractional (``pa.float64()`` there)."""
-    for name, typ in types.items():
+    for name, typ in (_ATTEMPT_INPUTS if types is None else types).items():
         i = table.schema.get_field_index(name)
         if i < 0:
             continue
