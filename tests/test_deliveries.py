@@ -412,7 +412,7 @@ def test_the_events_rule_composes_on_the_attempts_rule_in_one_run():
     rows["fingerprint"] = pd.Series([_fingerprint(b) for b in rows["body"]], dtype="str")
     want = events_table(infer_attempts(rows, as_of=FAR), as_of=FAR)
     columns = [*_ATTEMPT_INPUTS, "event_timestamp", "fingerprint"]
-    table = _typed(arrow_input(rows, columns), _ATTEMPT_INPUTS)
+    table = _typed(arrow_input(rows, columns))
     got = run_rule(
         delivery_events_rule,
         {"deliveries": table, "settings": settings(as_of=FAR)},

@@ -115,7 +115,7 @@ def infer_attempts(
     out = deliveries.copy(deep=False)  # copy-on-write (pandas 3): columns are shared until set
     got = run(
         attempts_rule,
-        {"deliveries": _typed(arrow_input(out, list(_ATTEMPT_INPUTS)), _ATTEMPT_INPUTS)},
+        {"deliveries": _typed(arrow_input(out, list(_ATTEMPT_INPUTS)))},
         floor_s=tol.floor_s,
         share=tol.share,
     ).sort_by("_row")
@@ -136,6 +136,21 @@ _ATTEMPT_INPUTS: dict[str, pa.DataType] = {
     "event": pa.string(),
     "incident_id": pa.string(),
 }
+#: The columns :func:`events_rule` reads of the attempts frame (and ``fingerprint``).
+_EVENT_COLUMNS = (
+    *("subscription_id", "event_id", "event", "event_timestamp", "incident_id", "is_test"),
+    *("received_at", "attempt_no", "success", "response_status", "on_schedule"),
+    "missing_before",
+)
+#: The types the rules read the columns of a frame in (:func:`_typed`).
+_TYPES: dict[str, pa.DataType] = {
+    **_ATTEMPT_INPUTS,
+    **dict.fromkeys(("is_test", "success", "on_schedule"), pa.bool_()),
+    **dict.fromkeys(("attempt_no", "missing_before"), pa.int64()),
+    **dict.fromkeys(("fingerprint", "outcome"), pa.string()),
+    **dict.fromkeys(("event_timestamp", "first_received_at"), pa.timestamp("us", "UTC")),
+    **dict.fromkeys(("skew_s", "emission_latency_s", "delay_s", "expected_delay_s"), pa.float64()),
+}
 _NULLABLE = {
     pa.int64(): pd.Int64Dtype(),
     pa.float64(): pd.Float64Dtype(),
@@ -143,11 +158,11 @@ _NULLABLE = {
 }
 
 
-def _typed(table: pa.Table, types: dict[str, pa.DataType] | None = None) -> pa.Table:
+def _typed(table: pa.Table) -> pa.Table:
     """``table`` with each input column of a hand-made frame (all missing: no type; categories,
-    objects) in the type a rule reads (``types``; default :data:`_ATTEMPT_INPUTS`); a time keeps
+    objects) in the type a rule reads (:data:`_TYPES`); a time keeps
     its unit, and a number column of fractions stays fractional (``pa.float64()`` there)."""
-    for name, typ in (_ATTEMPT_INPUTS if types is None else types).items():
+    for name, typ in _TYPES.items():
         i = table.schema.get_field_index(name)
         if i < 0:
             continue
@@ -284,8 +299,7 @@ def events_table(
     """
     as_of = as_utc(as_of)
     tol = tolerance or Tolerance()
-    used = [c for c in _EVENT_INPUTS if c != "fingerprint"]
-    table = _typed(arrow_input(attempts, used), _EVENT_INPUTS)
+    table = _typed(arrow_input(attempts, list(_EVENT_COLUMNS)))
     if "body" in attempts.columns:  # raw bodies: the fingerprint extracted here, not a rule
         prints = [None if b is None else _fingerprint(b) for b in _bodies(attempts["body"])]
         table = table.append_column("fingerprint", pa.array(prints, pa.string()))
@@ -302,24 +316,6 @@ def events_table(
         share=tol.share,
     )
     return frame_of(got, EVENTS)
-
-
-#: The columns :func:`events_rule` reads of the attempts, with their types.
-_EVENT_INPUTS: dict[str, pa.DataType] = {
-    "subscription_id": pa.string(),
-    "event_id": pa.string(),
-    "event": pa.string(),
-    "event_timestamp": pa.timestamp("us", "UTC"),
-    "incident_id": pa.string(),
-    "is_test": pa.bool_(),
-    "received_at": pa.timestamp("us", "UTC"),
-    "attempt_no": pa.int64(),
-    "success": pa.bool_(),
-    "response_status": pa.int64(),
-    "on_schedule": pa.bool_(),
-    "missing_before": pa.int64(),
-    "fingerprint": pa.string(),
-}
 
 
 def delivery_events_rule(
@@ -512,10 +508,8 @@ def latency_summary(attempts: pd.DataFrame, events: pd.DataFrame) -> pd.DataFram
     got = run(
         latency_rule,
         {
-            "deliveries": _typed(
-                _columns(attempts, ["verdict", "response_ms", "skew_s"]), _LATENCY_INPUTS
-            ),
-            "events": _typed(_columns(events, ["is_test", "emission_latency_s"]), _LATENCY_INPUTS),
+            "deliveries": _typed(_columns(attempts, ["verdict", "response_ms", "skew_s"])),
+            "events": _typed(_columns(events, ["is_test", "emission_latency_s"])),
         },
     )
     out: pd.DataFrame = got.to_pandas()
@@ -523,15 +517,6 @@ def latency_summary(attempts: pd.DataFrame, events: pd.DataFrame) -> pd.DataFram
         {"n": "int64", **dict.fromkeys(["p50", "p95", "p99", "max", "min"], "float64")}
     )
     return out
-
-
-_LATENCY_INPUTS: dict[str, pa.DataType] = {
-    "verdict": pa.string(),
-    "response_ms": pa.float64(),
-    "skew_s": pa.float64(),
-    "is_test": pa.bool_(),
-    "emission_latency_s": pa.float64(),
-}
 
 
 def _columns(frame: pd.DataFrame, columns: list[str], *, ordered: bool = False) -> pa.Table:
@@ -635,13 +620,9 @@ def success_rates(
         success_rule,
         {
             "attempts": _typed(
-                _columns(attempts, ["attempt_no", "success", "is_test", "received_at", *extra]),
-                _SUCCESS_INPUTS,
+                _columns(attempts, ["attempt_no", "success", "is_test", "received_at", *extra])
             ),
-            "events": _typed(
-                _columns(events, ["is_test", "outcome", "first_received_at", *extra]),
-                _SUCCESS_INPUTS,
-            ),
+            "events": _typed(_columns(events, ["is_test", "outcome", "first_received_at", *extra])),
         },
         by=by,
     )
@@ -649,15 +630,3 @@ def success_rates(
         {"first_attempts": "int64", "events": "int64", "first_attempt_success": "float64"}
     )
     return rates.astype({"event_success": "float64"})
-
-
-_SUCCESS_INPUTS: dict[str, pa.DataType] = {
-    "attempt_no": pa.int64(),
-    "success": pa.bool_(),
-    "is_test": pa.bool_(),
-    "received_at": pa.timestamp("us", "UTC"),
-    "first_received_at": pa.timestamp("us", "UTC"),
-    "outcome": pa.string(),
-    "subscription_id": pa.string(),
-    "event": pa.string(),
-}

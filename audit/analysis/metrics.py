@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from audit.analysis.deliveries import _columns, _typed, count_where
 from audit.analysis.engine import run
@@ -266,7 +265,7 @@ def daily_failure_rate(attempts: pd.DataFrame, *, fill_days: bool = True) -> pd.
     unit = "ns"
     if len(attempts):
         unit = utc_times(attempts["received_at"]).dt.unit  # naive times: one line
-    table = _typed(_columns(attempts, list(_ATTEMPT_COLS)), _ATTEMPT_TYPES)
+    table = _typed(_columns(attempts, list(_ATTEMPT_COLS)))
     got = run(daily_failure_rule, {"attempts": table}, fill_days=fill_days).to_pandas()
     out: pd.DataFrame = got.astype(
         {
@@ -277,20 +276,6 @@ def daily_failure_rate(attempts: pd.DataFrame, *, fill_days: bool = True) -> pd.
         }
     )[out_cols]
     return out
-
-
-#: The columns the delivery rules here read, with their types.
-_ATTEMPT_TYPES: dict[str, pa.DataType] = {
-    "attempt_no": pa.int64(),
-    "success": pa.bool_(),
-    "received_at": pa.timestamp("us", "UTC"),
-    "subscription_id": pa.string(),
-    "event_id": pa.string(),
-    "delay_s": pa.float64(),
-    "expected_delay_s": pa.float64(),
-    "on_schedule": pa.bool_(),
-    "missing_before": pa.int64(),
-}
 
 
 def retry_rule(attempts: ir.Table) -> ir.Table:
@@ -353,7 +338,7 @@ def retry_delays(attempts: pd.DataFrame) -> pd.DataFrame:
     cols = ["attempt_no", "delay_s", "expected_delay_s", "on_schedule", "missing_before"]
     require_columns(attempts, cols, "attempts", "audit.analysis.deliveries.infer_attempts()")
     columns = ["subscription_id", "event_id", *cols]
-    table = _typed(_columns(attempts, columns, ordered=True), _ATTEMPT_TYPES)
+    table = _typed(_columns(attempts, columns, ordered=True))
     got = run(retry_rule, {"attempts": table})
     out: pd.DataFrame = got.to_pandas().astype(
         {
