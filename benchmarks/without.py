@@ -2,11 +2,11 @@
 
 Usage::
 
-    OFF=side python benchmarks/without.py analyze --store STORE --out T --as-of 2026-11-01T00:00:00Z
-    OFF=trim python benchmarks/without.py analyze --store STORE --out T --as-of ...
+    OFF=side python benchmarks/without.py report --store STORE --period 2026-10 ...
+    OFF=trim python benchmarks/without.py report --store STORE --period 2026-10 ...
 
 ``OFF=side``: the incident fold is not run in a forked process beside the deliveries' read
-(``audit.analysis.analyze.read_store``); ``OFF=trim``: no ``malloc_trim`` in the analyses
+(``audit.analysis.analyze.read_store``); ``OFF=trim``: no ``malloc_trim`` in the report
 (``audit.memory.release_free_memory``); unset: as shipped. For no workers at all, set
 ``AUDIT_JOBS=1`` instead. Time each kind alternated, e.g. ``/usr/bin/time -f "%e s %M KB"``,
 and keep a piece only if its gain is at least 15% of the figure it serves (``docs/scale.md``).
@@ -18,7 +18,8 @@ import os
 import sys
 
 import audit.analysis.analyze
-import audit.analysis.store_analysis
+import audit.report.compute
+import audit.report.pipeline
 from audit.console import script
 
 OFF = os.environ.get("OFF", "")
@@ -31,7 +32,8 @@ def _nothing(*_args: object, **_kwargs: object) -> None:
 if OFF == "side":
     audit.analysis.analyze.aside = _nothing  # type: ignore[assignment]  # the switch measured
 elif OFF == "trim":
-    audit.analysis.store_analysis.release_free_memory = _nothing  # type: ignore[assignment]  # measured
+    audit.report.compute.release_free_memory = _nothing  # type: ignore[assignment]  # measured
+    audit.report.pipeline.release_free_memory = _nothing  # type: ignore[assignment]  # measured
 elif OFF:
     raise SystemExit(f"OFF={OFF!r}: give side or trim")
 

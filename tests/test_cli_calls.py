@@ -195,7 +195,7 @@ def test_analyze_with_a_store_hands_its_arguments_to_analyze_store(monkeypatch, 
         raise Done
 
     monkeypatch.setattr(module, "analyze_store", fake)
-    argv = ["analyze", "--store", str(tmp_path / "st"), "--rows-per-pass", "5", "--format", "csv"]
+    argv = ["analyze", "--store", str(tmp_path / "st"), "--engine", "duckdb", "--format", "csv"]
     argv += ["--as-of", "2026-10-31T00:00:00Z", "--out", str(tmp_path / "o")]
     with pytest.raises(Done):
         cli.main(args=argv, standalone_mode=False)
@@ -209,16 +209,16 @@ def test_analyze_with_a_store_hands_its_arguments_to_analyze_store(monkeypatch, 
         "header_prefix": "X-PhishFort",
         "clock_start": "created",
         "fmt": "csv",
-        "rows_per_pass": 5,
+        "on": "duckdb",
     }
 
 
-def test_rows_per_pass_without_a_store_is_a_usage_error(tmp_path, capsys):
+def test_the_engine_without_a_store_is_a_usage_error(tmp_path, capsys):
     log = tmp_path / "a.jsonl"
     log.write_text("")
-    argv = ["analyze", str(log), "--secrets", "s.json", "--rows-per-pass", "5"]
+    argv = ["analyze", str(log), "--secrets", "s.json", "--engine", "spark"]
     assert main([*argv, "--out", str(tmp_path / "o")]) == 3  # bad input
-    assert "--rows-per-pass needs --store" in capsys.readouterr().err
+    assert "--engine needs --store" in capsys.readouterr().err
 
 
 def test_report_hands_its_arguments_to_report_run_report(monkeypatch, tmp_path):

@@ -137,7 +137,11 @@ def test_a_read_needing_more_than_is_available_is_refused_in_one_line(store, mon
     with pytest.raises(ParameterError) as e:
         check_memory(root, deliveries_from=OCT, receipts_from=OCT, end=NOV)
     text = str(e.value)
-    assert "\n" not in text and "reading 10 deliveries" in text and "--rows-per-pass" in text
+    assert (
+        "\n" not in text
+        and "reading 10 deliveries" in text
+        and "audit analyze --store DIR`" in text
+    )
     with pytest.raises(ParameterError):
         load_analysis_inputs(root, start=OCT, end=NOV)
     monkeypatch.setattr(audit.memory, "available_memory", lambda: NEED)

@@ -3,7 +3,7 @@
 Data moves one way: files -> deliveries -> derived tables. Every function downstream of loading
 is pure and takes ``as_of``; only :func:`analyze` and :func:`store_as_of` (which ingests logs
 into a store first) read files, and only :meth:`Analysis.write` writes them. The analysis of a
-store in bounded memory, in passes, builds on this module: :mod:`audit.analysis.store_analysis`.
+store by the engine, where it lies, builds on this module: :mod:`audit.analysis.store_analysis`.
 """
 
 from __future__ import annotations

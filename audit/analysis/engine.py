@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from audit.errors import ParameterError
+from audit.errors import InputError, ParameterError
 from audit.ingest.workers import default_workers, jobs
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def arrow_input(frame: pd.DataFrame, columns: list[str]) -> pa.Table:
     """``columns`` of ``frame`` as an Arrow table (an input of :func:`run`), with ``_row``, each
     row's position in ``frame`` (rules break ties by it: the frame's order)."""
     table = pa.Table.from_pandas(frame[columns], preserve_index=False)
-    return table.append_column("_row", pa.array(range(len(frame)), pa.int64()))
+    return table.append_column("_row", pa.array(np.arange(len(frame), dtype=np.int64)))
 
 
 def settings(**values: object) -> pa.Table:
@@ -72,11 +73,11 @@ def settings(**values: object) -> pa.Table:
     return pa.table({name: pa.array([value]) for name, value in values.items()})
 
 
-def frame_of(result: pa.Table, table: Table) -> pd.DataFrame:
-    """``result`` as a DataFrame whose columns have the dtypes ``table`` declares for them
-    (:mod:`audit.tables`; a column it does not declare keeps Arrow's default)."""
+def frame_of(result: pa.Table, *tables: Table) -> pd.DataFrame:
+    """``result`` as a DataFrame whose columns have the dtypes ``tables`` declare for them
+    (:mod:`audit.tables`; a column none declares keeps Arrow's default)."""
     frame = result.to_pandas(types_mapper=_NULLABLE.get)
-    declared = table.dtypes()
+    declared = {n: d for table in tables for n, d in table.dtypes().items()}
     wanted = {n: declared[n] for n in frame.columns if n in declared}
     out: pd.DataFrame = frame.astype(wanted) if wanted else frame
     return out
@@ -162,10 +163,11 @@ def batches(
     on: str = "duckdb",
     rows: int = BATCH_ROWS,
     **constants: Any,
-) -> Iterator[Iterator[pa.RecordBatch]]:
-    """``rule``'s result as Arrow record batches of at most ``rows`` rows, as the engine ``on``
-    makes them: a table larger than memory is written batch by batch (the engine spills to disk
-    what it must hold). The batches are read inside the ``with`` block."""
+) -> Iterator[pa.RecordBatchReader]:
+    """``rule``'s result as an Arrow record batch reader (batches of at most ``rows`` rows; its
+    ``schema`` even when no row comes), as the engine ``on`` makes them: a table larger than
+    memory is written batch by batch (the engine spills to disk what it must hold). The batches
+    are read inside the ``with`` block."""
     if on == "spark":
         from audit.analysis import spark
 
@@ -179,7 +181,7 @@ def batches(
         reader_of = getattr(result, "to_arrow_reader", None) or result.fetch_record_batch
         reader = reader_of(rows)
         try:
-            yield iter(reader)
+            yield reader
         finally:
             reader.close()
 
@@ -195,6 +197,8 @@ def _inputs(
     }
     sql = sql_of(rule, schemas, **constants)
     con = _connection()
+    import duckdb  # start-up: only an analysis needs it (the connection made it loaded)
+
     views = []
     try:
         for name, table in tables.items():
@@ -212,6 +216,20 @@ def _inputs(
                 )
                 views.append(name)
         yield con, sql
+    except (duckdb.IOException, duckdb.InvalidInputException) as e:
+        paths = [p for t in tables.values() if isinstance(t, Parquet) for p in t.paths]
+        first = str(e).splitlines()[0]
+        if not paths or (
+            isinstance(e, duckdb.InvalidInputException) and "parquet" not in first.lower()
+        ):
+            raise  # not about a file: a bug, shown as one
+        gone = [p for p in paths if not p.is_file()]
+        if gone:
+            raise InputError(
+                f"{gone[0].parent}: changed while it was read ({len(gone)} file(s) replaced "
+                "since, by an ingest); run again"
+            ) from None
+        raise InputError(f"a Parquet input cannot be read: {first}") from None
     finally:
         for name in tables:
             if name in views:
@@ -221,6 +239,8 @@ def _inputs(
 
 
 _LOCAL = threading.local()
+#: Connections a forked process inherited (kept, never closed: see :func:`_connection`).
+_INHERITED: list[duckdb.DuckDBPyConnection] = []
 
 
 def _connection() -> duckdb.DuckDBPyConnection:
@@ -230,6 +250,8 @@ def _connection() -> duckdb.DuckDBPyConnection:
 
     con = getattr(_LOCAL, "con", None)
     if con is None or _LOCAL.pid != os.getpid():
+        if con is not None:  # a forked process never closes its parent's connection: closing
+            _INHERITED.append(con)  # waits for threads the fork did not copy (hangs for ever)
         con = duckdb.connect(config={"threads": jobs() or default_workers()})
         con.execute("SET TimeZone = 'UTC'")
         _LOCAL.con, _LOCAL.pid = con, os.getpid()

@@ -94,10 +94,10 @@ def batches(
     rows: int,
     spark: SparkSession | None = None,
     **constants: Any,
-) -> Iterator[Iterator[pa.RecordBatch]]:
-    """``rule``'s result as Arrow record batches of at most ``rows`` rows."""
+) -> Iterator[pa.RecordBatchReader]:
+    """``rule``'s result as an Arrow record batch reader (batches of at most ``rows`` rows)."""
     with _inputs(tables, spark) as (con, inputs):
-        yield iter(con.to_pyarrow_batches(rule(**inputs, **constants), chunk_size=rows))
+        yield con.to_pyarrow_batches(rule(**inputs, **constants), chunk_size=rows)
 
 
 @contextlib.contextmanager

@@ -1,38 +1,34 @@
-"""``audit analyze --store``: every table of a store's analysis, written in bounded memory.
+"""``audit analyze --store``: every table of a store's analysis, computed by the engine where
+the store lies.
 
-A store can hold more deliveries than memory (a year of a large client: 12M). The incident
-fold reads one first receipt per event (:func:`audit.ingest.query.load_first_receipts`), so it
-runs once over everything; the deliveries and events tables are then built in passes, each
-over the deliveries of a share of the (subscription, event id) pairs. An attempt's columns and
-an event's row depend only on the deliveries of its pair, so the passes give the rows a single
-pass gives; each pass's rows are appended to the table files and freed before the next pass.
+The deliveries and events tables are rules (:mod:`audit.analysis.engine`) over the store's
+parts, read where they lie (:mod:`audit.analysis.sources`) by DuckDB in this process, or by
+Spark (``engine="spark"``): their rows are written batch by batch as the engine makes them, so no
+table of a year is held whole (the engine spills to disk what it must sort). The incident tables
+(one row per incident) come from the fold of the first receipts
+(:func:`audit.analysis.analyze.takedown_analysis`), small enough to hold.
 
-The tables are those of :meth:`audit.analysis.analyze.Analysis.write`. With more than one pass
-the deliveries table holds its rows pass by pass (each pass in input order) and the events
-table likewise (each pass in key order); sorted, they equal the single pass's tables.
+The tables are those of :meth:`audit.analysis.analyze.Analysis.write`, with the same rows in the
+same order: the deliveries in input order, the events by subscription then event id.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from audit.analysis import engine
 from audit.analysis.analyze import (
     DELIVERY_TABLE_COLUMNS,
-    Analysis,
     DeliveryCounts,
     add_counts,
-    analyze,
-    attempts_and_events,
     check_table_format,
     delivery_counts,
     incident_counts,
@@ -42,6 +38,10 @@ from audit.analysis.analyze import (
     takedown_analysis,
     write_table,
 )
+from audit.analysis.deliveries import attempts_rule, events_rule
+from audit.analysis.engine import frame_of
+from audit.analysis.schedule import Tolerance
+from audit.analysis.sources import deliveries_rule, store_sources
 from audit.analysis.subscriptions import load_snapshots
 from audit.atomic import (
     PARQUET_GROUP_ROWS,
@@ -51,69 +51,34 @@ from audit.atomic import (
     parquet_writer,
     staged_files,
 )
-from audit.errors import InputError, OutputError, ParameterError
-from audit.ingest.query import DELIVERY_COLUMNS, load_deliveries, load_first_receipts, store_inputs
-from audit.ingest.scan import check_pinned, pinned_store
-from audit.ingest.store import Store
-from audit.memory import release_free_memory
+from audit.errors import OutputError, ParameterError
+from audit.ingest.query import load_first_receipts
+from audit.ingest.scan import pinned_store
+from audit.redaction import cut_secrets
 from audit.safe import write_csv_rows
 from audit.spec import CLOCK_TOLERANCE_S, DEFAULT_HEADER_PREFIX
+from audit.tables import ATTEMPTS, DELIVERIES, EVENTS
 
 if TYPE_CHECKING:
+    import ibis.expr.types as ir
     import pyarrow.parquet as pq
 
-__all__ = ["ROWS_PER_PASS", "StoreAnalysis", "analyze_store", "passes_for"]
-
-#: Deliveries read per pass at most (on average: the pairs are split by hash). A pass of a
-#: million peaks at about 1.4 GiB ("Twelfth pass" of ``docs/scale.md``, in git history), within
-#: the 2 GiB of a month's report; passes cost little time (each reads the store's key columns
-#: once more).
-ROWS_PER_PASS = 1_000_000
+__all__ = ["StoreAnalysis", "analyze_store", "deliveries_table_rule", "events_table_rule"]
 
 
 @dataclass(frozen=True)
 class StoreAnalysis:
-    """What :func:`analyze_store` wrote: the files, the passes, and the summary's figures."""
+    """What :func:`analyze_store` wrote: the files and the summary's figures."""
 
     as_of: pd.Timestamp
     clock_start: str
-    passes: int
+    engine: str
     paths: list[Path] = field(default_factory=list)
     figures: dict[str, object] = field(default_factory=dict)
 
     def summary(self) -> dict[str, object]:
-        """The figures of :meth:`audit.analysis.analyze.Analysis.summary`, over every pass."""
+        """The figures of :meth:`audit.analysis.analyze.Analysis.summary`."""
         return {"as_of": self.as_of, **self.figures}
-
-
-#: The most passes :func:`passes_for` allows (each pass reads the store's deliveries again).
-MAX_PASSES = 1000
-
-
-def passes_for(records: int, rows_per_pass: int = ROWS_PER_PASS) -> int:
-    """How many passes read ``records`` deliveries, ``rows_per_pass`` at most each (at least 1;
-    more than :data:`MAX_PASSES` is a :class:`~audit.errors.ParameterError` saying what to give).
-
-    >>> passes_for(0), passes_for(1_000_000), passes_for(1_000_001), passes_for(12_000_000)
-    (1, 1, 2, 12)
-    """
-    rows_per_pass = _whole_from_1(rows_per_pass)
-    n = max(1, math.ceil(records / rows_per_pass))
-    if n > MAX_PASSES:  # every pass reads the store again: a typo would run for hours
-        least = math.ceil(records / MAX_PASSES)
-        raise ParameterError(
-            f"rows per pass {rows_per_pass:,}: {records:,} deliveries would take {n:,} passes "
-            f"(at most {MAX_PASSES:,}, each reads the store); give at least {least:,}"
-        )
-    return n
-
-
-def _whole_from_1(rows_per_pass: object) -> int:
-    """``rows_per_pass`` (any object: a caller may have no type checker) if it is an int from 1,
-    else a ParameterError."""
-    if not isinstance(rows_per_pass, int) or isinstance(rows_per_pass, bool) or rows_per_pass < 1:
-        raise ParameterError(f"rows per pass {rows_per_pass!r}: give a whole number from 1")
-    return rows_per_pass
 
 
 def analyze_store(
@@ -128,18 +93,16 @@ def analyze_store(
     tolerance_s: float = CLOCK_TOLERANCE_S,
     clock_start: str = "created",
     fmt: str = "parquet",
-    rows_per_pass: int = ROWS_PER_PASS,
+    on: str = "duckdb",
 ) -> StoreAnalysis:
-    """Analyse everything in ``store`` up to ``as_of`` and write the tables into ``out_dir``.
+    """Analyse everything in ``store`` up to ``as_of`` and write the tables into ``out_dir``,
+    the deliveries and events computed by the engine ``on`` (``duckdb`` or ``spark``).
 
-    ``logs`` (with ``secrets_path``) are ingested first. One pass when the store holds at most
-    ``rows_per_pass`` records: the tables of :func:`audit.analysis.analyze.analyze`. Otherwise
-    the incident fold runs once and the deliveries and events in passes (see the module).
+    ``logs`` (with ``secrets_path``) are ingested first.
 
     Examples
     --------
-    A week of the built-in demo data (:func:`audit.demo.simulate.simulate`: 464 records),
-    ingested, then analysed 200 records a pass:
+    A week of the built-in demo data (:func:`audit.demo.simulate.simulate`: 464 records):
 
     >>> import tempfile, warnings
     >>> from audit.demo.simulate import simulate
@@ -148,106 +111,109 @@ def analyze_store(
     ...     demo = simulate(Path(folder, "demo"), days=7, incidents=20)
     ...     done = analyze_store(
     ...         Path(folder, "store"), Path(folder, "tables"), logs=demo.captures,
-    ...         secrets_path=demo.secrets, rows_per_pass=200)
-    >>> done.passes, [p.name for p in done.paths][:2]
-    (3, ['deliveries.parquet', 'events.parquet'])
+    ...         secrets_path=demo.secrets)
+    >>> done.summary()["records"], [p.name for p in done.paths][:2]
+    (464, ['deliveries.parquet', 'events.parquet'])
     """
     check_table_format(fmt)
+    if on not in engine.ENGINES:
+        raise ParameterError(f"engine must be one of {', '.join(engine.ENGINES)}, got {on!r}")
     when = parse_as_of(as_of)
     when = store_as_of(
         logs, secrets_path, store, when, header_prefix=header_prefix, tolerance_s=tolerance_s
     )
     pinned = pinned_store(store)  # every read below sees the store as it is now
-    inputs = store_inputs(pinned)
-    n = passes_for(int(inputs["records"].sum()), rows_per_pass)
-    table_folder(out_dir, fmt)  # created once the inputs are known to be readable
-    if n == 1:
-        a = analyze(
-            [], None, snapshots=snapshots, as_of=when, clock_start=clock_start, store=pinned
-        )
-        return StoreAnalysis(when, clock_start, 1, a.write(out_dir, fmt=fmt), _figures(a))
-    return _in_passes(pinned, Path(out_dir), n, when, snapshots, clock_start, fmt)
-
-
-def _figures(a: Analysis) -> dict[str, object]:
-    s = a.summary()
-    del s["as_of"]
-    return s
-
-
-def _in_passes(
-    store: Store,
-    out: Path,
-    n: int,
-    when: pd.Timestamp,
-    snapshots: Sequence[str | os.PathLike[str]],
-    clock_start: str,
-    fmt: str,
-) -> StoreAnalysis:
-    """The tables of ``store`` in ``n`` passes (:func:`analyze_store`)."""
+    inputs = {**store_sources(pinned), "settings": engine.settings(as_of=when)}
+    out = Path(out_dir)
+    table_folder(out, fmt)  # created once the inputs are known to be readable
     t = takedown_analysis(
-        load_first_receipts(store, start=None, end=when), as_of=when, clock_start=clock_start
+        load_first_receipts(pinned, start=None, end=when), as_of=when, clock_start=clock_start
     )
-    subs = load_snapshots(snapshots)
     small = {
         "incidents": t.incidents,
         "status_intervals": t.status_intervals,
         "takedown_km": t.km,
         "takedown_summary": t.summary,
-        "subscriptions": subs,
+        "subscriptions": load_snapshots(snapshots),
     }
+    tol = Tolerance()
+    constants = {"floor_s": tol.floor_s, "share": tol.share}
     with staged_files(out) as stage:  # no table replaced before all are written
-        counts = _passes(stage, store, n, when, fmt)
+        counts = _written(stage, "deliveries", deliveries_table_rule, inputs, fmt, on, constants)
+        events = _written(stage, "events", events_table_rule, inputs, fmt, on, constants)
         paths = [out / f"deliveries.{fmt}", out / f"events.{fmt}"]
         for name, table in small.items():
             paths += [stage.final(p) for p in write_table(stage, name, table, fmt)]
     figures: dict[str, object] = {
-        **(counts or {}),
+        **add_counts(counts, events),
         **incident_counts(t.incidents, t.durations, t.summary),
     }
-    return StoreAnalysis(when, clock_start, n, paths, figures)
+    return StoreAnalysis(when, clock_start, on, paths, figures)
 
 
-def _passes(
-    out: Stage, store: Store, n: int, when: pd.Timestamp, fmt: str
-) -> DeliveryCounts | None:
-    """Write the deliveries and events tables of ``store`` into ``out`` in ``n`` passes; return
-    their summary counts, added up."""
-    counts: DeliveryCounts | None = None
+def _written(
+    out: Stage,
+    name: str,
+    rule: engine.Rule,
+    inputs: dict[str, engine.Source],
+    fmt: str,
+    on: str,
+    constants: dict[str, Any],
+) -> DeliveryCounts:
+    """The rows of ``rule`` written to ``out`` as table ``name``, batch by batch (known secrets
+    cut from each); their summary counts."""
+    declared = (DELIVERIES, ATTEMPTS) if name == "deliveries" else (EVENTS,)
+    counts = delivery_counts(pd.DataFrame({"verdict": [], **_NO_ANSWER}), EVENTS.empty())
     with contextlib.ExitStack() as stack:
-        rows = _Sink(stack, out / f"deliveries.{fmt}", fmt)
-        events_out = _Sink(stack, out / f"events.{fmt}", fmt)
-        for k in range(n):
-            attempts, events = _one_pass(store, when, k, n)
-            got = delivery_counts(attempts, events)
-            counts = got if counts is None else add_counts(counts, got)
-            rows.add(attempts[list(DELIVERY_TABLE_COLUMNS)])
-            del attempts
-            events_out.add(events)
-            del events
-            release_free_memory()
-        rows.close()
-        events_out.close()
+        sink = _Sink(stack, out / f"{name}.{fmt}", fmt)
+        got = stack.enter_context(engine.batches(rule, inputs, on=on, **constants))
+        for batch in got:
+            frame = cut_secrets(frame_of(pa.Table.from_batches([batch]), *declared))
+            if name == "deliveries":
+                part = delivery_counts(frame, EVENTS.empty())
+            else:
+                part = delivery_counts(pd.DataFrame({"verdict": [], **_NO_ANSWER}), frame)
+            counts = add_counts(counts, part)
+            sink.add(frame)
+        if not sink.written:  # no row: the columns and their types still
+            sink.add(frame_of(got.schema.empty_table(), *declared))
+        sink.close()
     return counts
 
 
-def _one_pass(
-    store: Store, when: pd.Timestamp, k: int, n: int
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Attempts and events of the ``k``-th of ``n`` parts of the pinned ``store``.
+_NO_ANSWER: dict[str, list[object]] = {"response_ms": [], "response_status": []}
 
-    Runs while the table files are open: a failure to read is said of the store (InputError),
-    not of the file being written."""
-    check_pinned(store)
-    try:
-        part = [load_deliveries(store, end=when, columns=DELIVERY_COLUMNS, part=(k, n))]
-    except duckdb.Error:
-        check_pinned(store)  # a part replaced between the check and the read
-        raise
-    except OSError as e:
-        reason = e.strerror or type(e).__name__
-        raise InputError(f"{store.root}: cannot be read ({reason})") from None
-    return attempts_and_events(part, as_of=when)
+
+def _known(stored: ir.Table, parts: ir.Table, settings: ir.Table) -> ir.Table:
+    """The stored deliveries known at ``as_of``: received by then, or without a receipt time."""
+    d = deliveries_rule(stored, parts)
+    as_of = settings.as_of.max().as_scalar()
+    return d.filter(d.received_at.isnull() | (d.received_at <= as_of))
+
+
+def _attempted(
+    stored: ir.Table, parts: ir.Table, settings: ir.Table, floor_s: float, share: float
+) -> ir.Table:
+    """The known deliveries with the attempt columns."""
+    d = _known(stored, parts, settings)
+    return d.join(attempts_rule(d, floor_s=floor_s, share=share), "_row")
+
+
+def deliveries_table_rule(
+    stored: ir.Table, parts: ir.Table, settings: ir.Table, *, floor_s: float, share: float
+) -> ir.Table:
+    """The deliveries table of ``audit analyze`` (:data:`DELIVERY_TABLE_COLUMNS`) of a store's
+    deliveries known at ``as_of``, in input order."""
+    a = _attempted(stored, parts, settings, floor_s, share)
+    return a.order_by("_row").select(*DELIVERY_TABLE_COLUMNS)
+
+
+def events_table_rule(
+    stored: ir.Table, parts: ir.Table, settings: ir.Table, *, floor_s: float, share: float
+) -> ir.Table:
+    """The events table of ``audit analyze`` of a store's deliveries known at ``as_of``."""
+    a = _attempted(stored, parts, settings, floor_s, share)
+    return events_rule(a, settings, floor_s=floor_s, share=share)
 
 
 class _Sink:
@@ -261,6 +227,7 @@ class _Sink:
         )
         self._writer: pq.ParquetWriter | None = None
         self._parts = 0
+        self.written = False
         stack.callback(self.close)  # before the file closes, also when a pass fails
 
     def add(self, frame: pd.DataFrame) -> None:
@@ -272,6 +239,7 @@ class _Sink:
         except OSError as e:  # said of this file, not of the last one opened
             raise output_error(self.path, e) from None
         self._parts += 1
+        self.written = True
 
     def _add(self, frame: pd.DataFrame) -> None:
         if self.fmt == "csv":

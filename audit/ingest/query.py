@@ -388,7 +388,7 @@ def check_memory(
     The rows are counted from the store's manifest: the records of each month's parts, times
     the share of the month read (a month's records taken as spread evenly over it), weighed
     with :data:`BYTES_PER_DELIVERY` and :data:`BYTES_PER_HISTORY_ROW`. A period that is refused
-    may still be analysed in passes: ``audit analyze --store DIR --rows-per-pass``.
+    may still be analysed by the engine where it lies: ``audit analyze --store DIR``.
     """
     free = audit.memory.available_memory()  # looked up now: tests replace it
     if free is None:
@@ -421,6 +421,6 @@ def check_memory(
             f"{s.root}: reading {deliveries:,} deliveries at once (and {history:,} rows of "
             f"the incidents' history) needs about {need / gb:.1f} GiB, and {free / gb:.1f} GiB "
             "of memory is available: give a shorter period, or use `audit analyze --store "
-            "DIR --rows-per-pass N` (set AUDIT_MEMORY_CHECK=off to try anyway)"
+            "DIR`, which holds no table whole (set AUDIT_MEMORY_CHECK=off to try anyway)"
         )
     return need / max(free, 1)
