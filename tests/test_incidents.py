@@ -203,6 +203,31 @@ def test_one_fold_gives_both_tables_by_hand(scenario_a):
     assert iv.attrs["counts"] == inc.attrs["counts"]
 
 
+def test_the_fold_runs_in_a_process_forked_after_this_one_folded(scenario_a):
+    """The store's side process folds in a fork of a process whose engine has run: the fork
+    makes its own connection and gives the same incident (it hung for ever when it closed the
+    connection it inherited, whose threads the fork did not copy). A generous bound stands
+    for "for ever": a hang, not a speed, is what it catches."""
+    import os
+    import time
+
+    want = incidents_table(scenario_a, as_of=AS_OF)
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 when it folds the same incident
+        same = incidents_table(scenario_a, as_of=AS_OF).equals(want)
+        os._exit(0 if same else 1)
+    for _ in range(1200):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the fold in the forked process never finished")
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_one_fold_of_no_valid_event_gives_two_empty_tables(tmp_path):
     forged = [signed(SCENARIO_A[0], 310, forged=True)]
     inc, iv = incidents_and_intervals(verified(tmp_path, forged), as_of=AS_OF)

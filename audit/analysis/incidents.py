@@ -242,16 +242,15 @@ def incidents_and_intervals(
     events, counts = _events(deliveries, as_of, categories=True)
     tables = {"events": _event_input(events), "settings": as_of_table(as_of)}
     del events
-    intervals = frame_of(run(intervals_rule, tables), STATUS_INTERVALS)[list(INTERVAL_COLUMNS)]
+    runs = run(intervals_rule, tables)
+    intervals = frame_of(runs.drop_columns("_run"), STATUS_INTERVALS)
     intervals.attrs["counts"] = counts
-    rule = incidents_rule if incidents else _no_incidents
-    result = frame_of(run(rule, tables), INCIDENTS)
+    if incidents:
+        result = frame_of(run(incidents_rule, {**tables, "runs": runs}), INCIDENTS)
+    else:
+        result = INCIDENTS.empty()
     result.attrs["counts"] = counts
     return result, intervals
-
-
-def _no_incidents(events: ir.Table, settings: ir.Table) -> ir.Table:
-    return incidents_rule(events, settings).limit(0)
 
 
 #: The columns of the events the rules read.
@@ -357,14 +356,13 @@ def fold_rule(events: ir.Table, settings: ir.Table) -> ir.Table:
     return f.drop("as_of", "_created", "_success").order_by("incident_id")
 
 
-def incidents_rule(events: ir.Table, settings: ir.Table) -> ir.Table:
+def incidents_rule(events: ir.Table, runs: ir.Table, settings: ir.Table) -> ir.Table:
     """The rows of :func:`incidents_table` (columns :data:`INCIDENT_TABLE_COLUMNS`, sorted by
-    ``incident_id``): :func:`fold_rule` with what the status runs
-    (:func:`intervals_rule`) say of each incident. Inputs as :func:`fold_rule`'s, with every
-    field."""
+    ``incident_id``): :func:`fold_rule` with what the status runs ``runs`` (the result of
+    :func:`intervals_rule` over the same inputs) say of each incident. Inputs as
+    :func:`fold_rule`'s, with every field."""
     import ibis  # start-up: only an analysis needs it
 
-    runs = intervals_rule(events, settings)
     waiting = runs.status.isin(CLIENT_WAIT_STATUSES)
     missed = ~runs.announced & (runs._run > 1)
     said = ibis.struct({"run": runs._run, "status": runs.status})

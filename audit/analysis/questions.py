@@ -14,10 +14,10 @@ against its sha256 first: a damaged part is refused, never read. The rules are t
 in-memory analyses (``tests/test_questions.py`` holds them equal): an attempt is a valid
 delivery with an event id (:func:`audit.analysis.deliveries.infer_attempts`), it failed when
 it was answered other than 2xx within 5 s (:func:`audit.analysis.metrics.daily_failure_rate`);
-the incident fold keeps the first valid receipt of each event id and each field's last
-non-missing value in event order (:mod:`audit.analysis.incidents`). DuckDB does the reduction
-(one row per incident); the incidents' times are parsed and their durations computed in pandas
-by the same functions as the in-memory analyses.
+the incident fold is the in-memory fold's rule itself (:func:`audit.analysis.incidents.fold_rule`,
+over the first valid receipt of each event id), run by the engine over the parts; the stored
+time texts are parsed once each by the in-memory fold's parser, and the durations computed
+in pandas by the same functions as the in-memory analyses.
 
 Periods are UTC: a day from midnight, an ISO week from Monday, a calendar month.
 """
@@ -29,14 +29,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from audit.analysis.deliveries import count_where, is_attempt, succeeded
 from audit.analysis.deliveries import quantiles as quantile_values
-from audit.analysis.engine import Parquet, Rule, run
+from audit.analysis.engine import Parquet, Rule, frame_of, run
 from audit.analysis.event_fields import parse_times
+from audit.analysis.incident_events import copy_number, left_out
+from audit.analysis.incidents import fold_rule
 from audit.analysis.metrics import failure_counts, failure_rate, period_start
 from audit.analysis.survival import MISSING_GROUP
 from audit.analysis.takedown import (
@@ -47,9 +48,9 @@ from audit.analysis.takedown import (
 )
 from audit.errors import ParameterError
 from audit.ingest.query import DEFAULT_LOOKBACK
-from audit.ingest.scan import arrow_of, open_store, parts_read, sql_list, window
+from audit.ingest.scan import arrow_of, open_store, parts_read, sql_list
 from audit.ingest.store import Store
-from audit.spec import TEST_EVENT, TEST_INCIDENT_PREFIX
+from audit.tables import INCIDENTS
 from audit.timeutil import as_utc
 
 if TYPE_CHECKING:
@@ -341,170 +342,71 @@ def latency_by_period(
     return _labels(out)[columns]
 
 
-#: The incident fields the takedown question reads, as stored.
-_TIMES = ("data_timestamp", "data_burn_started", "data_takedown_timestamp")
-#: The fields whose last non-missing value an incident keeps.
-_LAST = ("data_incident_class", "data_source", *_TIMES)
-#: The range of times pandas holds (ns): a time outside it is unparsable there (NaT).
-_TIME_RANGE = ("1677-09-22", "2262-04-11")
-#: The fold's columns, in order (:func:`_fold_sql`, :func:`_quick_fold_sql`).
-_FOLDED = ("incident_id", *_LAST, "created_event", "first_event", "success_at", "closed_at")
-_INF = "'infinity'::TIMESTAMPTZ"
-
-
-def _kept(col: str) -> str:
-    """The SQL condition "a value the fold keeps": present (a time: parsable, in range)."""
-    if col not in _TIMES:
-        return f"{col} IS NOT NULL"
-    lo, hi = _TIME_RANGE
-    t = f"try_cast({col} AS TIMESTAMPTZ)"
-    return f"{t} IS NOT NULL AND {t} BETWEEN '{lo}' AND '{hi}'"
-
-
-def _event_filter(as_of_param: str) -> str:
-    """The events the fold keeps: an incident id and a time not after ``as_of``, not a test."""
-    return (
-        f"incident_id IS NOT NULL AND event_timestamp IS NOT NULL "
-        f"AND epoch_ns(event_timestamp) <= {as_of_param} "
-        f"AND event IS DISTINCT FROM '{TEST_EVENT}' "
-        f"AND NOT starts_with(incident_id, '{TEST_INCIDENT_PREFIX}')"
-    )
-
-
-_FIRSTS = ", ".join(
-    (
-        "min(CASE WHEN event = 'incident.created' THEN event_timestamp END) AS created_event",
-        "min(event_timestamp) AS first_event",
-        "min(CASE WHEN data_status = 'takedown_success' THEN event_timestamp END) AS success_at",
-        "min(CASE WHEN data_status = 'closed' THEN event_timestamp END) AS closed_at",
-    )
+#: Stored incident fields -> the fold's field columns (:data:`audit.tables.DATA_FIELDS`): the
+#: texts the takedown question reads, and its times (stored as sent: parsed here).
+_TEXTS = {"data_incident_class": "incident_class", "data_source": "source", "data_status": "status"}
+_TIMES = {
+    "data_timestamp": "data_timestamp",
+    "data_burn_started": "burn_started_at",
+    "data_takedown_timestamp": "takedown_timestamp",
+}
+#: The incidents' columns :func:`takedown_durations` reads.
+_TAKEDOWN = (
+    "incident_id",
+    "incident_class",
+    "source",
+    "created_at",
+    "burn_started_at",
+    "takedown_at",
+    "closed_at",
 )
 
 
-def _fold_sql(as_of_param: str, rows: str) -> str:
-    """The fold, exactly: one row per incident (columns :data:`_FOLDED`) from the first valid
-    receipt of each event id among ``rows`` (ties: input order), each field's last kept value
-    in event order (time, first receipt, event id), and the times of the first
-    ``incident.created``, ``takedown_success`` and ``closed`` events
-    (:func:`audit.analysis.incidents.incidents_table`). Holds a row per event id: slow on a
-    year, so :func:`_folded` asks it only of the incidents :func:`_quick_fold_sql` cannot
-    settle."""
-    fields = ", ".join(("event", "event_timestamp", "incident_id", "received_at", "data_status"))
-    order = f"row(coalesce(received_at, {_INF}), source, line)"
-    key = f"row(event_timestamp, coalesce(received_at, {_INF}), event_id)"
-    lasts = ", ".join(f"arg_max({c}, {key}) FILTER (WHERE {_kept(c)}) AS {c}" for c in _LAST)
-    return (
-        f"WITH firsts AS (SELECT arg_min(struct_pack({fields}, {', '.join(_LAST)}, event_id), "
-        f"{order}) AS f FROM {rows} GROUP BY event_id), "
-        "events AS (SELECT unnest(f) FROM firsts) "
-        f"SELECT incident_id, {lasts}, {_FIRSTS} FROM events "
-        f"WHERE {_event_filter(as_of_param)} GROUP BY incident_id"
+def _time_texts_rule(deliveries: ir.Table) -> ir.Table:
+    """The distinct texts of the stored incident times of the valid receipts with an event id
+    (``text``): :func:`_time_table` parses each once."""
+    import ibis  # start-up: only an analysis needs it
+
+    d = deliveries.filter((deliveries.verdict == "valid") & deliveries.event_id.notnull())
+    texts = [d.select(text=d[c]).filter(lambda t: t.text.notnull()) for c in _TIMES]
+    return ibis.union(*texts, distinct=True)
+
+
+def _time_table(texts: pa.Table) -> pa.Table:
+    """``texts`` (:func:`_time_texts_rule`) with ``at``, each parsed by the in-memory fold's
+    rule (:func:`audit.analysis.event_fields.parse_times`: ISO 8601, in pandas' range; else
+    missing): Ibis has no parser that takes exactly what pandas takes, so the fold's rule
+    looks the times up here."""
+    parsed = parse_times(texts.column("text").to_pandas().astype("str"))[0]
+    ns = pa.array(parsed.array.asi8, pa.int64(), mask=parsed.isna().to_numpy())
+    return pa.table({"text": texts.column("text"), "at": ns.cast(pa.timestamp("ns", "UTC"))})
+
+
+def _takedown_rule(deliveries: ir.Table, times: ir.Table, settings: ir.Table) -> ir.Table:
+    """The columns of the incidents that :func:`takedown_durations` reads (:data:`_TAKEDOWN`),
+    folded from the stored ``deliveries`` received in ``[since, as_of]`` (or without a
+    receipt time; ``settings``: one row, ``since`` (missing: from the first) and ``as_of``) by
+    the in-memory fold's rules: the first valid receipt of each event id
+    (:func:`audit.analysis.incident_events.copy_number`; ties: the record's source and line),
+    the events kept (:func:`audit.analysis.incident_events.left_out`) and folded
+    (:func:`audit.analysis.incidents.fold_rule`). ``times``: each stored time text parsed
+    (:func:`_time_table`)."""
+    d = deliveries
+    since, as_of = settings.since.max().as_scalar(), settings.as_of.max().as_scalar()
+    received = (since.isnull() | (d.received_at >= since)) & (d.received_at <= as_of)
+    d = d.filter(
+        (d.verdict == "valid") & d.event_id.notnull() & (d.received_at.isnull() | received)
     )
-
-
-def _quick_fold_sql(as_of_param: str, rows: str) -> str:
-    """The fold over every copy of each event at once, one row per incident (columns
-    :data:`_FOLDED`, then ``unsettled``): where the copies of each event are alike, the
-    minimum times are those of the first receipts, and each field's last value is that of
-    the events of the latest time that carry one, unless they differ (``unsettled``: their
-    order, by first receipt then event id, decides; :func:`_fold_sql` settles it). Times are
-    taken as text here (parsing them in SQL cost most of the time): :func:`_folded` parses
-    them, and settles with :func:`_fold_sql` an incident whose last time does not parse.
-
-    The latest value is picked on one 128-bit integer, the time then a 64-bit hash of the
-    value, up and down (a key of several columns took twice the time at 12M rows): two values
-    of one time that differ come out apart unless their hashes are equal (odds 2**-64).
-    ``arg_max`` skips missing values."""
-    lasts, differ = [], []
-    for c in _LAST:
-        key = f"epoch_us(event_timestamp)::HUGEINT * {2**64}"
-        lasts.append(f"arg_max({c}, {key} + hash({c})::HUGEINT) AS {c}")
-        lasts.append(f"arg_max({c}, {key} - hash({c})::HUGEINT) AS {c}_lo")
-        differ.append(f"{c} IS DISTINCT FROM {c}_lo")
-    inner = (
-        f"SELECT incident_id, {', '.join(lasts)}, {_FIRSTS} FROM {rows} "
-        f"WHERE {_event_filter(as_of_param)} GROUP BY incident_id"
-    )
-    return f"SELECT {', '.join(_FOLDED)}, ({' OR '.join(differ)}) AS unsettled FROM ({inner})"
-
-
-def _conflicts_sql(rows: str) -> str:
-    """The incident ids carried by any copy of an event whose copies differ in their bytes
-    (a 64-bit hash of the body's sha256; two event ids that share a hash are taken as one:
-    both then go to the exact fold)."""
-    return (
-        f"SELECT DISTINCT incident_id FROM {rows} WHERE hash(event_id) IN (SELECT h FROM "
-        f"(SELECT hash(event_id) AS h, min(hash(coalesce(body_sha256, ''))) AS lo, "
-        f"max(hash(coalesce(body_sha256, ''))) AS hi FROM {rows} GROUP BY h) WHERE lo <> hi)"
-    )
-
-
-def _folded(
-    parts: list[Path],
-    cond: str,
-    params: list[int],
-    as_of: pd.Timestamp,
-) -> pd.DataFrame:
-    """The fold's rows (:data:`_FOLDED`, times parsed) of the valid receipts of ``parts`` in the
-    window ``cond`` (``params``), as of ``as_of``: :func:`_quick_fold_sql` for every incident,
-    then :func:`_fold_sql` for those it leaves unsettled, those whose last time does not parse
-    and those an event with differing copies touches."""
-    src = f"read_parquet({sql_list(parts)}, hive_partitioning = false)"
-    valid = f"(SELECT * FROM {src} WHERE verdict = 'valid' AND event_id IS NOT NULL AND {cond})"
-    with parts_read(parts) as con:
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute("SET enable_progress_bar = false")
-        con.execute(f"CREATE TEMP TABLE redo AS {_conflicts_sql(valid)}", [*params, *params])
-        quick = arrow_of(con.sql(_quick_fold_sql("?", valid), params=[*params, as_of.value]))
-        folded, unparsed = _parsed(quick.to_pandas())
-        unsettled = folded.pop("unsettled").to_numpy(dtype=bool) | unparsed
-        redo = pd.concat(
-            [
-                con.sql("SELECT incident_id FROM redo").df()["incident_id"],
-                folded["incident_id"][unsettled],
-            ],
-            ignore_index=True,
-        ).astype("str")
-        if redo.empty:
-            return folded
-        con.register("redo_ids", pd.DataFrame({"incident_id": redo}))
-        some = f"(SELECT * FROM {valid} WHERE incident_id IN (SELECT incident_id FROM redo_ids))"
-        sql = _fold_sql("?", some)
-        exact_rows = _parsed(arrow_of(con.sql(sql, params=[*params, as_of.value])).to_pandas())[0]
-    kept = folded[~folded["incident_id"].isin(set(redo))]
-    return pd.concat([kept, exact_rows], ignore_index=True)
-
-
-def _parsed(folded: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
-    """``folded`` with its time texts parsed as the in-memory fold parses them
-    (:func:`audit.analysis.event_fields.parse_times`), and which rows hold a text that does
-    not parse (the fold would have taken an earlier one)."""
-    bad = np.zeros(len(folded), dtype=bool)
-    for c in _TIMES:
-        text = folded[c].astype("str")
-        folded[c] = parse_times(text)[0]
-        bad |= (text.notna() & folded[c].isna()).to_numpy(dtype=bool)
-    for c in _FOLDED[len(_LAST) + 1 :]:
-        folded[c] = pd.to_datetime(folded[c], utc=True).astype(_UTC)
-    return folded, bad
-
-
-def _incidents(folded: pd.DataFrame) -> pd.DataFrame:
-    """The columns :func:`takedown_durations` reads, from the fold's rows (:func:`_folded`):
-    the rules of :func:`audit.analysis.incidents.incidents_table`."""
-    return pd.DataFrame(
-        {
-            "incident_id": folded["incident_id"].astype("str"),
-            "incident_class": folded["data_incident_class"].astype("str"),
-            "source": folded["data_source"].astype("str"),
-            "created_at": folded["data_timestamp"]
-            .fillna(folded["created_event"])
-            .fillna(folded["first_event"]),
-            "burn_started_at": folded["data_burn_started"],
-            "takedown_at": folded["data_takedown_timestamp"].fillna(folded["success_at"]),
-            "closed_at": folded["closed_at"],
-        }
-    )
+    d = d.mutate(_copy=copy_number(d, ties=("source", "line")))
+    d = d.filter(d._copy == 0)
+    d = d.filter(left_out(d, as_of) == "events")
+    keys = ["incident_id", "event_id", "event", "event_timestamp", "received_at"]
+    texts = {f"_{field}_text": d[c] for c, field in _TIMES.items()}
+    events = d.select(*keys, **texts, **{field: d[c] for c, field in _TEXTS.items()})
+    for field in _TIMES.values():
+        parsed = times.select(**{f"_{field}_text": times.text, field: times.at})
+        events = events.left_join(parsed, f"_{field}_text").drop(f"_{field}_text")
+    return fold_rule(events, settings).select(*_TAKEDOWN)
 
 
 def takedown_times(
@@ -547,16 +449,26 @@ def takedown_times(
     s = open_store(store)
     when = _as_of(s, as_of, hi)
     since = None if lo is None or lookback is None else lo - lookback
-    parts = _month_parts(s, since, when, untimed=True)
+    parts = tuple(_month_parts(s, since, when, untimed=True))
     if not parts:
-        folded = _parsed(pd.DataFrame({c: pd.Series([], dtype="object") for c in _FOLDED}))[0]
+        incidents = INCIDENTS.empty()[list(_TAKEDOWN)]
     else:
-        cond, params = window(since, when)
-        folded = _folded(parts, cond, params, when)
-    got = takedown_durations(_incidents(folded), as_of=when, start=clock)
+        stored = Parquet(parts)
+        texts = run(_time_texts_rule, {"deliveries": stored})
+        times, at = _time_table(texts), _window(since, when)
+        inputs = {"deliveries": stored, "times": times, "settings": at}
+        incidents = frame_of(run(_takedown_rule, inputs), INCIDENTS)
+    got = takedown_durations(incidents, as_of=when, start=clock)
     out = got.durations.sort_values("incident_id", ignore_index=True)[list(DURATION_COLUMNS)]
     out.attrs["exclusions"] = got.exclusions
     return out
+
+
+def _window(since: pd.Timestamp | None, as_of: pd.Timestamp) -> pa.Table:
+    """The settings of :func:`_takedown_rule`: ``since`` (missing: from the first), ``as_of``."""
+    ns = pa.timestamp("ns", "UTC")
+    values = {"since": None if since is None else since.value, "as_of": as_of.value}
+    return pa.table({n: pa.array([v], pa.int64()).cast(ns) for n, v in values.items()})
 
 
 def _as_of(s: Store, as_of: object, end: pd.Timestamp | None) -> pd.Timestamp:
