@@ -268,6 +268,31 @@ def test_copies_that_differ_and_events_of_one_time_follow_the_first_receipt(tmp_
     assert got.loc["inc_c", "duration_s"] == 2400.0
 
 
+def test_stored_times_in_other_iso_forms_are_parsed_as_in_memory(tmp_path):
+    """Times the rule does not parse itself (an offset, a date alone, 7 decimals) are parsed as
+    the in-memory fold parses them: by hand, 01:40+01:00 is 00:40 UTC (40 minutes after the
+    creation at 00:00), the date alone is midnight (taken down at once), and 100 ns past 00:30
+    is kept: 1800.0000001 s."""
+    created = "incident.created"
+    changed = "incident.status_changed"
+    records = [
+        signed(body("e0", created, 0, "inc_e", status="new"), 1),
+        signed(body("e1", changed, 50, "inc_e", takedownTimestamp="2026-10-01T01:40:00+01:00"), 51),
+        signed(body("f0", created, 0, "inc_f", takedownTimestamp="2026-10-01"), 2),
+        signed(body("g0", created, 0, "inc_g", takedownTimestamp=iso(30)[:-1] + ".0000001Z"), 3),
+    ]
+    store = store_of(tmp_path, records)
+    as_of = pd.Timestamp(T0 + timedelta(days=1))
+    got = takedown_times(store, as_of=as_of)
+    want = in_memory(store, as_of=as_of).durations.sort_values("incident_id", ignore_index=True)
+    pd.testing.assert_frame_equal(got, want)
+    assert got.set_index("incident_id")["duration_s"].to_dict() == {
+        "inc_e": 2400.0,
+        "inc_f": 0.0,
+        "inc_g": 1800.0000001,
+    }
+
+
 def test_an_empty_window_gives_empty_tables(week):
     far = {"start": "2030-01-01T00:00:00Z", "end": "2030-02-01T00:00:00Z"}
     assert counts_by_period(week, **far).empty

@@ -8,14 +8,25 @@ not ISO 8601 becomes NaT and is counted. Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import orjson
 import pandas as pd
 import pyarrow as pa
 
-__all__ = ["FIELDS", "FIELD_COLUMNS", "field_frame", "parse_data", "parse_times"]
+if TYPE_CHECKING:
+    import ibis.expr.types as ir
+
+__all__ = [
+    "FIELDS",
+    "FIELD_COLUMNS",
+    "PLAIN_TIME",
+    "field_frame",
+    "parse_data",
+    "parse_plain_time",
+    "parse_times",
+]
 
 _UTC: Final = "datetime64[ns, UTC]"
 
@@ -57,6 +68,30 @@ def parse_times(raw: pd.Series) -> tuple[pd.Series, int]:
     bad = int(np.count_nonzero(parsed.isna().to_numpy()[codes[codes >= 0]]))
     times = pd.Series(ns.view("datetime64[ns]"), index=raw.index).dt.tz_localize("UTC")
     return times, bad
+
+
+#: The times every engine parses as :func:`parse_times` does (a regular expression): UTC ISO 8601
+#: with a ``T``, whole seconds or up to 6 decimals, ``Z`` or ``+00:00``, years 1900 to 2199 (in
+#: pandas' range). An impossible date (February 30) is missing in every engine too.
+PLAIN_TIME: Final = (
+    r"^(19|20|21)[0-9][0-9]-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    r"T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?(Z|\+00:00)$"
+)
+
+
+def parse_plain_time(text: ir.StringValue) -> ir.Value:
+    """``text`` parsed in the rule when it is a :data:`PLAIN_TIME` (a UTC timestamp; missing
+    when the date does not exist), else missing: the other texts are parsed by
+    :func:`parse_times` and looked up, as no engine's parser takes exactly pandas' strings.
+
+    >>> import re
+    >>> [bool(re.match(PLAIN_TIME, t)) for t in ("2026-10-01T12:00:00.123Z", "2026-10-01",
+    ...  "2026-10-01T12:00:00+02:00", "2026-10-01T24:00:00Z", "2026-10-01T12:00:00.1234567Z")]
+    [True, False, False, False, False]
+    """
+    import ibis  # start-up: only an analysis needs it
+
+    return ibis.ifelse(text.re_search(PLAIN_TIME), text.try_cast("timestamp('UTC')"), None)
 
 
 _STR = pd.StringDtype(na_value=np.nan)  # pandas' "str" dtype

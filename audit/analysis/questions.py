@@ -35,7 +35,7 @@ import pyarrow as pa
 from audit.analysis.deliveries import count_where, is_attempt, succeeded
 from audit.analysis.deliveries import quantiles as quantile_values
 from audit.analysis.engine import Parquet, Rule, frame_of, run
-from audit.analysis.event_fields import parse_times
+from audit.analysis.event_fields import PLAIN_TIME, parse_plain_time, parse_times
 from audit.analysis.incident_events import copy_number, left_out
 from audit.analysis.incidents import fold_rule
 from audit.analysis.metrics import failure_counts, failure_rate, period_start
@@ -364,33 +364,37 @@ _TAKEDOWN = (
 
 def _time_texts_rule(deliveries: ir.Table) -> ir.Table:
     """The distinct texts of the stored incident times of the valid receipts with an event id
-    (``text``): :func:`_time_table` parses each once."""
+    that are not :data:`~audit.analysis.event_fields.PLAIN_TIME` (``text``): :func:`_time_table`
+    parses each once."""
     import ibis  # start-up: only an analysis needs it
 
     d = deliveries.filter((deliveries.verdict == "valid") & deliveries.event_id.notnull())
-    texts = [d.select(text=d[c]).filter(lambda t: t.text.notnull()) for c in _TIMES]
+    texts = [d.select(text=d[c]) for c in _TIMES]
+    texts = [t.filter(t.text.notnull() & ~t.text.re_search(PLAIN_TIME)) for t in texts]
     return ibis.union(*texts, distinct=True)
 
 
 def _time_table(texts: pa.Table) -> pa.Table:
     """``texts`` (:func:`_time_texts_rule`) with ``at``, each parsed by the in-memory fold's
     rule (:func:`audit.analysis.event_fields.parse_times`: ISO 8601, in pandas' range; else
-    missing): Ibis has no parser that takes exactly what pandas takes, so the fold's rule
-    looks the times up here."""
+    missing), for :func:`_takedown_rule` to look up."""
     parsed = parse_times(texts.column("text").to_pandas().astype("str"))[0]
     ns = pa.array(parsed.array.asi8, pa.int64(), mask=parsed.isna().to_numpy())
     return pa.table({"text": texts.column("text"), "at": ns.cast(pa.timestamp("ns", "UTC"))})
 
 
-def _takedown_rule(deliveries: ir.Table, times: ir.Table, settings: ir.Table) -> ir.Table:
+def _takedown_rule(
+    deliveries: ir.Table, times: ir.Table, settings: ir.Table, *, lookup: bool = True
+) -> ir.Table:
     """The columns of the incidents that :func:`takedown_durations` reads (:data:`_TAKEDOWN`),
     folded from the stored ``deliveries`` received in ``[since, as_of]`` (or without a
     receipt time; ``settings``: one row, ``since`` (missing: from the first) and ``as_of``) by
     the in-memory fold's rules: the first valid receipt of each event id
     (:func:`audit.analysis.incident_events.copy_number`; ties: the record's source and line),
     the events kept (:func:`audit.analysis.incident_events.left_out`) and folded
-    (:func:`audit.analysis.incidents.fold_rule`). ``times``: each stored time text parsed
-    (:func:`_time_table`)."""
+    (:func:`audit.analysis.incidents.fold_rule`). A stored time is parsed in the rule when it
+    is :data:`~audit.analysis.event_fields.PLAIN_TIME` (as the service sends them), else looked
+    up in ``times`` (:func:`_time_table`; ``lookup=False``: there is none)."""
     d = deliveries
     since, as_of = settings.since.max().as_scalar(), settings.as_of.max().as_scalar()
     received = (since.isnull() | (d.received_at >= since)) & (d.received_at <= as_of)
@@ -402,10 +406,14 @@ def _takedown_rule(deliveries: ir.Table, times: ir.Table, settings: ir.Table) ->
     d = d.filter(left_out(d, as_of) == "events")
     keys = ["incident_id", "event_id", "event", "event_timestamp", "received_at"]
     texts = {f"_{field}_text": d[c] for c, field in _TIMES.items()}
-    events = d.select(*keys, **texts, **{field: d[c] for c, field in _TEXTS.items()})
-    for field in _TIMES.values():
-        parsed = times.select(**{f"_{field}_text": times.text, field: times.at})
-        events = events.left_join(parsed, f"_{field}_text").drop(f"_{field}_text")
+    plain = {field: parse_plain_time(d[c]) for c, field in _TIMES.items()}
+    events = d.select(*keys, **texts, **plain, **{field: d[c] for c, field in _TEXTS.items()})
+    for field in _TIMES.values() if lookup else ():
+        text = f"_{field}_text"
+        parsed = times.select(**{text: times.text, "_at": times.at})
+        events = events.left_join(parsed, text)
+        events = events.mutate(**{field: events[field].fill_null(events._at)}).drop("_at")
+    events = events.drop(*texts)
     return fold_rule(events, settings).select(*_TAKEDOWN)
 
 
@@ -457,7 +465,8 @@ def takedown_times(
         texts = run(_time_texts_rule, {"deliveries": stored})
         times, at = _time_table(texts), _window(since, when)
         inputs = {"deliveries": stored, "times": times, "settings": at}
-        incidents = frame_of(run(_takedown_rule, inputs), INCIDENTS)
+        got = run(_takedown_rule, inputs, lookup=len(times) > 0)
+        incidents = frame_of(got, INCIDENTS)
     got = takedown_durations(incidents, as_of=when, start=clock)
     out = got.durations.sort_values("incident_id", ignore_index=True)[list(DURATION_COLUMNS)]
     out.attrs["exclusions"] = got.exclusions
