@@ -14,3 +14,10 @@ def pytest_configure(config) -> None:
     (issue 42: "failed under load, each passing alone"). Python's default is restored here."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # The rules' SQL kept between processes (audit.analysis.compiled): in a folder of this
+    # session, never the user's own cache (its subprocesses inherit the variable).
+    import os
+    import tempfile
+
+    if not os.environ.get("AUDIT_CACHE_DIR"):
+        os.environ["AUDIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="audit-test-cache-")

@@ -178,7 +178,8 @@ def _typed(table: pa.Table) -> pa.Table:
 
 def attempts_rule(deliveries: ir.Table, *, floor_s: float, share: float) -> ir.Table:
     """The attempt rule of :func:`infer_attempts` as one relational expression: every row of
-    ``deliveries`` (by ``_row``) with ``is_test``, ``success`` and the attempt columns.
+    ``deliveries`` (its columns, the attempt columns it had replaced) with ``is_test``,
+    ``success`` and the attempt columns.
 
     An event's rows are numbered in time order (ties: ``_row``). Each number depends only on
     the number before it, and past the schedule's last attempt every row is the next number: so
@@ -231,8 +232,9 @@ def attempts_rule(deliveries: ir.Table, *, floor_s: float, share: float) -> ir.T
     def only(value: ir.Value, typ: str) -> ir.Value:
         return ibis.ifelse(yes, value, ibis.literal(None, typ))
 
+    kept = [c for c in deliveries.columns if c not in ATTEMPT_COLUMNS]
     return d.select(
-        "_row",
+        *kept,
         is_test=test,
         attempt_no=only(d._no, "int64"),
         delay_s=only(d._d, "float64"),
@@ -322,11 +324,10 @@ def delivery_events_rule(
     deliveries: ir.Table, settings: ir.Table, *, floor_s: float, share: float
 ) -> ir.Table:
     """The events table straight from the deliveries, in one expression: :func:`events_rule`
-    over :func:`attempts_rule`'s rows joined to their deliveries by ``_row`` (``deliveries``:
-    the columns both read, with ``fingerprint`` and ``_row``; ``settings``: ``as_of``)."""
+    over :func:`attempts_rule`'s rows (``deliveries``: the columns both read, with
+    ``fingerprint`` and ``_row``; ``settings``: ``as_of``)."""
     attempts = attempts_rule(deliveries, floor_s=floor_s, share=share)
-    joined = deliveries.join(attempts, "_row")
-    return events_rule(joined, settings, floor_s=floor_s, share=share)
+    return events_rule(attempts, settings, floor_s=floor_s, share=share)
 
 
 def _bodies(column: pd.Series) -> list[bytes | None]:

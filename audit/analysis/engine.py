@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from audit.analysis import compiled
 from audit.errors import InputError, ParameterError
 from audit.ingest.workers import default_workers, jobs
 
@@ -98,16 +99,24 @@ def _compiled(
     constants: tuple[tuple[str, Hashable], ...],
     dialect: str,
 ) -> str:
-    import ibis  # start-up: only an analysis needs it
+    def compile_sql() -> str:
+        import ibis  # start-up: only an analysis needs it
 
-    tables = {n: ibis.table(ibis.Schema.from_pyarrow(s), name=n) for n, s in schemas}
-    return str(ibis.to_sql(rule(**tables, **dict(constants)), dialect=dialect))
+        tables = {n: ibis.table(ibis.Schema.from_pyarrow(s), name=n) for n, s in schemas}
+        return str(ibis.to_sql(rule(**tables, **dict(constants)), dialect=dialect))
+
+    shown = [
+        (n, s.to_string(show_field_metadata=False, show_schema_metadata=False)) for n, s in schemas
+    ]
+    key = f"{rule.__module__}.{rule.__qualname__}|{dialect}|{shown!r}|{constants!r}"
+    return compiled.kept(key, compile_sql)
 
 
 def sql_of(
     rule: Rule, schemas: Mapping[str, pa.Schema], dialect: str = "duckdb", **constants: Any
 ) -> str:
-    """The SQL of ``rule`` over tables of ``schemas`` (compiled once; cached)."""
+    """The SQL of ``rule`` over tables of ``schemas`` (compiled once per process, and kept on
+    disk for the next: :mod:`audit.analysis.compiled`)."""
     return _compiled(rule, tuple(schemas.items()), tuple(sorted(constants.items())), dialect)
 
 

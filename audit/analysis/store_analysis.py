@@ -195,8 +195,7 @@ def _attempted(
     stored: ir.Table, parts: ir.Table, settings: ir.Table, floor_s: float, share: float
 ) -> ir.Table:
     """The known deliveries with the attempt columns."""
-    d = _known(stored, parts, settings)
-    return d.join(attempts_rule(d, floor_s=floor_s, share=share), "_row")
+    return attempts_rule(_known(stored, parts, settings), floor_s=floor_s, share=share)
 
 
 def deliveries_table_rule(
