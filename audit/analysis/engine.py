@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from audit.analysis import compiled
+from audit.analysis import compiled, spark
 from audit.errors import InputError, ParameterError
 from audit.ingest.workers import default_workers, jobs
 
@@ -152,8 +152,6 @@ def run(
     """``rule`` run on ``tables`` (by the names the rule takes them by), with ``constants``,
     by the engine ``on`` (:data:`ENGINES`): its result as an Arrow table."""
     if on == "spark":
-        from audit.analysis import spark
-
         return spark.run(rule, tables, **constants)
     if on != "duckdb":
         raise ParameterError(f"engine must be one of {', '.join(ENGINES)}, got {on!r}")
@@ -178,8 +176,6 @@ def batches(
     memory is written batch by batch (the engine spills to disk what it must hold). The batches
     are read inside the ``with`` block."""
     if on == "spark":
-        from audit.analysis import spark
-
         with spark.batches(rule, tables, rows=rows, **constants) as got:
             yield got
         return

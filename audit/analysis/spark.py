@@ -35,7 +35,7 @@ INSTALL = "pip install 'audit[spark]' and a Java runtime (17 or later)"
 def available() -> str | None:
     """Why the Spark engine cannot run here (one line), or None when it can."""
     try:
-        import pyspark  # noqa: F401
+        import pyspark  # noqa: F401  # start-up: an optional extra, looked for only here
     except ImportError:
         return f"the spark engine needs PySpark: {INSTALL}"
     if os.environ.get("SPARK_REMOTE"):
@@ -53,7 +53,7 @@ def session(master: str | None = None) -> SparkSession:
     why = available()
     if why:
         raise InputError(why)
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # start-up: an optional extra, for this engine only
 
     builder = SparkSession.builder.appName("audit")
     remote = os.environ.get("SPARK_REMOTE")

@@ -160,8 +160,8 @@ def _key(root: Path, a: object) -> _Key:
         )
         texts = isinstance(part, str) and isinstance(column, str)
         ints = type(row) is int and type(start) is int and type(end) is int
-        if texts and ints and row >= 0 and 0 <= start < end:  # type: ignore[operator]
-            return part, row, column, start, end  # type: ignore[return-value]
+        if texts and ints and row >= 0 and 0 <= start < end:  # type: ignore[operator]  # ints
+            return part, row, column, start, end  # type: ignore[return-value]  # checked above
     raise InputError(f"{root / 'manifest.json'}: a '{KEY}' location is not one")
 
 
