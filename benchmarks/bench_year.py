@@ -1,9 +1,10 @@
-"""A year from the store: peak memory and time of ``audit analyze --store`` over everything.
+"""A year from the store: peak memory and time of ``audit analyze --store`` over everything,
+beside a hand-written DuckDB floor.
 
 Usage::
 
     python benchmarks/bench_year.py --store STORE [--copies 12] [--year DIR] [--runs 1]
-                                    [--one-pass] [--build-only]
+                                    [--spark] [--build-only]
 
 The simulator cannot write a year of a large client here, so the year is built from a store of
 a month or a few: ``--copies`` copies of its rows, each shifted by the store's span in whole
@@ -12,11 +13,15 @@ days, with event, delivery and incident ids, record hashes, files and sources ma
 partitions of their shifted receipt times, each new part listed with its sha256 and rows (the
 store checks them on read). The bodies are copied as they are: no analysis reads them.
 ``--year DIR`` keeps the year there (with ``DIR.json`` saying what it holds) and reuses it on
-the next run; ``--build-only`` builds it and times nothing. Then ``audit analyze --store``
-runs over everything, in passes (the default ``--rows-per-pass``) and, with ``--one-pass``, in
-one pass (``--rows-per-pass`` above the row count), alternated, each a fresh process; the
-script prints medians and the peak RSS of each. ``bench_takedown.py`` times a question over
-the same year.
+the next run; ``--build-only`` builds it and times nothing.
+
+Then, alternated, each a fresh process: ``audit analyze --store`` over everything (DuckDB; with
+``--spark`` also ``--engine spark``), and the **floor**: one plain DuckDB script written by hand
+over the same parts doing the heavy part of the analysis with simplified rules (attempts numbered
+by position in each event, the daily failure rate and p95 answer time per subscription, the
+incident fold by event time over each event's first receipt), its results fetched and dropped.
+The script prints medians, the peak RSS of each, and each kind's time against the floor.
+``bench_takedown.py`` times a question over the same year.
 """
 
 from __future__ import annotations
@@ -130,15 +135,50 @@ def year_of(src: Path, year: Path, copies: int) -> tuple[int, str]:
     return info["records"], info["as_of"]
 
 
+FLOOR_SQL = """
+CREATE TEMP TABLE d AS SELECT subscription_id, event_id, received_at, response_status,
+    response_ms, verdict, incident_id, event_timestamp, data_status
+    FROM read_parquet({parts}) WHERE received_at <= TIMESTAMPTZ '{as_of}';
+SELECT count(*), max(n) FROM (SELECT row_number() OVER (PARTITION BY subscription_id, event_id
+    ORDER BY received_at) AS n FROM d WHERE verdict = 'valid' AND event_id IS NOT NULL);
+SELECT subscription_id, date_trunc('day', received_at) AS day,
+    avg(CASE WHEN response_status BETWEEN 200 AND 299 AND coalesce(response_ms <= 5000, true)
+        THEN 0 ELSE 1 END) AS failure_rate,
+    quantile_cont(response_ms, 0.95) AS p95_ms
+    FROM d WHERE verdict = 'valid' GROUP BY ALL;
+SELECT incident_id, arg_max(data_status, event_timestamp), min(event_timestamp)
+    FROM (SELECT * FROM d WHERE verdict = 'valid' AND event_id IS NOT NULL
+          QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY received_at) = 1)
+    WHERE incident_id IS NOT NULL GROUP BY incident_id;
+"""
+
+
+def floor(year: Path, as_of: str) -> None:
+    """The hand-written floor (see the module): every statement run, its rows fetched."""
+    import duckdb
+
+    manifest = json.loads((year / "manifest.json").read_text())
+    parts = [str(year / "deliveries" / p["name"]) for f in manifest["files"] for p in f["parts"]]
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    for statement in FLOOR_SQL.format(parts=parts, as_of=as_of).split(";"):
+        if statement.strip():
+            con.execute(statement).fetchall()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", type=Path, required=True, help="a store of a few months")
     ap.add_argument("--copies", type=int, default=12)
     ap.add_argument("--runs", type=int, default=1)
-    ap.add_argument("--one-pass", action="store_true", help="also time one pass (needs RAM)")
+    ap.add_argument("--spark", action="store_true", help="also time --engine spark")
     ap.add_argument("--year", type=Path, help="keep the year store here (reused when built)")
     ap.add_argument("--build-only", action="store_true", help="build --year, time nothing")
+    ap.add_argument("--floor", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.floor:
+        floor(Path(args.floor[0]), args.floor[1])
+        return
     with tempfile.TemporaryDirectory(dir=args.store.parent) as d:
         d = Path(d)
         year = args.year or d / "year"
@@ -147,17 +187,35 @@ def main() -> None:
         if args.build_only:
             return
         base = [AUDIT, "analyze", "--store", str(year), "--as-of", as_of]
-        kinds = {"analyze --store (passes)": lambda: [*base, "--out", str(d / "t1")]}
-        if args.one_pass:
-            one = ["--rows-per-pass", str(records + 1), "--out", str(d / "t2")]
-            kinds["analyze --store (1 pass)"] = lambda: [*base, *one]
+        kinds = {
+            "analyze --store": lambda: [*base, "--out", str(d / "t1")],
+            "hand DuckDB floor": lambda: [
+                sys.executable,
+                __file__,
+                "--store",
+                str(args.store),
+                "--floor",
+                str(year),
+                as_of,
+            ],
+        }
+        if args.spark:
+            kinds["analyze --engine spark"] = lambda: [
+                *base,
+                "--engine",
+                "spark",
+                "--out",
+                str(d / "t2"),
+            ]
         results = measure(kinds, args.runs)  # alternated
+        ref = statistics.median(r["seconds"] for r in results["hand DuckDB floor"])
         for name, rs in results.items():
             secs = statistics.median(r["seconds"] for r in rs)
             rss = max(r["rss_mb"] for r in rs)
             print(
-                f"{name:<26} {secs:7.1f} s ({secs / records * 1e6:5.1f} s per million)  "
-                f"peak RSS {rss:6.0f} MB ({rss * 2**20 / records:4.0f} B per delivery)"
+                f"{name:<24} {secs:7.1f} s ({secs / records * 1e6:5.1f} s per million, "
+                f"{secs / ref:4.1f}x the floor)  peak RSS {rss:6.0f} MB "
+                f"({rss * 2**20 / records:4.0f} B per delivery)"
             )
 
 

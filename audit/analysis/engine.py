@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
-import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,16 +193,19 @@ def batches(
 def _inputs(
     rule: Rule, tables: Mapping[str, Source], constants: Mapping[str, Any]
 ) -> Iterator[tuple[duckdb.DuckDBPyConnection, str]]:
-    """This thread's connection with ``tables`` registered under their names, and the rule's
-    SQL; the names are released after."""
+    """A DuckDB connection with ``tables`` registered under their names, and the rule's SQL;
+    the connection is closed after (its threads end with it: a process that forks later, for
+    its workers, holds no DuckDB thread; a connection kept open made forked workers hang or
+    crash)."""
     schemas = {
         n: t.schema if isinstance(t, pa.Table) else t.arrow_schema() for n, t in tables.items()
     }
     sql = sql_of(rule, schemas, **constants)
-    con = _connection()
-    import duckdb  # start-up: only an analysis needs it (the connection made it loaded)
+    import duckdb  # start-up: only an analysis needs it
 
-    views = []
+    con = duckdb.connect(config={"threads": jobs() or default_workers()})
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET preserve_insertion_order = false")  # every rule orders its rows
     try:
         for name, table in tables.items():
             if isinstance(table, pa.Table):
@@ -219,7 +220,6 @@ def _inputs(
                     f'CREATE OR REPLACE TEMP VIEW "{name}" AS SELECT {columns}{named} FROM '
                     f"read_parquet([{files}], hive_partitioning = false, filename = true)"
                 )
-                views.append(name)
         yield con, sql
     except (duckdb.IOException, duckdb.InvalidInputException) as e:
         paths = [p for t in tables.values() if isinstance(t, Parquet) for p in t.paths]
@@ -236,28 +236,4 @@ def _inputs(
             ) from None
         raise InputError(f"a Parquet input cannot be read: {first}") from None
     finally:
-        for name in tables:
-            if name in views:
-                con.execute(f'DROP VIEW IF EXISTS "{name}"')
-            else:
-                con.unregister(name)
-
-
-_LOCAL = threading.local()
-#: Connections a forked process inherited (kept, never closed: see :func:`_connection`).
-_INHERITED: list[duckdb.DuckDBPyConnection] = []
-
-
-def _connection() -> duckdb.DuckDBPyConnection:
-    """This thread's DuckDB connection (made once per thread and process: connecting costs
-    about a third of a small table's run; a forked worker makes its own)."""
-    import duckdb  # start-up: only an analysis needs it
-
-    con = getattr(_LOCAL, "con", None)
-    if con is None or _LOCAL.pid != os.getpid():
-        if con is not None:  # a forked process never closes its parent's connection: closing
-            _INHERITED.append(con)  # waits for threads the fork did not copy (hangs for ever)
-        con = duckdb.connect(config={"threads": jobs() or default_workers()})
-        con.execute("SET TimeZone = 'UTC'")
-        _LOCAL.con, _LOCAL.pid = con, os.getpid()
-    return con
+        con.close()
