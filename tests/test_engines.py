@@ -162,3 +162,25 @@ def test_parquet_files_are_read_where_they_lie(demo_deliveries, spark, tmp_path)
             parts = list(got_batches)
         assert max(b.num_rows for b in parts) <= 1000
         _same(pa.Table.from_batches(parts), got, ["_row"])
+
+
+@pytest.mark.slow
+def test_analyze_store_gives_the_same_tables_on_spark(spark, tmp_path):
+    """``audit analyze --store --engine spark``: the deliveries and events tables computed by
+    Spark where the store lies equal DuckDB's, file for file."""
+    from audit.analysis.store_analysis import analyze_store
+    from audit.demo.simulate import simulate
+    from audit.ingest.store import ingest
+
+    demo = simulate(tmp_path / "demo", days=7, incidents=20, seed=3)
+    ingest(demo.captures, demo.secrets, tmp_path / "store")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        duck = analyze_store(tmp_path / "store", tmp_path / "duck")
+        on_spark = analyze_store(tmp_path / "store", tmp_path / "spark", on="spark")
+    assert on_spark.summary() == duck.summary()
+    for name in ("deliveries", "events", "incidents"):
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(tmp_path / "spark" / f"{name}.parquet"),
+            pd.read_parquet(tmp_path / "duck" / f"{name}.parquet"),
+        )

@@ -82,8 +82,7 @@ def run(
     :class:`~audit.analysis.engine.Parquet` files read where they lie), with ``constants``: its
     result as an Arrow table."""
     with _inputs(tables, spark) as (con, inputs):
-        out: pa.Table = con.to_pyarrow(rule(**inputs, **constants))
-        return out
+        return _in_utc(con.to_pyarrow(rule(**inputs, **constants)))
 
 
 @contextlib.contextmanager
@@ -97,7 +96,22 @@ def batches(
 ) -> Iterator[pa.RecordBatchReader]:
     """``rule``'s result as an Arrow record batch reader (batches of at most ``rows`` rows)."""
     with _inputs(tables, spark) as (con, inputs):
-        yield con.to_pyarrow_batches(rule(**inputs, **constants), chunk_size=rows)
+        got = con.to_pyarrow_batches(rule(**inputs, **constants), chunk_size=rows)
+        schema = _in_utc(got.schema.empty_table()).schema
+        yield pa.RecordBatchReader.from_batches(schema, (_in_utc(b) for b in got))
+
+
+def _in_utc(data: Any) -> Any:
+    """A table or batch with Spark's times (timezone-naive, in the session's zone: UTC) marked
+    as UTC, as every other engine gives them."""
+    fields = [
+        pa.field(f.name, pa.timestamp(f.type.unit, "UTC"), f.nullable, f.metadata)
+        if pa.types.is_timestamp(f.type) and f.type.tz is None
+        else f
+        for f in data.schema
+    ]
+    schema = pa.schema(fields, metadata=data.schema.metadata)
+    return data if schema.equals(data.schema) else data.cast(schema)
 
 
 @contextlib.contextmanager
