@@ -368,10 +368,11 @@ def events_rule(
         """The column's value at the event's first row that has one."""
         return column.argmin(a._p, where=column.notnull())
 
-    fractions = a.attempt_no.type().is_floating()  # a hand-made frame's: cut as pandas cuts
-
     def whole(value: ir.NumericValue) -> ir.IntegerValue:
-        return (value.floor() if fractions else value).cast("int64")
+        """A hand-made frame's fractions cut as pandas cuts them (a cast would round), each
+        column by its own type: ``missing_before`` may hold fractions where ``attempt_no``
+        does not (found by tests/test_events_oracle.py: 1.5 read as 2)."""
+        return (value.floor() if value.type().is_floating() else value).cast("int64")
 
     body_first = a._p.min(where=a._has_body)
     printed_first = a._p.min(where=a.fingerprint.notnull())
