@@ -21,18 +21,10 @@ from audit.cli import main
 from audit.errors import InputError, OutputError
 from audit.ingest.store import ingest
 from tests.builders import write_jsonl, write_secrets
+from tests.test_analysis import TABLES
 from tests.test_store_history import SECRETS, generated
 
 AS_OF = pd.Timestamp("2026-12-01", tz="UTC")
-TABLES = (
-    "deliveries",
-    "events",
-    "incidents",
-    "status_intervals",
-    "takedown_km",
-    "takedown_summary",
-    "subscriptions",
-)
 
 
 @pytest.fixture(scope="module", params=[11, 12])

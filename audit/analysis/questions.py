@@ -42,6 +42,7 @@ from audit.analysis.metrics import failure_counts, failure_rate, period_start
 from audit.analysis.survival import MISSING_GROUP
 from audit.analysis.takedown import (
     DURATION_COLUMNS,
+    INCIDENT_COLUMNS,
     check_clock_start,
     takedown_durations,
     takedown_summary,
@@ -350,16 +351,6 @@ _TIMES = {
     "data_burn_started": "burn_started_at",
     "data_takedown_timestamp": "takedown_timestamp",
 }
-#: The incidents' columns :func:`takedown_durations` reads.
-_TAKEDOWN = (
-    "incident_id",
-    "incident_class",
-    "source",
-    "created_at",
-    "burn_started_at",
-    "takedown_at",
-    "closed_at",
-)
 
 
 def _time_texts_rule(deliveries: ir.Table) -> ir.Table:
@@ -386,7 +377,7 @@ def _time_table(texts: pa.Table) -> pa.Table:
 def _takedown_rule(
     deliveries: ir.Table, times: ir.Table, settings: ir.Table, *, lookup: bool = True
 ) -> ir.Table:
-    """The columns of the incidents that :func:`takedown_durations` reads (:data:`_TAKEDOWN`),
+    """The columns of the incidents that :func:`takedown_durations` reads (``INCIDENT_COLUMNS``),
     folded from the stored ``deliveries`` received in ``[since, as_of]`` (or without a
     receipt time; ``settings``: one row, ``since`` (missing: from the first) and ``as_of``) by
     the in-memory fold's rules: the first valid receipt of each event id
@@ -414,7 +405,7 @@ def _takedown_rule(
         events = events.left_join(parsed, text)
         events = events.mutate(**{field: events[field].fill_null(events._at)}).drop("_at")
     events = events.drop(*texts)
-    return fold_rule(events, settings).select(*_TAKEDOWN)
+    return fold_rule(events, settings).select(*INCIDENT_COLUMNS)
 
 
 def takedown_times(
@@ -459,7 +450,7 @@ def takedown_times(
     since = None if lo is None or lookback is None else lo - lookback
     parts = tuple(_month_parts(s, since, when, untimed=True))
     if not parts:
-        incidents = INCIDENTS.empty()[list(_TAKEDOWN)]
+        incidents = INCIDENTS.empty()[list(INCIDENT_COLUMNS)]
     else:
         stored = Parquet(parts)
         texts = run(_time_texts_rule, {"deliveries": stored})
