@@ -94,3 +94,34 @@ def test_the_cache_is_where_the_variables_say(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert compiled.cache_folder() == tmp_path / "home" / ".cache" / "audit" / "sql"
     assert os.environ.get("AUDIT_CACHE_DIR") is None
+
+
+def test_a_killed_runs_spill_folder_is_removed_by_the_next_rule(tmp_path, monkeypatch):
+    """A rule's DuckDB spill folder is removed in its ``finally``; kill -9 skips that, so the
+    next rule removes the folders of processes that are gone (and keeps a live one's)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    import pyarrow as pa
+
+    from audit.analysis import engine
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    dead = tmp_path / f"audit-engine-{gone}-abc"
+    live = tmp_path / f"audit-engine-{os.getpid()}-def"
+    dead.mkdir()
+    live.mkdir()
+
+    def rule(t):
+        return t
+
+    engine.run(rule, {"t": pa.table({"a": [1]})})
+    assert not dead.exists() and live.exists()
+    assert [p.name for p in tmp_path.iterdir()] == [live.name]  # the rule's own folder: gone

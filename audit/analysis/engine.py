@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Hashable, Iterator, Mapping
@@ -209,7 +210,8 @@ def _inputs(
     sql = sql_of(rule, schemas, **constants)
     import duckdb  # start-up: only an analysis needs it
 
-    spill = tempfile.mkdtemp(prefix="audit-engine-")  # private (0700), removed after
+    _remove_dead_spills()
+    spill = tempfile.mkdtemp(prefix=f"{_SPILL}{os.getpid()}-")  # private (0700), removed after
     config: dict[str, str | bool | int | float | list[str]] = {
         "threads": jobs() or default_workers(),
         "memory_limit": MEMORY_LIMIT,
@@ -250,3 +252,22 @@ def _inputs(
     finally:
         con.close()
         shutil.rmtree(spill, ignore_errors=True)
+
+
+#: The prefix of a rule's spill folder in the temporary folder (then the pid of its process).
+_SPILL = "audit-engine-"
+
+
+def _remove_dead_spills() -> None:
+    """Remove the spill folders of this user's processes that are gone (a killed run's: its
+    ``finally`` never ran)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{_SPILL}*-*"):
+        pid = folder.name.removeprefix(_SPILL).split("-")[0]
+        try:
+            if not pid.isdigit() or folder.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)  # alive (or another user's): kept
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue
